@@ -1,0 +1,122 @@
+//! `acquire`, `release`, `renew` and `completions`: thin layers over the engine.
+
+use std::io::Write;
+
+use anyhow::Context;
+
+use crate::cli::{AcquireArgs, GrantFormat, ReleaseArgs, RenewArgs, WaitArgs};
+use crate::config::{check_name, check_token, Settings};
+use crate::exit::{Exit, LockError};
+use crate::lock::{Engine, Holder, WaitPolicy, Wake, Wakeup};
+use crate::{output, say, signals};
+
+/// The wait policy and busy exit code of `acquire` and `exec`.
+pub fn wait_policy(args: &WaitArgs) -> (WaitPolicy, Exit) {
+    let policy = if args.no_wait {
+        WaitPolicy::NoWait
+    } else {
+        match args.wait {
+            Some(d) => WaitPolicy::For(d),
+            None => WaitPolicy::Forever,
+        }
+    };
+    let busy = args.conflict_exit_code.map_or(Exit::Busy, Exit::Raw);
+    (policy, busy)
+}
+
+/// Prints a lock failure (busy only as a diagnostic, since `-n` in cron makes it routine) and gives
+/// its exit status.
+pub fn report(err: &LockError, busy: Exit) -> Exit {
+    match err {
+        LockError::Busy { .. } | LockError::Interrupted(_) => say!("{err}"),
+        _ => eprintln!("lockctl: {err}"),
+    }
+    err.exit(busy)
+}
+
+/// The parent process and its command line: `acquire` exits at once, so its caller (the script that
+/// will hold the lock) is the holder worth naming.
+fn parent_holder() -> Holder {
+    let ppid = std::os::unix::process::parent_id();
+    let cmd = std::fs::read(format!("/proc/{ppid}/cmdline"))
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    Holder::new(ppid, truncate(cmd, 1024))
+}
+
+/// Cuts a string to at most `max` bytes on a character boundary.
+pub fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> {
+    check_name(&args.name)?;
+    let (policy, busy) = wait_policy(&args.wait);
+    let mut engine = Engine::new(settings)?;
+    let keys = engine.keys(&args.name);
+    let wake = Wakeup::new();
+    let tx = wake.sender();
+    signals::listen(move |s| {
+        let _ = tx.send(Wake::Signal(s));
+    })
+    .context("cannot install signal handlers")?;
+    let grant = match engine.acquire(&keys, args.wait.ttl, policy, &parent_holder(), &wake) {
+        Ok(g) => g,
+        Err(e) => return Ok(report(&e, busy)),
+    };
+    let text = match args.format {
+        GrantFormat::Plain => format!("{}\n", grant.token),
+        GrantFormat::Env => output::grant_env(&grant),
+        GrantFormat::Json => format!("{}\n", output::grant_json(&grant)),
+    };
+    if let Err(e) = std::io::stdout().lock().write_all(text.as_bytes()) {
+        // Nobody will ever learn the token: give the lock back rather than strand it for a TTL.
+        let _ = engine.release(&keys, &grant.token);
+        return Err(e).context("cannot write the token to stdout; the lock was released");
+    }
+    Ok(Exit::Success)
+}
+
+pub fn release(settings: &Settings, args: &ReleaseArgs) -> anyhow::Result<Exit> {
+    check_name(&args.name)?;
+    let token = check_token(args.token.clone())?;
+    let mut engine = Engine::new(settings)?;
+    let keys = engine.keys(&args.name);
+    Ok(match engine.release(&keys, &token) {
+        Ok(_) => Exit::Success,
+        Err(e) => report(&e, Exit::Busy),
+    })
+}
+
+pub fn renew(settings: &Settings, args: &RenewArgs) -> anyhow::Result<Exit> {
+    check_name(&args.name)?;
+    let token = check_token(args.token.clone())?;
+    let mut engine = Engine::new(settings)?;
+    let keys = engine.keys(&args.name);
+    Ok(match engine.renew(&keys, &token, args.ttl, None) {
+        Ok(validity) => {
+            println!("{}", validity.as_millis());
+            Exit::Success
+        }
+        Err(e) => report(&e, Exit::Busy),
+    })
+}
+
+pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<Exit> {
+    let mut cmd = crate::cli::command();
+    clap_complete::generate(shell, &mut cmd, "lockctl", &mut std::io::stdout());
+    Ok(Exit::Success)
+}

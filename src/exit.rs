@@ -1,0 +1,97 @@
+//! The one table of exit codes, and the errors that map onto them.
+//!
+//! Scripts branch on these numbers (`75` busy, `76` lease lost), so they live in one place and every
+//! command returns them through [`Exit`]. Errors that callers must tell apart are typed
+//! ([`LockError`]); everything else travels as `anyhow` and exits 1.
+
+use std::process::ExitCode;
+
+/// Exit statuses of `lockctl`, as documented in the README and the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Success; `status`: the lock is held.
+    Success,
+    /// `status`: free; `doctor`: a failure was found; any error not listed below.
+    Failure,
+    /// Usage error: a bad flag, value, name or URL. Nothing was changed in Redis.
+    Usage,
+    /// Redis unavailable: no quorum of nodes answered.
+    Unavailable,
+    /// Busy: the lock was not acquired in time (`-E` replaces this code).
+    Busy,
+    /// Lease lost, or the token does not hold the lock.
+    Lost,
+    /// A raw status, such as a child's exit code or 128+N for a signal.
+    Raw(u8),
+}
+
+impl Exit {
+    /// The numeric status.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Failure => 1,
+            Exit::Usage => 2,
+            Exit::Unavailable => 69,
+            Exit::Busy => 75,
+            Exit::Lost => 76,
+            Exit::Raw(code) => code,
+        }
+    }
+
+    /// The status a shell reports for a process killed by `signal`.
+    pub fn from_signal(signal: i32) -> Exit {
+        Exit::Raw(128u8.saturating_add(u8::try_from(signal).unwrap_or(127)))
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit.code())
+    }
+}
+
+/// Failures that decide the exit status. Each names what happened and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Bad input, found before any Redis call.
+    #[error("{0}")]
+    Usage(String),
+    /// Not acquired: the lock is held elsewhere (or its nodes are in restart quarantine).
+    #[error("lock '{name}' is busy{}", holder_suffix(.holder))]
+    Busy { name: String, holder: Option<String> },
+    /// Fewer nodes than a quorum answered.
+    #[error("Redis unavailable: {reachable} of {nodes} node(s) answered, a quorum needs {quorum}{}", detail_suffix(.detail))]
+    Unavailable { nodes: usize, reachable: usize, quorum: usize, detail: String },
+    /// The token does not hold the lock on a quorum.
+    #[error("lock '{name}' is not held by this token{}", detail_suffix(.detail))]
+    Lost { name: String, detail: String },
+    /// A signal ended the wait before the lock was acquired.
+    #[error("interrupted by signal {0} while waiting; nothing was left in Redis")]
+    Interrupted(i32),
+}
+
+fn holder_suffix(holder: &Option<String>) -> String {
+    holder.as_ref().map(|h| format!(" (held by {h})")).unwrap_or_default()
+}
+
+fn detail_suffix(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {detail}")
+    }
+}
+
+impl LockError {
+    /// The exit status for this failure; `busy` is the code that `-E` chose for a busy lock.
+    pub fn exit(&self, busy: Exit) -> Exit {
+        match self {
+            LockError::Usage(_) => Exit::Usage,
+            LockError::Busy { .. } => busy,
+            LockError::Unavailable { .. } => Exit::Unavailable,
+            LockError::Lost { .. } => Exit::Lost,
+            LockError::Interrupted(signal) => Exit::from_signal(*signal),
+        }
+    }
+}

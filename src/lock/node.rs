@@ -1,0 +1,249 @@
+//! One Redis node: a lazily opened connection with hard timeouts, and scripts sent with EVALSHA.
+//!
+//! Every connect and every command is bounded by the node timeout, so a stopped or black-holed server
+//! costs at most about one timeout and never hangs a command. Scripts go out as EVALSHA and are
+//! reloaded on NOSCRIPT (redis-rs's `Script` does exactly that), so a `SCRIPT FLUSH` or a failover to a
+//! server that never saw them changes nothing.
+//!
+//! After a timeout the connection still owes us a reply, so it can no longer be used for
+//! request/response; it is kept only to send a rollback without waiting ([`Node::send_only`]), which the
+//! server runs after the command that timed out, in order, should it ever wake up. A connection that
+//! was reused and found dropped (`CLIENT KILL`, a server restart) is reopened once, at once: every
+//! lockctl script is safe to repeat.
+
+use std::time::{Duration, Instant};
+
+use redis::{Client, Connection, RedisError, Script, Value};
+
+use crate::config::{NodeSpec, TlsFiles};
+use crate::exit::LockError;
+use crate::trace;
+
+/// Why a node did not answer.
+#[derive(Debug, Clone)]
+pub struct NodeFailure {
+    /// What went wrong, with the node's redacted URL.
+    pub reason: String,
+    /// The command may have reached the server and run there; a rollback must go to this node.
+    pub maybe_applied: bool,
+}
+
+/// One Redis master.
+pub struct Node {
+    /// The node's URL, redacted.
+    pub display: String,
+    client: Client,
+    secret_url: String,
+    conn: Option<Connection>,
+    /// A reply is outstanding on `conn` (the last command timed out).
+    stale: bool,
+    timeout: Duration,
+}
+
+impl Node {
+    /// A node that connects on first use.
+    pub fn new(spec: &NodeSpec, tls: &TlsFiles, timeout: Duration) -> Result<Node, LockError> {
+        Ok(Node {
+            display: spec.display.clone(),
+            client: open_client(spec, tls)?,
+            secret_url: spec.url.clone(),
+            conn: None,
+            stale: false,
+            timeout,
+        })
+    }
+
+    /// The client, for callers that need a connection of their own (pub/sub).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// True when the last command timed out and its reply is still owed.
+    pub fn is_stale(&self) -> bool {
+        self.stale
+    }
+
+    /// The node timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Opens a new connection with read and write timeouts set.
+    pub fn open(&self) -> Result<Connection, NodeFailure> {
+        let started = Instant::now();
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.timeout)
+            .and_then(|c| {
+                c.set_read_timeout(Some(self.timeout))?;
+                c.set_write_timeout(Some(self.timeout))?;
+                Ok(c)
+            })
+            .map_err(|e| NodeFailure {
+                reason: self.describe(&e, "cannot connect"),
+                maybe_applied: false,
+            })?;
+        trace!("{}: connected in {:.3} ms", self.display, ms(started));
+        Ok(conn)
+    }
+
+    /// Runs `f` on this node's connection, opening it if needed.
+    pub fn call<T>(
+        &mut self,
+        what: &str,
+        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, NodeFailure> {
+        if self.stale {
+            self.conn = None;
+            self.stale = false;
+        }
+        let reused = self.conn.is_some();
+        if !reused {
+            self.conn = Some(self.open()?);
+        }
+        let started = Instant::now();
+        let result = match f(self.conn.as_mut().expect("connection just opened")) {
+            Err(e) if reused && !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
+                trace!("{}: connection dropped ({e}); reconnecting", self.display);
+                self.conn = Some(self.open().map_err(|mut fail| {
+                    fail.maybe_applied = true;
+                    fail
+                })?);
+                f(self.conn.as_mut().expect("connection just opened"))
+            }
+            other => other,
+        };
+        match result {
+            Ok(v) => {
+                trace!("{}: {what} in {:.3} ms", self.display, ms(started));
+                Ok(v)
+            }
+            Err(e) => {
+                let fail = self.failure(&e, what);
+                trace!("{}: {what} failed after {:.3} ms: {}", self.display, ms(started), fail.reason);
+                Err(fail)
+            }
+        }
+    }
+
+    /// Runs a lockctl script on this node.
+    pub fn eval(
+        &mut self,
+        what: &str,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Value, NodeFailure> {
+        self.call(what, |conn| {
+            let mut inv = script.prepare_invoke();
+            for k in keys {
+                inv.key(*k);
+            }
+            for a in args {
+                inv.arg(*a);
+            }
+            inv.invoke(conn)
+        })
+    }
+
+    /// Sends a script without waiting for its reply (a rollback to a node that timed out), then closes
+    /// the connection. The script text goes along (EVAL), since no NOSCRIPT reply would be read.
+    pub fn send_only(&mut self, source: &str, keys: &[&str], args: &[&str]) {
+        if let Some(conn) = self.conn.as_mut() {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(source).arg(keys.len()).arg(keys).arg(args);
+            let _ = conn.send_packed_command(&cmd.get_packed_command());
+            trace!("{}: rollback sent without waiting", self.display);
+        }
+        self.conn = None;
+        self.stale = false;
+    }
+
+    fn failure(&mut self, e: &RedisError, what: &str) -> NodeFailure {
+        if e.is_timeout() {
+            self.stale = true;
+            NodeFailure {
+                reason: format!(
+                    "{}: no answer to {what} within the node timeout ({})",
+                    self.display,
+                    humantime::format_duration(self.timeout)
+                ),
+                maybe_applied: true,
+            }
+        } else if e.is_io_error() || e.is_connection_dropped() {
+            self.conn = None;
+            NodeFailure {
+                reason: self.describe(e, what),
+                maybe_applied: true,
+            }
+        } else {
+            NodeFailure {
+                reason: self.describe(e, what),
+                maybe_applied: false,
+            }
+        }
+    }
+
+    /// An error message that never contains the URL's secrets.
+    fn describe(&self, e: &RedisError, what: &str) -> String {
+        let text = e.to_string().replace(&self.secret_url, &self.display);
+        let hint = match e.code() {
+            Some("WRONGPASS") | Some("NOAUTH") => {
+                " (check the user and password in the URL)"
+            }
+            Some("NOPERM") => " (the ACL user needs EVALSHA, SCRIPT, INFO, PUBLISH and SUBSCRIBE)",
+            _ if e.is_timeout() => " (is the server stopped or the port filtered?)",
+            _ if e.is_connection_refusal() => " (is redis-server running there?)",
+            _ => "",
+        };
+        format!("{}: {what}: {text}{hint}", self.display)
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Builds the client for one node; TLS material is read here, once.
+fn open_client(spec: &NodeSpec, tls: &TlsFiles) -> Result<Client, LockError> {
+    use redis::IntoConnectionInfo;
+    let usage = |what: String| LockError::Usage(what);
+    let info = spec
+        .url
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| usage(format!("invalid --redis URL {}: {e}", spec.display)))?;
+    // No CLIENT SETINFO on connect: it would cost a round trip on every invocation.
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let info = info.set_redis_settings(settings);
+    if !spec.tls {
+        return Client::open(info)
+            .map_err(|e| usage(format!("invalid --redis URL {}: {e}", spec.display)));
+    }
+    // TLS is set up only for rediss:// nodes, so plain invocations pay nothing for it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if tls.ca.is_none() && tls.cert.is_none() {
+        return Client::open(info)
+            .map_err(|e| usage(format!("invalid --redis URL {}: {e}", spec.display)));
+    }
+    let read = |flag: &str, path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| usage(format!("cannot read {flag} {}: {e}", path.display())))
+    };
+    let root_cert = tls.ca.as_deref().map(|p| read("--tls-ca", p)).transpose()?;
+    let client_tls = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("--tls-cert", cert)?,
+            client_key: read("--tls-key", key)?,
+        }),
+        _ => None,
+    };
+    Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| usage(format!("TLS setup for {} failed: {e}", spec.display)))
+}

@@ -1,0 +1,32 @@
+-- Round 1 of a grant: take the lock if it is free, count the grant on the fencing counter and record
+-- the holder, all in one atomic step.
+-- KEYS: lock, fence counter, holder hash
+-- ARGV: token, ttl ms, quarantine ms, host, pid, command line
+-- Returns {1, fence}                      granted (fence as a decimal string, exact over 64 bits)
+--         {0, pttl, host, pid, command}   held by someone else
+--         {2, remaining quarantine ms}    this node restarted too recently to vote
+local token, ttl = ARGV[1], ARGV[2]
+local current = redis.call('GET', KEYS[1])
+if current == token then
+  -- The same attempt sent again after a dropped connection: it already won here.
+  return {1, redis.call('GET', KEYS[2]) or '0'}
+end
+if current then
+  local h = redis.call('HMGET', KEYS[3], 'host', 'pid', 'cmd')
+  return {0, redis.call('PTTL', KEYS[1]), h[1] or '', h[2] or '', h[3] or ''}
+end
+local quarantine = tonumber(ARGV[3])
+if quarantine > 0 then
+  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+  if up and up * 1000 < quarantine then
+    return {2, quarantine - up * 1000}
+  end
+end
+redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl)
+redis.call('INCR', KEYS[2])
+local fence = redis.call('GET', KEYS[2])
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[3], 'token', token, 'fence', fence, 'host', ARGV[4], 'pid', ARGV[5],
+  'cmd', ARGV[6], 'acquired_ms', t[1] * 1000 + math.floor(t[2] / 1000))
+redis.call('PEXPIRE', KEYS[3], ttl)
+return {1, fence}

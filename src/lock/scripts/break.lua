@@ -1,0 +1,12 @@
+-- Operator override: delete the lock whoever holds it, report whom it was taken from, wake the waiters.
+-- The fencing counter is left as it is, so the broken holder's token is stale for any fenced store.
+-- KEYS: lock, holder hash
+-- ARGV: release channel
+-- Returns {token or false, {holder field, value, ...}}
+local token = redis.call('GET', KEYS[1])
+local holder = redis.call('HGETALL', KEYS[2])
+if token then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('PUBLISH', ARGV[1], 'broken')
+end
+return {token, holder}

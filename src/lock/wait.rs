@@ -1,0 +1,281 @@
+//! Waiting for a busy lock without polling.
+//!
+//! The release script publishes on the lock's channel. After the first refused attempt the waiter
+//! subscribes on every node and only then retries, so a release that happens between the refusal and
+//! the subscription is not missed: it either lets the retry win or arrives as a message. Between
+//! attempts the waiter sleeps on a channel that three things can wake: a release message (retry at
+//! once), a signal (give up cleanly), or the end of the sleep. The sleep backs off exponentially with
+//! uniform random jitter, which breaks Redlock split votes, and never outlasts the holder's remaining
+//! TTL or a node's remaining quarantine, so an expiry is noticed when it happens. When the server
+//! publishes keyspace notifications (`notify-keyspace-events`), a `del` or `expired` event on the key
+//! wakes the waiter too, which covers clients that release without publishing.
+//!
+//! While waiting, a terminal gets a spinner on stderr; a log (cron, CI) gets one line when the wait
+//! starts and one every 30 seconds; `-q` silences both.
+
+use std::io::IsTerminal;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::keys::LockKeys;
+use super::node::Node;
+use crate::clock::Stamp;
+use crate::{log, trace};
+
+/// Interval of the plain progress lines when stderr is not a terminal.
+const LINE_EVERY: Duration = Duration::from_secs(30);
+/// First backoff ceiling; it doubles per refused attempt up to [`BACKOFF_MAX`].
+const BACKOFF_START: Duration = Duration::from_millis(10);
+/// Largest sleep between attempts when no release, expiry or quarantine end is known to come sooner.
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// How long to wait for a busy lock.
+#[derive(Debug, Clone, Copy)]
+pub enum WaitPolicy {
+    /// One attempt.
+    NoWait,
+    /// Until this much time has passed.
+    For(Duration),
+    /// Until the lock is ours.
+    Forever,
+}
+
+/// What wakes a waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// A release (or expiry) was announced on some node.
+    Released,
+    /// A terminating signal arrived.
+    Signal(i32),
+}
+
+/// The channel that wakes a waiter; its sender is shared with the signal handler.
+pub struct Wakeup {
+    tx: Sender<Wake>,
+    rx: Receiver<Wake>,
+}
+
+impl Default for Wakeup {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Wakeup {
+    pub fn new() -> Wakeup {
+        let (tx, rx) = mpsc::channel();
+        Wakeup { tx, rx }
+    }
+
+    /// A sender for whoever may wake the waiter.
+    pub fn sender(&self) -> Sender<Wake> {
+        self.tx.clone()
+    }
+
+    /// A signal that arrived, if any; release announcements are dropped (the caller retries anyway).
+    pub fn pending_signal(&self) -> Option<i32> {
+        while let Ok(w) = self.rx.try_recv() {
+            if let Wake::Signal(s) = w {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn recv_timeout(&self, d: Duration) -> Option<Wake> {
+        match self.rx.recv_timeout(d) {
+            Ok(w) => Some(w),
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+}
+
+pub(crate) enum Verdict {
+    Retry,
+    GiveUp,
+    Signal(i32),
+}
+
+/// The state of one wait.
+pub(crate) struct Waiter {
+    name: String,
+    channel: String,
+    key: String,
+    deadline: Option<Stamp>,
+    no_wait: bool,
+    nodes: usize,
+    started: Stamp,
+    subscribed: bool,
+    backoff: Duration,
+    spinner: Option<ProgressBar>,
+    next_line: Option<Stamp>,
+}
+
+impl Waiter {
+    pub fn new(keys: &LockKeys, policy: WaitPolicy, nodes: usize) -> Waiter {
+        let now = Stamp::now();
+        let (deadline, no_wait) = match policy {
+            WaitPolicy::NoWait => (Some(now), true),
+            WaitPolicy::For(d) if d.is_zero() => (Some(now), true),
+            WaitPolicy::For(d) => (Some(now.add(d)), false),
+            WaitPolicy::Forever => (None, false),
+        };
+        Waiter {
+            name: keys.name.clone(),
+            channel: keys.channel.clone(),
+            key: keys.key.clone(),
+            deadline,
+            no_wait,
+            nodes,
+            started: now,
+            subscribed: false,
+            backoff: BACKOFF_START,
+            spinner: None,
+            next_line: None,
+        }
+    }
+
+    /// Called after a refused attempt: sleeps until it is worth trying again.
+    pub fn wait(
+        &mut self,
+        nodes: &[Node],
+        holder: Option<&str>,
+        retry_in: Option<Duration>,
+        wake: &Wakeup,
+    ) -> Verdict {
+        if self.no_wait || self.deadline.is_some_and(Stamp::passed) {
+            self.finish();
+            return Verdict::GiveUp;
+        }
+        if !self.subscribed {
+            self.subscribed = true;
+            subscribe(nodes, &self.channel, &self.key, wake.sender());
+            // Subscribed before retrying: no release can now go unnoticed.
+            return Verdict::Retry;
+        }
+        self.progress(holder);
+
+        let ceiling = self.backoff;
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        let mut sleep = ceiling.mul_f64(0.5 + fastrand::f64() * 0.5);
+        if let Some(r) = retry_in {
+            sleep = sleep.min(r + Duration::from_millis(1));
+        }
+        if let Some(d) = self.deadline {
+            sleep = sleep.min(d.remaining());
+        }
+        if let Some(l) = self.next_line {
+            sleep = sleep.min(l.remaining().max(Duration::from_millis(1)));
+        }
+        trace!("waiting up to {:.1} ms for '{}'", sleep.as_secs_f64() * 1000.0, self.name);
+        match wake.recv_timeout(sleep) {
+            Some(Wake::Signal(s)) => {
+                self.finish();
+                Verdict::Signal(s)
+            }
+            Some(Wake::Released) => {
+                trace!("woken by a release of '{}'", self.name);
+                if self.nodes > 1 {
+                    // Several waiters woken by one release would split the votes again in lockstep.
+                    thread::sleep(Duration::from_micros(fastrand::u64(0..2000)));
+                }
+                Verdict::Retry
+            }
+            None => Verdict::Retry,
+        }
+    }
+
+    fn progress(&mut self, holder: Option<&str>) {
+        if !log::enabled() {
+            return;
+        }
+        let holder = holder.unwrap_or("an unknown holder");
+        let waited = humantime::format_duration(Duration::from_secs(self.started.elapsed().as_secs()));
+        if std::io::stderr().is_terminal() {
+            let spinner = self.spinner.get_or_insert_with(|| {
+                let pb = ProgressBar::new_spinner();
+                pb.set_style(
+                    ProgressStyle::with_template("{spinner} {msg}").expect("valid template"),
+                );
+                pb.enable_steady_tick(Duration::from_millis(120));
+                pb
+            });
+            spinner.set_message(format!(
+                "waiting for lock '{}' held by {holder} ({waited})",
+                self.name
+            ));
+        } else if self.next_line.is_none_or(Stamp::passed) {
+            eprintln!(
+                "lockctl: waiting for lock '{}' held by {holder} (waited {waited})",
+                self.name
+            );
+            self.next_line = Some(Stamp::now().add(LINE_EVERY));
+        }
+    }
+
+    /// Clears the spinner.
+    pub fn finish(&mut self) {
+        if let Some(s) = self.spinner.take() {
+            s.finish_and_clear();
+        }
+    }
+}
+
+/// Subscribes to the release channel (and the key's keyspace events) on every node, each on a
+/// connection of its own served by a thread, and returns once every subscription is confirmed or has
+/// failed (bounded by the node timeout). The threads end when a message finds the waiter gone, or with
+/// the process.
+fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>) {
+    let (ready_tx, ready_rx) = mpsc::channel::<bool>();
+    for node in nodes {
+        let client = node.client().clone();
+        let timeout = node.timeout();
+        let db = client.get_connection_info().redis_settings().db();
+        let channels = [channel.to_string(), format!("__keyspace@{db}__:{key}")];
+        let display = node.display.clone();
+        let tx = tx.clone();
+        let ready_tx = ready_tx.clone();
+        thread::spawn(move || {
+            let conn = client.get_connection_with_timeout(timeout).and_then(|c| {
+                c.set_read_timeout(Some(timeout))?;
+                c.set_write_timeout(Some(timeout))?;
+                Ok(c)
+            });
+            let mut conn = match conn {
+                Ok(c) => c,
+                Err(e) => {
+                    trace!("{display}: cannot subscribe: {e}");
+                    let _ = ready_tx.send(false);
+                    return;
+                }
+            };
+            let mut pubsub = conn.as_pubsub();
+            if let Err(e) = pubsub.subscribe(&channels) {
+                trace!("{display}: cannot subscribe: {e}");
+                let _ = ready_tx.send(false);
+                return;
+            }
+            let _ = ready_tx.send(true);
+            drop(ready_tx);
+            if pubsub.set_read_timeout(None).is_err() {
+                return;
+            }
+            while let Ok(msg) = pubsub.get_message() {
+                let payload: String = msg.get_payload().unwrap_or_default();
+                let relevant = msg.get_channel_name() == channels[0]
+                    || matches!(payload.as_str(), "del" | "expired" | "evicted" | "unlink");
+                if relevant && tx.send(Wake::Released).is_err() {
+                    break;
+                }
+            }
+            // The waiter is gone; dropping the subscription here would wait on the server.
+            std::mem::forget(pubsub);
+        });
+    }
+    drop(ready_tx);
+    let subscribed = ready_rx.iter().take(nodes.len()).filter(|&ok| ok).count();
+    trace!("subscribed to releases on {subscribed}/{} node(s)", nodes.len());
+}

@@ -1,0 +1,73 @@
+//! Results on stdout: plain for people, `env` for `eval`, JSON for programs.
+
+use serde_json::json;
+
+use crate::lock::Grant;
+
+/// Quotes a value for a POSIX shell: single quotes, with each `'` written as `'\''`.
+pub fn shell_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// `export` lines for `eval "$(lockctl acquire NAME --format env)"`.
+pub fn grant_env(g: &Grant) -> String {
+    let vars = [
+        ("LOCKCTL_NAME", g.keys.name.clone()),
+        ("LOCKCTL_KEY", g.keys.key.clone()),
+        ("LOCKCTL_TOKEN", g.token.clone()),
+        ("LOCKCTL_FENCE", g.fence.to_string()),
+        ("LOCKCTL_VALIDITY_MS", g.validity.as_millis().to_string()),
+    ];
+    vars.iter()
+        .map(|(k, v)| format!("export {k}={}\n", shell_quote(v)))
+        .collect()
+}
+
+/// One JSON object describing a grant.
+pub fn grant_json(g: &Grant) -> serde_json::Value {
+    json!({
+        "name": g.keys.name,
+        "key": g.keys.key,
+        "token": g.token,
+        "fence": g.fence,
+        "ttl_ms": g.ttl.as_millis() as u64,
+        "validity_ms": g.validity.as_millis() as u64,
+        "nodes": g.nodes,
+        "quorum": g.quorum,
+    })
+}
+
+/// Milliseconds as a short human duration (`1.5s`, `250ms`, `2m 3s`).
+pub fn human_ms(ms: i64) -> String {
+    if ms < 0 {
+        return "-".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if ms < 60_000 {
+        return format!("{:.1}s", ms as f64 / 1000.0);
+    }
+    humantime::format_duration(std::time::Duration::from_secs(ms as u64 / 1000)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a'b"), "'a'\\''b'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}

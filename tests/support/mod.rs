@@ -1,0 +1,370 @@
+//! Test support: real `redis-server` processes and the real `lockctl` binary.
+//!
+//! Each [`Server`] is a redis-server of its own, in a temporary directory, listening on a unix socket
+//! (or a free loopback port), killed when dropped. Tests fail, never skip, when redis-server is missing.
+//! [`lockctl`] builds a command for the binary under test with a clean `LOCKCTL_*` environment.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The redis-server binary, or a failing test that says how to get it.
+pub fn redis_server_bin() -> String {
+    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    match Command::new(&bin).arg("--version").output() {
+        Ok(o) if o.status.success() => bin,
+        _ => panic!(
+            "redis-server is required by the tests and was not found ({bin}); \
+             install it (apt-get install redis-server) or run ./scripts/test, which does"
+        ),
+    }
+}
+
+/// A real redis-server, killed on drop.
+pub struct Server {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    pub port: Option<u16>,
+    extra: Vec<String>,
+}
+
+impl Server {
+    /// A server on a unix socket, no persistence.
+    pub fn start() -> Server {
+        Self::build(None, &[])
+    }
+
+    /// A server on a unix socket with extra arguments (`["--maxmemory-policy", "allkeys-lru"]`).
+    pub fn with_args(extra: &[&str]) -> Server {
+        Self::build(None, extra)
+    }
+
+    /// A server on a free loopback TCP port.
+    pub fn start_tcp() -> Server {
+        Self::build(Some(free_port()), &[])
+    }
+
+    /// A server on a free loopback TCP port with extra arguments.
+    pub fn tcp_with_args(extra: &[&str]) -> Server {
+        Self::build(Some(free_port()), extra)
+    }
+
+    fn build(port: Option<u16>, extra: &[&str]) -> Server {
+        let dir = tempfile::Builder::new().prefix("lockctl-redis-").tempdir().unwrap();
+        let mut s = Server {
+            child: None,
+            dir,
+            port,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.launch();
+        s
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The URL lockctl should use.
+    pub fn url(&self) -> String {
+        match self.port {
+            Some(p) => format!("redis://127.0.0.1:{p}"),
+            None => format!("unix://{}", self.socket().display()),
+        }
+    }
+
+    /// The server's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("server running").id() as i32
+    }
+
+    fn launch(&mut self) {
+        let _ = std::fs::remove_file(self.socket());
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.arg("--port")
+            .arg(self.port.unwrap_or(0).to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--unixsocket")
+            .arg(self.socket())
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--save")
+            .arg("")
+            .arg("--appendonly")
+            .arg("no")
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"))
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(cmd.spawn().expect("start redis-server"));
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = self.try_conn() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start; see {}",
+                self.dir.path().join("redis.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
+        let url = format!("unix://{}", self.socket().display());
+        let c = redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(2))?;
+        c.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(c)
+    }
+
+    /// A direct connection for inspecting and tampering with keys.
+    pub fn conn(&self) -> redis::Connection {
+        self.try_conn().expect("connect to test redis-server")
+    }
+
+    /// Runs one command on the server.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c.query(&mut self.conn()).expect("redis command")
+    }
+
+    /// The keys on the server, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        let mut k: Vec<String> = self.cmd(&["KEYS", "*"]);
+        k.sort();
+        k
+    }
+
+    /// The lock key's value (the holder's token), if any.
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.cmd(&["GET", key])
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// SIGSTOP: the server stops answering but keeps its sockets.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// kill -9 and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// kill -9, then start again on the same socket/port with no data.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// True while the process runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            // SAFETY: kill(2) on our own child; a stopped server must be continued to die promptly.
+            unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
+        }
+        self.kill();
+    }
+}
+
+/// Several independent servers, for Redlock.
+pub struct Servers(pub Vec<Server>);
+
+impl Servers {
+    pub fn start(n: usize) -> Servers {
+        Servers((0..n).map(|_| Server::start()).collect())
+    }
+
+    /// The URLs as one LOCKCTL_REDIS value.
+    pub fn urls(&self) -> String {
+        self.0.iter().map(Server::url).collect::<Vec<_>>().join(",")
+    }
+
+    /// A lockctl command pointed at all servers.
+    pub fn lockctl(&self) -> Command {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", self.urls());
+        c
+    }
+}
+
+impl std::ops::Index<usize> for Servers {
+    type Output = Server;
+    fn index(&self, i: usize) -> &Server {
+        &self.0[i]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Servers {
+    fn index_mut(&mut self, i: usize) -> &mut Server {
+        &mut self.0[i]
+    }
+}
+
+/// A free loopback port (bound and released; redis-server takes it right after).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The binary under test, with no inherited `LOCKCTL_*` and restart quarantine off (the servers in
+/// these tests are seconds old; quarantine tests set it explicitly).
+pub fn lockctl() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("LOCKCTL_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("LOCKCTL_QUARANTINE", "0").stdin(Stdio::null());
+    c
+}
+
+/// A lockctl command pointed at one server.
+pub fn lockctl_on(server: &Server) -> Command {
+    let mut c = lockctl();
+    c.env("LOCKCTL_REDIS", server.url());
+    c
+}
+
+/// Runs a command to completion, with a generous bound so a hang fails the test instead of CI.
+pub fn run(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lockctl");
+    wait_output(child, Duration::from_secs(60))
+}
+
+/// Waits for a child's output, killing it after `limit`.
+pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(limit).is_err() {
+            // SAFETY: kill(2) on a child we spawned and have not reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            eprintln!("test support: killed pid {pid} after {limit:?}");
+        }
+    });
+    let out = child.wait_with_output().expect("wait for child");
+    let _ = tx.send(());
+    out
+}
+
+/// stdout as a trimmed string.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// stderr as a string.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The exit code (panics on death by signal).
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
+}
+
+/// Acquires `name` with the given extra args and returns its JSON grant.
+pub fn acquire_json(cmd: &mut Command, name: &str, extra: &[&str]) -> serde_json::Value {
+    let o = run(cmd.args(["acquire", name, "--format", "json"]).args(extra));
+    assert_eq!(code(&o), 0, "acquire failed: {}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).expect("acquire --format json prints JSON")
+}
+
+/// Reads lines from a child's stdout until one contains `needle`; returns the reader for more.
+pub fn wait_for_line(out: ChildStdout, needle: &str, limit: Duration) -> BufReader<ChildStdout> {
+    let mut reader = BufReader::new(out);
+    let deadline = Instant::now() + limit;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).expect("read child stdout");
+        assert!(n > 0, "child closed stdout before printing {needle:?}");
+        if line.contains(needle) {
+            return reader;
+        }
+        assert!(Instant::now() < deadline, "no {needle:?} line within {limit:?}");
+    }
+}
+
+/// Collects a child's stderr on a thread; join to get it.
+pub fn collect_stderr(err: ChildStderr) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(err), &mut s);
+        s
+    })
+}
+
+/// Sends `sig` to `pid`.
+pub fn kill(pid: i32, sig: i32) {
+    // SAFETY: kill(2) with a pid from a process the test started.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// True while `pid` exists (zombies count as gone).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits until `cond` holds, checking every few milliseconds, up to `limit`.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
