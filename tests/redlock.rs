@@ -1,0 +1,369 @@
+//! Redlock over 3 and 5 real redis-servers: quorum, timing, rollback, fencing across quorums, the
+//! restart quarantine, and leases that survive node faults.
+//!
+//! Faults are real: a SIGSTOPped server keeps its socket but answers nothing (the node timeout is what
+//! bounds lockctl), a killed one refuses connections, and `restart_empty` brings a server back without
+//! its data. Where a command is left unanswered in a stopped server's socket, the tests let it run
+//! after SIGCONT and check what it left behind, since that is exactly what rollback must clean up.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// A generous bound for "did not hang on a stopped node": far above one 300 ms node timeout, far
+/// below anything a hang would take.
+const NO_HANG: Duration = Duration::from_secs(3);
+
+fn key(name: &str) -> String {
+    format!("lockctl:{name}")
+}
+
+fn fence_key(name: &str) -> String {
+    format!("{{lockctl:{name}}}\u{1f}fence")
+}
+
+fn holder_key(name: &str) -> String {
+    format!("{{lockctl:{name}}}\u{1f}holder")
+}
+
+/// The fencing counter of `name` on one server (0 when it was never set).
+fn counter(s: &Server, name: &str) -> u64 {
+    let v: Option<String> = s.cmd(&["GET", &fence_key(name)]);
+    v.map_or(0, |v| v.parse().expect("numeric fencing counter"))
+}
+
+fn exists(s: &Server, k: &str) -> bool {
+    s.cmd::<i64>(&["EXISTS", k]) == 1
+}
+
+fn pttl(s: &Server, k: &str) -> i64 {
+    s.cmd(&["PTTL", k])
+}
+
+/// A lock held by some other client: a plain `SET key token PX 60000`, as any canonical client does.
+const FOREIGN: &str = "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0";
+
+fn set_foreign(s: &Server, name: &str) {
+    let _: () = s.cmd(&["SET", &key(name), FOREIGN, "PX", "60000"]);
+}
+
+fn del(s: &Server, k: &str) {
+    let _: i64 = s.cmd(&["DEL", k]);
+}
+
+/// Loads lockctl's scripts on every server by taking and giving back another lock, so that a command
+/// left in a stopped server's socket runs when it wakes instead of failing with NOSCRIPT.
+fn warm_up(servers: &Servers) {
+    let g = acquire_json(&mut servers.lockctl(), "warm-up", &[]);
+    let o = run(servers.lockctl().args(["release", "warm-up", "--token"]).arg(token(&g)));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+fn token(grant: &serde_json::Value) -> String {
+    grant["token"].as_str().expect("token in the JSON grant").to_string()
+}
+
+fn fence(grant: &serde_json::Value) -> u64 {
+    grant["fence"].as_u64().expect("fence in the JSON grant")
+}
+
+fn release(servers: &Servers, name: &str, token: &str) -> std::process::Output {
+    run(servers.lockctl().args(["release", name, "--token", token]))
+}
+
+/// Runs `cmd` and returns its output and wall time.
+fn timed(cmd: &mut Command) -> (std::process::Output, Duration) {
+    let t = Instant::now();
+    let o = run(cmd);
+    (o, t.elapsed())
+}
+
+#[test]
+fn acquire_renew_release_over_five_nodes() {
+    let servers = Servers::start(5);
+    let g = acquire_json(&mut servers.lockctl(), "five", &["--ttl", "10s"]);
+    assert_eq!(g["nodes"], 5);
+    assert_eq!(g["quorum"], 3);
+    assert_eq!(g["ttl_ms"], 10_000);
+    assert_eq!(g["fence"], 1, "first grant on fresh nodes: {g}");
+    // validity = TTL - elapsed - (TTL * 0.01 + 2ms): strictly below TTL - drift.
+    let validity = g["validity_ms"].as_u64().unwrap();
+    assert!(validity > 0 && validity < 10_000 - 102, "validity {validity}");
+    let t = token(&g);
+    for s in &servers.0 {
+        assert_eq!(s.get(&key("five")).as_deref(), Some(t.as_str()));
+        assert_eq!(counter(s, "five"), 1);
+        let ttl = pttl(s, &key("five"));
+        assert!(ttl > 0 && ttl <= 10_000, "pttl {ttl}");
+    }
+
+    let o = run(servers.lockctl().args(["renew", "five", "--ttl", "40s", "--token", &t]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let renewed: u64 = stdout(&o).parse().expect("renew prints the validity in ms");
+    assert!(renewed > 0 && renewed < 40_000 - 402, "renewed validity {renewed}");
+    for s in &servers.0 {
+        let ttl = pttl(s, &key("five"));
+        assert!(ttl > 10_000 && ttl <= 40_000, "renewed pttl {ttl}");
+    }
+
+    let o = release(&servers, "five", &t);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for s in &servers.0 {
+        assert!(!exists(s, &key("five")));
+        assert!(!exists(s, &holder_key("five")));
+        assert_eq!(counter(s, "five"), 1, "release never touches the fencing counter");
+    }
+    // Released everywhere: the next grant comes at once, with the next fence.
+    let g2 = acquire_json(&mut servers.lockctl(), "five", &["-n"]);
+    assert_eq!(fence(&g2), 2);
+}
+
+#[test]
+fn two_of_five_stopped_acquire_within_a_node_timeout() {
+    let servers = Servers::start(5);
+    warm_up(&servers);
+    servers[1].pause();
+    servers[3].pause();
+    let (o, took) = timed(servers.lockctl().args([
+        "acquire",
+        "two-down",
+        "--ttl",
+        "30s",
+        "--node-timeout",
+        "300ms",
+        "--format",
+        "json",
+    ]));
+    servers[1].resume();
+    servers[3].resume();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(took < NO_HANG, "acquire with 2 of 5 nodes stopped took {took:?}");
+    let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let t = token(&g);
+    for i in [0, 2, 4] {
+        assert_eq!(servers[i].get(&key("two-down")).as_deref(), Some(t.as_str()));
+    }
+    // The stopped nodes were never won, and a granted attempt rolls nothing back: once continued, they
+    // run the round-1 request that sat in their socket and hold our token too (harmless: it is ours,
+    // and it expires with the TTL). Nothing else can be there.
+    for i in [1, 3] {
+        assert!(
+            eventually(Duration::from_secs(10), || servers[i].get(&key("two-down")).is_some()),
+            "node {i} never ran the late round-1 request"
+        );
+        assert_eq!(servers[i].get(&key("two-down")).as_deref(), Some(t.as_str()));
+    }
+    // Release goes to every node, so the late keys go too.
+    let o = release(&servers, "two-down", &t);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for s in &servers.0 {
+        assert!(!exists(s, &key("two-down")));
+        assert!(!exists(s, &holder_key("two-down")));
+    }
+}
+
+#[test]
+fn three_of_five_stopped_is_unavailable_and_leaves_nothing() {
+    let servers = Servers::start(5);
+    warm_up(&servers);
+    let stopped = [0, 2, 4];
+    for i in stopped {
+        servers[i].pause();
+    }
+    // Waiting forever would not help: with no quorum reachable, lockctl says so at once.
+    let (o, took) = timed(servers.lockctl().args([
+        "acquire",
+        "three-down",
+        "--ttl",
+        "30s",
+        "--node-timeout",
+        "300ms",
+    ]));
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert!(took < NO_HANG, "took {took:?}");
+    assert!(stderr(&o).contains("2 of 5"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    // The attempt won the two reachable nodes (their counters moved) and rolled them back.
+    for i in [1, 3] {
+        assert_eq!(counter(&servers[i], "three-down"), 1, "node {i} was won");
+        assert!(!exists(&servers[i], &key("three-down")), "node {i} kept the key");
+        assert!(!exists(&servers[i], &holder_key("three-down")));
+    }
+    for i in stopped {
+        servers[i].resume();
+    }
+    // The stopped nodes run the late round-1 request (their counter moves to 1) and then the blind
+    // rollback sent after it on the same connection, so the key is gone again. Without that rollback
+    // the key would stay for its 30 s TTL and this would time out.
+    for i in stopped {
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                counter(&servers[i], "three-down") == 1
+                    && !exists(&servers[i], &key("three-down"))
+                    && !exists(&servers[i], &holder_key("three-down"))
+            }),
+            "node {i}: counter {}, key {:?}",
+            counter(&servers[i], "three-down"),
+            servers[i].get(&key("three-down"))
+        );
+    }
+    // Nothing of the attempt is left: the lock is free for the next client.
+    let g = acquire_json(&mut servers.lockctl(), "three-down", &["-n"]);
+    assert_eq!(fence(&g), 2);
+}
+
+#[test]
+fn foreign_holder_on_three_of_five_is_busy_and_untouched() {
+    let servers = Servers::start(5);
+    for i in [0, 1, 2] {
+        set_foreign(&servers[i], "theirs");
+    }
+    let o = run(servers.lockctl().args(["acquire", "theirs", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert!(stderr(&o).contains("busy"), "{}", stderr(&o));
+    // We won nodes 3 and 4 (their counters moved) and gave them back.
+    for i in [3, 4] {
+        assert_eq!(counter(&servers[i], "theirs"), 1);
+        assert!(!exists(&servers[i], &key("theirs")), "partial key left on node {i}");
+        assert!(!exists(&servers[i], &holder_key("theirs")));
+    }
+    // Theirs: value and TTL as they set them, counter never incremented.
+    for i in [0, 1, 2] {
+        assert_eq!(servers[i].get(&key("theirs")).as_deref(), Some(FOREIGN));
+        let ttl = pttl(&servers[i], &key("theirs"));
+        assert!(ttl > 50_000 && ttl <= 60_000, "foreign TTL changed: {ttl}");
+        assert_eq!(counter(&servers[i], "theirs"), 0);
+    }
+    // -E replaces the busy code.
+    let o = run(servers.lockctl().args(["acquire", "theirs", "-n", "-E", "9"]));
+    assert_eq!(code(&o), 9);
+}
+
+/// Fencing tokens must strictly increase across grants whose quorums differ and whose nodes'
+/// counters differ. Six grants through nodes {0,3,4} leave counters 6,0,0,6,6. A grant through
+/// {0,1,2} sees 7,1,1 in round 1 and takes T = 7; round 2 raises nodes 1 and 2 to 7. A grant through
+/// {2,3,4} then sees 8,7,7 and takes 8. Without round 2 node 2 would still say 1, that grant would see
+/// 2,7,7 and take 7 again: the same token for two different holders, which the last assertion catches.
+#[test]
+fn fencing_strictly_increases_across_different_quorums() {
+    let servers = Servers::start(5);
+    let name = "fenced";
+    let mut fences = Vec::new();
+    let mut grant_through = |won: [usize; 3]| {
+        for i in 0..5 {
+            if won.contains(&i) {
+                del(&servers[i], &key(name));
+            } else {
+                set_foreign(&servers[i], name);
+            }
+        }
+        let g = acquire_json(&mut servers.lockctl(), name, &["-n"]);
+        for i in won {
+            assert_eq!(servers[i].get(&key(name)), Some(token(&g)), "node {i}");
+        }
+        fences.push(fence(&g));
+        let o = release(&servers, name, &token(&g));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    };
+    for _ in 0..6 {
+        grant_through([0, 3, 4]);
+    }
+    grant_through([0, 1, 2]);
+    // Round 2 raised the nodes that were behind to the grant's token.
+    let counters: Vec<u64> = servers.0.iter().map(|s| counter(s, name)).collect();
+    assert_eq!(counters, [7, 7, 7, 6, 6]);
+    grant_through([2, 3, 4]);
+    assert_eq!(fences, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+}
+
+#[test]
+fn quarantine_keeps_restarted_nodes_from_voting() {
+    let mut servers = Servers::start(3);
+    // The first holder: the servers are seconds old, so it takes the lock with the quarantine off.
+    let a = acquire_json(&mut servers.lockctl(), "q", &["--ttl", "30s"]);
+    servers[1].restart_empty();
+    servers[2].restart_empty();
+    assert!(servers[1].keys().is_empty() && servers[2].keys().is_empty());
+
+    // With the default quarantine (the TTL) the two restarted nodes refuse to vote: busy, not granted.
+    let mut b = servers.lockctl();
+    b.env_remove("LOCKCTL_QUARANTINE");
+    let o = run(b.args(["acquire", "q", "-n", "--ttl", "30s"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    let o = run(servers.lockctl().args(["acquire", "q", "-n", "--quarantine", "10s"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    // The quarantined nodes were left alone: no key, no counter.
+    for i in [1, 2] {
+        assert!(servers[i].keys().is_empty(), "node {i}: {:?}", servers[i].keys());
+    }
+    assert_eq!(servers[0].get(&key("q")), Some(token(&a)));
+
+    // What the quarantine prevents: without it the two empty nodes form a quorum and a second client
+    // gets the lock that the first still holds, and (their counters lost too) no larger fence.
+    let b = acquire_json(&mut servers.lockctl(), "q", &["-n", "--quarantine", "0"]);
+    assert_ne!(token(&b), token(&a));
+    assert!(fence(&b) <= fence(&a), "a: {a}, b: {b}");
+    assert_eq!(servers[0].get(&key("q")), Some(token(&a)));
+    for i in [1, 2] {
+        assert_eq!(servers[i].get(&key("q")), Some(token(&b)));
+    }
+}
+
+#[test]
+fn renew_needs_a_quorum() {
+    let servers = Servers::start(5);
+    let g = acquire_json(&mut servers.lockctl(), "renewed", &["--ttl", "10s"]);
+    let t = token(&g);
+    del(&servers[0], &key("renewed"));
+    del(&servers[1], &key("renewed"));
+    // Three of five still hold the token: a quorum renews.
+    let o = run(servers.lockctl().args(["renew", "renewed", "--ttl", "40s", "--token", &t]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for i in [2, 3, 4] {
+        assert!(pttl(&servers[i], &key("renewed")) > 10_000);
+    }
+    // A plain renewal never re-creates a key that went missing.
+    for i in [0, 1] {
+        assert!(!exists(&servers[i], &key("renewed")));
+    }
+    // Two of five: not a quorum, the lease is lost.
+    set_foreign(&servers[2], "renewed");
+    let o = run(servers.lockctl().args(["renew", "renewed", "--token", &t]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    assert!(stderr(&o).contains("2 of 5"), "{}", stderr(&o));
+    assert_eq!(servers[2].get(&key("renewed")).as_deref(), Some(FOREIGN));
+}
+
+#[test]
+fn release_needs_a_quorum_and_cleans_up_everywhere() {
+    let servers = Servers::start(5);
+    let g = acquire_json(&mut servers.lockctl(), "rel", &["--ttl", "30s"]);
+    let t = token(&g);
+    del(&servers[0], &key("rel"));
+    del(&servers[1], &key("rel"));
+    set_foreign(&servers[2], "rel");
+    let o = release(&servers, "rel", &t);
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    // Our remaining keys went anyway; the other holder's key was not touched.
+    for i in [3, 4] {
+        assert!(!exists(&servers[i], &key("rel")), "node {i} kept our key");
+        assert!(!exists(&servers[i], &holder_key("rel")));
+    }
+    assert_eq!(servers[2].get(&key("rel")).as_deref(), Some(FOREIGN));
+    assert!(pttl(&servers[2], &key("rel")) > 50_000);
+
+    // With a quorum still ours, the release succeeds and clears every node.
+    let g = acquire_json(&mut servers.lockctl(), "rel2", &[]);
+    del(&servers[4], &key("rel2"));
+    del(&servers[3], &key("rel2"));
+    let o = release(&servers, "rel2", &token(&g));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for s in &servers.0 {
+        assert!(!exists(s, &key("rel2")));
+    }
+}
