@@ -131,8 +131,14 @@ fn man_pages_are_up_to_date() {
         let page = format!("lockctl-{c}.1");
         let text = String::from_utf8_lossy(expected.get(&page).unwrap_or_else(|| panic!("{page}")));
         // The global options are on every command's page.
-        assert!(text.contains("node\\-timeout"), "{page} lacks --node-timeout");
-        assert!(text.contains(&format!("lockctl\\-{c}")), "{page} lacks its name");
+        assert!(
+            text.contains("node\\-timeout"),
+            "{page} lacks --node-timeout"
+        );
+        assert!(
+            text.contains(&format!("lockctl\\-{c}")),
+            "{page} lacks its name"
+        );
     }
     assert_eq!(expected.len(), commands.len() + 1);
     check(&root().join("man"), expected);
