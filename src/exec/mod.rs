@@ -1,5 +1,149 @@
-//! exec (stub, being written)
+//! `lockctl exec`: run a command while holding the lock.
+//!
+//! The order of events, and why:
+//!
+//! 1. Signal handling starts before the first attempt, so a SIGINT/SIGTERM/SIGHUP during the wait ends
+//!    it cleanly (a failed attempt is always rolled back, a won one is released) and lockctl exits
+//!    128+N without running the command.
+//! 2. The command is spawned from the main thread (see `child.rs` for the process group, the
+//!    parent-death signal and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN` and
+//!    `LOCKCTL_FENCE` in its environment. From then on, signals are forwarded to its process group
+//!    (`supervisor.rs`).
+//! 3. The renewal thread (`lease.rs`) keeps the lease; when it is lost, the group gets SIGTERM, then
+//!    SIGKILL after `--kill-after`.
+//! 4. When the command exits, renewal stops and the lock is released, on every path.
+//! 5. Exit status: 76 if the lease was lost at any point (also when the release finds the lock no
+//!    longer ours); otherwise the command's exit code, or 128+N if signal N killed it; 127/126 if it
+//!    could not be started.
+
+mod child;
+mod lease;
+mod supervisor;
+
+use std::ffi::OsString;
+use std::sync::{mpsc::Sender, Arc, Mutex};
+
+use anyhow::Context;
+
 use crate::cli::ExecArgs;
-use crate::config::Settings;
-use crate::exit::Exit;
-pub fn run(_s: &Settings, _a: &ExecArgs) -> anyhow::Result<Exit> { anyhow::bail!("not yet") }
+use crate::commands::{report, truncate, wait_policy};
+use crate::config::{check_name, Settings};
+use crate::exit::{Exit, LockError};
+use crate::lock::{Engine, Holder, Wake, Wakeup};
+use crate::{say, signals, trace};
+use child::Ended;
+use supervisor::Supervisor;
+
+/// Where a signal sent to lockctl goes: to the waiter before the command runs, to its group after.
+enum Route {
+    Waiter(Sender<Wake>),
+    Child(Arc<Supervisor>),
+}
+
+pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
+    check_name(&args.name)?;
+    let (program, program_args) = match (&args.command, args.program.split_first()) {
+        (Some(c), _) => (OsString::from("sh"), vec![OsString::from("-c"), c.clone()]),
+        (None, Some((p, rest))) => (p.clone(), rest.to_vec()),
+        (None, None) => {
+            return Err(LockError::Usage(
+                "exec needs a command: -c 'COMMAND' or -- PROGRAM ARGS...".into(),
+            )
+            .into())
+        }
+    };
+    let (policy, busy) = wait_policy(&args.wait);
+    let mut engine = Engine::new(settings)?;
+    let keys = engine.keys(&args.name);
+    let command_line = std::iter::once(&program)
+        .chain(&program_args)
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let holder = Holder::new(std::process::id(), truncate(command_line.clone(), 1024));
+
+    let wake = Wakeup::new();
+    let route = Arc::new(Mutex::new(Route::Waiter(wake.sender())));
+    let route2 = Arc::clone(&route);
+    signals::listen(move |signal| match &*route2.lock().unwrap_or_else(|e| e.into_inner()) {
+        Route::Waiter(tx) => {
+            let _ = tx.send(Wake::Signal(signal));
+        }
+        Route::Child(sup) => sup.forward(signal),
+    })
+    .context("cannot install signal handlers")?;
+
+    let grant = match engine.acquire(&keys, args.wait.ttl, policy, &holder, &wake) {
+        Ok(g) => g,
+        Err(e) => return Ok(report(&e, busy)),
+    };
+    trace!("acquired '{}' with fence {}; starting {command_line}", keys.name, grant.fence);
+
+    let env = [
+        ("LOCKCTL_NAME", keys.name.clone()),
+        ("LOCKCTL_KEY", keys.key.clone()),
+        ("LOCKCTL_TOKEN", grant.token.clone()),
+        ("LOCKCTL_FENCE", grant.fence.to_string()),
+    ];
+    let child = match child::spawn(&program, &program_args, &env) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = engine.release(&keys, &grant.token);
+            eprintln!("lockctl: cannot run {}: {e}", program.to_string_lossy());
+            return Ok(Exit::Raw(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            }));
+        }
+    };
+    let pid = child.id();
+    let supervisor = Supervisor::new(pid, args.kill_after);
+    {
+        let mut r = route.lock().unwrap_or_else(|e| e.into_inner());
+        *r = Route::Child(Arc::clone(&supervisor));
+    }
+    // A signal that came between the grant and the switch above is still in the waiter's channel.
+    if let Some(signal) = wake.pending_signal() {
+        supervisor.forward(signal);
+    }
+
+    let lease = Lease::start(engine, grant.clone(), holder, Arc::clone(&supervisor))
+        .context("cannot start the renewal thread")?;
+    let ended = child::wait_exit(pid).context("cannot wait for the command")?;
+    let lost_while_running = supervisor.mark_exited();
+    let lost_reported = lost_while_running.is_some();
+    reap(child);
+    child::reclaim_terminal();
+    let (mut engine, lost_by_deadline) = lease.stop();
+    let mut lost = lost_while_running.or(lost_by_deadline);
+
+    match engine.release(&keys, &grant.token) {
+        Ok(_) => {}
+        Err(LockError::Lost { .. }) => {
+            lost.get_or_insert_with(|| "the release found the lock no longer ours".into());
+        }
+        Err(e) => say!("could not release '{}' ({e}); it expires within its TTL", keys.name),
+    }
+    let status = match ended {
+        Ended::Exited(code) => Exit::Raw(code as u8),
+        Ended::Signaled(signal) => Exit::from_signal(signal),
+    };
+    match (lost, lost_reported) {
+        (Some(reason), false) => {
+            say!("lease on '{}' was lost: {reason}; exit 76", keys.name);
+            Ok(Exit::Lost)
+        }
+        (Some(_), true) => {
+            say!("exit 76 (lease lost) instead of the command's {}", status.code());
+            Ok(Exit::Lost)
+        }
+        (None, _) => Ok(status),
+    }
+}
+
+use lease::Lease;
+
+fn reap(mut child: std::process::Child) {
+    let _ = child.wait();
+}

@@ -1,0 +1,142 @@
+//! The child process: spawned in a process group of its own, tied to lockctl's life, waited for
+//! without being reaped early, and killed as a group.
+//!
+//! - **Own process group**: a lease-loss or forwarded signal must reach everything the job started
+//!   (`sh -c 'a | b'`, a script's background helpers), and only that; `killpg` on the child's group does
+//!   it, and lockctl itself stays out of the blast.
+//! - **Parent-death signal**: `PR_SET_PDEATHSIG(SIGKILL)` kills the child if lockctl dies, even by
+//!   SIGKILL, when nobody is left to renew the lease. The kernel sends it when the *thread* that forked
+//!   the child exits, so the child is always spawned from the main thread, which lives until the end.
+//! - **Terminal**: in an interactive shell the child's new group would be a background group and stop on
+//!   its first read of the terminal, so when lockctl owns the terminal's foreground it hands it to the
+//!   child (both sides call `tcsetpgrp`, as shells do, so neither order loses) and takes it back after.
+//!   Ctrl-C then goes straight to the child, as it would without lockctl.
+//! - **Waiting without reaping** (`waitid(WNOWAIT)`): the process-group ID stays reserved while the
+//!   child is an unreaped zombie, so a late `killpg` from the renewal or signal thread can never hit a
+//!   recycled PID. The supervisor marks the child as gone under its lock before reaping it.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+
+/// How the child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// Spawns `program args` in its own process group with the parent-death signal set.
+pub fn spawn(program: &OsString, args: &[OsString], env: &[(&str, String)]) -> io::Result<Child> {
+    let mut cmd = Command::new(program);
+    cmd.args(args).process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let take_terminal = owns_terminal();
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // calls (prctl, getppid, kill, getpid, sigprocmask, tcsetpgrp); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                // lockctl died between fork and prctl: nobody holds the lease for us.
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            if take_terminal {
+                set_foreground(libc::getpid());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    if take_terminal {
+        // SAFETY: plain syscalls on our own terminal and child.
+        unsafe { set_foreground(child.id() as libc::pid_t) };
+    }
+    Ok(child)
+}
+
+/// True when stdin is a terminal whose foreground process group is ours.
+fn owns_terminal() -> bool {
+    // SAFETY: isatty, tcgetpgrp and getpgrp only read process state.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// Makes `pgrp` the terminal's foreground group, with SIGTTOU blocked so a background caller is not
+/// stopped for asking.
+///
+/// # Safety
+/// Async-signal-safe; callable between fork and exec.
+unsafe fn set_foreground(pgrp: libc::pid_t) {
+    // SAFETY: sigset operations on a local set; tcsetpgrp on fd 0, which the caller checked is a tty.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        libc::tcsetpgrp(0, pgrp);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
+
+/// Takes the terminal back after the child, if the child had it.
+pub fn reclaim_terminal() {
+    // SAFETY: isatty/getpgrp/tcgetpgrp read state; set_foreground is safe on a tty.
+    unsafe {
+        if libc::isatty(0) == 1 {
+            let ours = libc::getpgrp();
+            let fg = libc::tcgetpgrp(0);
+            if fg != ours && fg > 0 {
+                set_foreground(ours);
+            }
+        }
+    }
+}
+
+/// Blocks until the child has exited, leaving it unreaped (a zombie) so its PID stays reserved.
+pub fn wait_exit(pid: u32) -> io::Result<Ended> {
+    loop {
+        // SAFETY: siginfo_t is plain data; waitid writes it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child with a valid out-pointer.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 {
+            // SAFETY: after a successful waitid with WEXITED, si_status is valid.
+            let status = unsafe { info.si_status() };
+            return Ok(match info.si_code {
+                libc::CLD_EXITED => Ended::Exited(status),
+                _ => Ended::Signaled(status),
+            });
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Sends `signal` to the process group `pgid`. Quietly does nothing if the group is gone.
+pub fn kill_group(pgid: u32, signal: i32) {
+    // SAFETY: killpg on a group we created; the caller guarantees the ID is not recycled.
+    unsafe { libc::killpg(pgid as libc::pid_t, signal) };
+}
+
+/// True while any process of the group exists.
+pub fn group_exists(pgid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
+}
