@@ -1,5 +1,176 @@
-//! status (stub)
-use crate::cli::StatusArgs;
-use crate::config::Settings;
-use crate::exit::Exit;
-pub fn run(_s: &Settings, _a: &StatusArgs) -> anyhow::Result<Exit> { anyhow::bail!("not yet") }
+//! `status NAME`: who holds a lock, for how long already and for how long still.
+//!
+//! Each node is read once, atomically, by the `STATUS` script (token, TTL, fencing counter, holder
+//! record and the node's own TIME), all nodes in parallel. The holder's age is the node's TIME minus
+//! the grant time the node itself wrote, so it does not depend on this host's clock. The exit status
+//! answers the question scripts ask: 0 held, 1 free, 69 when too few nodes answered to tell.
+
+use serde_json::{json, Value as Json};
+
+use super::{json_ttl, show_ttl, survey, table, Merged, NodeView, State};
+use crate::cli::{ReportFormat, StatusArgs};
+use crate::config::{check_name, Settings};
+use crate::exit::{Exit, LockError};
+use crate::lock::keys::LockKeys;
+use crate::lock::Engine;
+use crate::output::human_ms;
+
+pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
+    check_name(&args.name)?;
+    let mut engine = Engine::new(settings)?;
+    let keys = engine.keys(&args.name);
+    let merged = survey(&mut engine, &keys);
+    let names: Vec<String> = engine.nodes().iter().map(|n| n.display.clone()).collect();
+    match args.format {
+        ReportFormat::Plain => print!("{}", plain(&keys, &merged, &names)),
+        ReportFormat::Json => println!("{}", to_json(&keys, &merged, &names)),
+    }
+    Ok(match merged.state {
+        State::Held => Exit::Success,
+        State::Free => Exit::Failure,
+        State::Unknown => {
+            let err = LockError::Unavailable {
+                nodes: merged.views.len(),
+                reachable: merged.answered,
+                quorum: merged.quorum,
+                detail: merged.failures().join("; "),
+            };
+            eprintln!(
+                "lockctl: cannot tell whether '{}' is held: {err}",
+                keys.name
+            );
+            Exit::Unavailable
+        }
+    })
+}
+
+/// Key-value lines, then one line per node in Redlock mode.
+fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut kv = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
+    kv("lock", keys.name.clone());
+    kv("key", keys.key.clone());
+    kv("state", m.state.as_str().to_string());
+    if m.state != State::Free || m.token.is_some() {
+        if let Some(token) = &m.token {
+            kv(
+                "holder",
+                match m.holder() {
+                    Some(h) => h.describe(),
+                    None => "unknown (no holder record: set by another client, e.g. a canonical \
+                             SET NX PX lock)"
+                        .into(),
+                },
+            );
+            if let Some(age) = m.holder_view().and_then(NodeView::age_ms) {
+                kv("age", human_ms(age));
+            }
+            kv("ttl", show_ttl(m.ttl_ms()));
+            if let Some(fence) = m.holder().and_then(|h| h.fence) {
+                kv("fence", fence.to_string());
+            }
+            kv("token", token.clone());
+        }
+    }
+    kv(
+        "counter",
+        m.counter().map_or_else(
+            || "none (never granted by lockctl)".into(),
+            |c| c.to_string(),
+        ),
+    );
+    let n = m.views.len();
+    if n > 1 {
+        kv(
+            "quorum",
+            format!(
+                "{} of {n} node(s) agree on the token, a quorum needs {}; {} answered",
+                m.agree, m.quorum, m.answered
+            ),
+        );
+    }
+    let mut out = table(&rows);
+    if n > 1 || m.answered == 0 {
+        let mut node_rows = Vec::new();
+        for (name, view) in names.iter().zip(&m.views) {
+            node_rows.push(match view {
+                Ok(v) => vec![
+                    format!("  {name}"),
+                    if v.token.is_some() { "held" } else { "free" }.into(),
+                    v.token.as_deref().map_or("-".into(), short_token),
+                    format!("ttl {}", show_ttl(v.token.as_ref().map(|_| v.ttl_ms()))),
+                    format!(
+                        "counter {}",
+                        v.counter.map_or("-".into(), |c| c.to_string())
+                    ),
+                ],
+                Err(e) => vec![format!("  {name}"), "error".into(), e.reason.clone()],
+            });
+        }
+        out.push_str("nodes\n");
+        out.push_str(&table(&node_rows));
+    }
+    out
+}
+
+fn short_token(t: &str) -> String {
+    if t.chars().count() > 12 {
+        format!("{}…", t.chars().take(12).collect::<String>())
+    } else {
+        t.to_string()
+    }
+}
+
+fn to_json(keys: &LockKeys, m: &Merged, names: &[String]) -> Json {
+    let holder = m.holder();
+    let per_node: Vec<Json> = m
+        .views
+        .iter()
+        .zip(names)
+        .map(|(v, name)| match v {
+            Ok(v) => json!({
+                "node": name,
+                "answered": true,
+                "error": null,
+                "held": v.token.is_some(),
+                "token": v.token,
+                "ttl_ms": json_ttl(v.token.as_ref().map(|_| v.ttl_ms())),
+                "fence": v.holder.as_ref().and_then(|h| h.fence),
+                "fence_counter": v.counter,
+                "holder": v.holder.as_ref().map(|h| h.json()),
+                "age_ms": v.age_ms(),
+            }),
+            Err(e) => json!({
+                "node": name,
+                "answered": false,
+                "error": e.reason,
+                "held": null,
+                "token": null,
+                "ttl_ms": null,
+                "fence": null,
+                "fence_counter": null,
+                "holder": null,
+                "age_ms": null,
+            }),
+        })
+        .collect();
+    json!({
+        "name": keys.name,
+        "key": keys.key,
+        "state": m.state.as_str(),
+        "held": m.state == State::Held,
+        "token": m.token,
+        "holder": holder.map(|h| h.json()),
+        "acquired_ms": holder.and_then(|h| h.acquired_ms),
+        "age_ms": m.holder_view().and_then(NodeView::age_ms),
+        "ttl_ms": json_ttl(m.ttl_ms()),
+        "fence": holder.and_then(|h| h.fence),
+        "fence_counter": m.counter(),
+        "nodes": m.views.len(),
+        "quorum": m.quorum,
+        "answered": m.answered,
+        "agree": m.agree,
+        "quorum_agrees": m.agree >= m.quorum,
+        "per_node": per_node,
+    })
+}
