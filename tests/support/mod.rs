@@ -53,7 +53,10 @@ impl Server {
     }
 
     fn build(port: Option<u16>, extra: &[&str]) -> Server {
-        let dir = tempfile::Builder::new().prefix("lockctl-redis-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("lockctl-redis-")
+            .tempdir()
+            .unwrap();
         let mut s = Server {
             child: None,
             dir,
@@ -244,7 +247,11 @@ impl std::ops::IndexMut<usize> for Servers {
 
 /// A free loopback port (bound and released; redis-server takes it right after).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The binary under test, with no inherited `LOCKCTL_*` and restart quarantine off (the servers in
@@ -278,7 +285,7 @@ pub fn run(cmd: &mut Command) -> Output {
 }
 
 /// Waits for a child's output, killing it after `limit`.
-pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+pub fn wait_output(child: Child, limit: Duration) -> Output {
     let pid = child.id() as i32;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -305,7 +312,9 @@ pub fn stderr(o: &Output) -> String {
 
 /// The exit code (panics on death by signal).
 pub fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
+    o.status
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
 }
 
 /// Acquires `name` with the given extra args and returns its JSON grant.
@@ -327,7 +336,10 @@ pub fn wait_for_line(out: ChildStdout, needle: &str, limit: Duration) -> BufRead
         if line.contains(needle) {
             return reader;
         }
-        assert!(Instant::now() < deadline, "no {needle:?} line within {limit:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} line within {limit:?}"
+        );
     }
 }
 
