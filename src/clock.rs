@@ -16,7 +16,10 @@ pub struct Stamp(Duration);
 impl Stamp {
     /// Now.
     pub fn now() -> Stamp {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: `ts` is a valid, writable timespec and CLOCK_BOOTTIME exists on every Linux
         // that Rust supports; the call cannot fail with these arguments.
         let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };

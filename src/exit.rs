@@ -59,10 +59,18 @@ pub enum LockError {
     Usage(String),
     /// Not acquired: the lock is held elsewhere (or its nodes are in restart quarantine).
     #[error("lock '{name}' is busy{}", holder_suffix(.holder))]
-    Busy { name: String, holder: Option<String> },
+    Busy {
+        name: String,
+        holder: Option<String>,
+    },
     /// Fewer nodes than a quorum answered.
     #[error("Redis unavailable: {reachable} of {nodes} node(s) answered, a quorum needs {quorum}{}", detail_suffix(.detail))]
-    Unavailable { nodes: usize, reachable: usize, quorum: usize, detail: String },
+    Unavailable {
+        nodes: usize,
+        reachable: usize,
+        quorum: usize,
+        detail: String,
+    },
     /// The token does not hold the lock on a quorum.
     #[error("lock '{name}' is not held by this token{}", detail_suffix(.detail))]
     Lost { name: String, detail: String },
@@ -72,7 +80,10 @@ pub enum LockError {
 }
 
 fn holder_suffix(holder: &Option<String>) -> String {
-    holder.as_ref().map(|h| format!(" (held by {h})")).unwrap_or_default()
+    holder
+        .as_ref()
+        .map(|h| format!(" (held by {h})"))
+        .unwrap_or_default()
 }
 
 fn detail_suffix(detail: &str) -> String {

@@ -41,7 +41,14 @@ pub fn spawn(program: &OsString, args: &[OsString], env: &[(&str, String)]) -> i
     // calls (prctl, getppid, kill, getpid, sigprocmask, tcsetpgrp); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             if libc::getppid() != parent {

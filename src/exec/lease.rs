@@ -87,7 +87,10 @@ fn renew_loop(
     let mut last = grant.started;
     let mut deadline = grant.started.add(grant.validity);
     let lose = |reason: String| {
-        crate::say!("lease on '{}' lost: {reason}; stopping the command", grant.keys.name);
+        crate::say!(
+            "lease on '{}' lost: {reason}; stopping the command",
+            grant.keys.name
+        );
         supervisor.lease_lost(reason.clone());
         Some(reason)
     };
@@ -113,11 +116,18 @@ fn renew_loop(
                 Ok(validity) => {
                     deadline = deadline.max(started.add(validity));
                     last = started;
-                    trace!("renewed '{}': valid for {} ms", grant.keys.name, validity.as_millis());
+                    trace!(
+                        "renewed '{}': valid for {} ms",
+                        grant.keys.name,
+                        validity.as_millis()
+                    );
                     break;
                 }
                 Err(LockError::Lost { detail, .. }) => {
-                    return (engine, lose(format!("the lock is no longer ours ({detail})")));
+                    return (
+                        engine,
+                        lose(format!("the lock is no longer ours ({detail})")),
+                    );
                 }
                 Err(e) => {
                     trace!("renewal failed, retrying until the deadline: {e}");

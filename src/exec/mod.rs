@@ -65,19 +65,25 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     let wake = Wakeup::new();
     let route = Arc::new(Mutex::new(Route::Waiter(wake.sender())));
     let route2 = Arc::clone(&route);
-    signals::listen(move |signal| match &*route2.lock().unwrap_or_else(|e| e.into_inner()) {
-        Route::Waiter(tx) => {
-            let _ = tx.send(Wake::Signal(signal));
-        }
-        Route::Child(sup) => sup.forward(signal),
-    })
+    signals::listen(
+        move |signal| match &*route2.lock().unwrap_or_else(|e| e.into_inner()) {
+            Route::Waiter(tx) => {
+                let _ = tx.send(Wake::Signal(signal));
+            }
+            Route::Child(sup) => sup.forward(signal),
+        },
+    )
     .context("cannot install signal handlers")?;
 
     let grant = match engine.acquire(&keys, args.wait.ttl, policy, &holder, &wake) {
         Ok(g) => g,
         Err(e) => return Ok(report(&e, busy)),
     };
-    trace!("acquired '{}' with fence {}; starting {command_line}", keys.name, grant.fence);
+    trace!(
+        "acquired '{}' with fence {}; starting {command_line}",
+        keys.name,
+        grant.fence
+    );
 
     let env = [
         ("LOCKCTL_NAME", keys.name.clone()),
@@ -123,7 +129,10 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         Err(LockError::Lost { .. }) => {
             lost.get_or_insert_with(|| "the release found the lock no longer ours".into());
         }
-        Err(e) => say!("could not release '{}' ({e}); it expires within its TTL", keys.name),
+        Err(e) => say!(
+            "could not release '{}' ({e}); it expires within its TTL",
+            keys.name
+        ),
     }
     let status = match ended {
         Ended::Exited(code) => Exit::Raw(code as u8),
@@ -135,7 +144,10 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
             Ok(Exit::Lost)
         }
         (Some(_), true) => {
-            say!("exit 76 (lease lost) instead of the command's {}", status.code());
+            say!(
+                "exit 76 (lease lost) instead of the command's {}",
+                status.code()
+            );
             Ok(Exit::Lost)
         }
         (None, _) => Ok(status),
