@@ -38,9 +38,8 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
         }
         Duration::from_secs_f64(secs)
     } else {
-        humantime::parse_duration(s).map_err(|e| {
-            format!("{e}; use e.g. 250ms, 30s, 2m, 1h30m or seconds like 0.5")
-        })?
+        humantime::parse_duration(s)
+            .map_err(|e| format!("{e}; use e.g. 250ms, 30s, 2m, 1h30m or seconds like 0.5"))?
     };
     if d > MAX_DURATION {
         return Err(too_long());
@@ -120,7 +119,8 @@ pub fn check_prefix(prefix: &str) -> Result<(), LockError> {
 pub fn check_token(token: Option<String>) -> Result<String, LockError> {
     let token = token.ok_or_else(|| {
         LockError::Usage(
-            "no token: pass --token TOKEN or set LOCKCTL_TOKEN (acquire --format env sets it)".into(),
+            "no token: pass --token TOKEN or set LOCKCTL_TOKEN (acquire --format env sets it)"
+                .into(),
         )
     })?;
     if token.is_empty() || token.len() > 1024 || token.chars().any(|c| c.is_control()) {
@@ -241,6 +241,25 @@ pub fn check_url(url: &str) -> Result<NodeSpec, LockError> {
     if !parsed.scheme().contains("unix") && parsed.host_str().is_none_or(str::is_empty) {
         return Err(bad("no host; use e.g. redis://127.0.0.1:6379".into()));
     }
+    if parsed.scheme().contains("unix")
+        && (parsed.host_str().is_some_and(|h| !h.is_empty())
+            || !parsed.username().is_empty()
+            || parsed.password().is_some())
+    {
+        return Err(bad(
+            "a unix URL has no host or user info; use unix:///path/to/redis.sock?user=NAME&pass=PASSWORD"
+                .into(),
+        ));
+    }
+    if let Some(fragment) = parsed.fragment() {
+        let why = if fragment == "insecure" {
+            "#insecure would turn off certificate verification, which lockctl does not do; \
+             give the CA that signed the server's certificate with --tls-ca FILE"
+        } else {
+            "a URL fragment (#...) is not supported; percent-encode '#' in a password as %23"
+        };
+        return Err(bad(why.into()));
+    }
     if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url) {
         return Err(bad(e.to_string().replace(url, &display)));
     }
@@ -251,33 +270,81 @@ pub fn check_url(url: &str) -> Result<NodeSpec, LockError> {
     })
 }
 
-/// The URL with its password (in the userinfo or a `password=`/`pass=` query) replaced by `***`.
+/// Query parameters shown as they are: none of them can hold a secret.
+const SHOWN_QUERY_KEYS: [&str; 3] = ["db", "user", "protocol"];
+
+/// The URL with every part that could hold a secret replaced by `***`.
+///
+/// Only what is known to be harmless is shown: the scheme, the host and port, a user name that comes
+/// with a password, a numeric database, a unix socket path, and the `db`, `user` and `protocol` query
+/// parameters. A password in the userinfo or in a query parameter becomes `***`; so does a lone user
+/// name (`redis://secret@host` is how people mistype `redis://:secret@host`, and Redis ignores a user
+/// without a password anyway), an unexpected path, query parameter or fragment, where a password with
+/// an unescaped `/`, `?`, `&` or `#` ends up. Anything the URL parser rejects is shown as its scheme
+/// alone.
 pub fn redact(url: &str) -> String {
-    let Ok(mut u) = url::Url::parse(url) else {
-        // Not a URL at all: show only what cannot be a secret.
-        return match url.split_once("://") {
-            Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric() || c == '+') => {
-                format!("{scheme}://…")
-            }
-            _ => "'…' (not a URL)".into(),
-        };
+    let opaque = || match url.split_once("://") {
+        Some((scheme, _))
+            if !scheme.is_empty()
+                && scheme.len() <= 16
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '+') =>
+        {
+            format!("{scheme}://…")
+        }
+        _ => "'…' (not a URL)".into(),
     };
-    if u.password().is_some() {
-        let _ = u.set_password(Some("***"));
+    let Ok(mut u) = url::Url::parse(url) else {
+        return opaque();
+    };
+    if u.cannot_be_a_base() {
+        // `redis:user:secret@host`: everything after the scheme is one opaque path.
+        return opaque();
+    }
+    let unix = u.scheme().contains("unix");
+    if unix && u.host_str().is_some_and(|h| !h.is_empty()) {
+        // A unix URL has no host; one that has is malformed, and its path may hold a secret.
+        return opaque();
+    }
+    let hidden = if u.password().is_some() {
+        u.set_password(Some("***"))
+    } else if !u.username().is_empty() {
+        u.set_username("***")
+    } else {
+        Ok(())
+    };
+    if hidden.is_err() {
+        return opaque();
+    }
+    if !unix
+        && !u
+            .path()
+            .trim_matches('/')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    {
+        u.set_path("/***");
+    }
+    if u.fragment().is_some_and(|f| f != "insecure") {
+        u.set_fragment(Some("***"));
     }
     if u.query().is_some() {
-        let pairs: Vec<(String, String)> = u
+        let shown: Vec<String> = u
             .query_pairs()
             .map(|(k, v)| {
-                let v = if matches!(k.as_ref(), "pass" | "password") {
-                    "***".to_string()
+                if SHOWN_QUERY_KEYS.contains(&k.as_ref()) {
+                    url::form_urlencoded::Serializer::new(String::new())
+                        .append_pair(&k, &v)
+                        .finish()
+                } else if matches!(k.as_ref(), "pass" | "password") {
+                    format!("{k}=***")
                 } else {
-                    v.into_owned()
-                };
-                (k.into_owned(), v)
+                    "***".into()
+                }
             })
             .collect();
-        u.query_pairs_mut().clear().extend_pairs(pairs);
+        u.set_query(Some(&shown.join("&")));
     }
     u.to_string()
 }

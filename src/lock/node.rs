@@ -103,7 +103,9 @@ impl Node {
         }
         let started = Instant::now();
         let result = match f(self.conn.as_mut().expect("connection just opened")) {
-            Err(e) if reused && !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
+            Err(e)
+                if reused && !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) =>
+            {
                 trace!("{}: connection dropped ({e}); reconnecting", self.display);
                 self.conn = Some(self.open().map_err(|mut fail| {
                     fail.maybe_applied = true;
@@ -120,7 +122,12 @@ impl Node {
             }
             Err(e) => {
                 let fail = self.failure(&e, what);
-                trace!("{}: {what} failed after {:.3} ms: {}", self.display, ms(started), fail.reason);
+                trace!(
+                    "{}: {what} failed after {:.3} ms: {}",
+                    self.display,
+                    ms(started),
+                    fail.reason
+                );
                 Err(fail)
             }
         }
@@ -164,9 +171,14 @@ impl Node {
             self.stale = true;
             NodeFailure {
                 reason: format!(
-                    "{}: no answer to {what} within the node timeout ({})",
+                    "{}: no answer to {what} within the node timeout ({}){}",
                     self.display,
-                    humantime::format_duration(self.timeout)
+                    humantime::format_duration(self.timeout),
+                    if self.display.starts_with("rediss:") {
+                        " (a stopped server, or a port that does not speak TLS?)"
+                    } else {
+                        ""
+                    }
                 ),
                 maybe_applied: true,
             }
@@ -186,17 +198,53 @@ impl Node {
 
     /// An error message that never contains the URL's secrets.
     fn describe(&self, e: &RedisError, what: &str) -> String {
-        let text = e.to_string().replace(&self.secret_url, &self.display);
-        let hint = match e.code() {
-            Some("WRONGPASS") | Some("NOAUTH") => {
-                " (check the user and password in the URL)"
+        let mut text = e.to_string().replace(&self.secret_url, &self.display);
+        // No server or library message is known to echo the password; this makes sure none does.
+        if let Some(pw) = self
+            .client
+            .get_connection_info()
+            .redis_settings()
+            .password()
+        {
+            if pw.len() >= 4 && text.contains(pw) {
+                text = text.replace(pw, "***");
             }
-            Some("NOPERM") => " (the ACL user needs EVALSHA, SCRIPT, INFO, PUBLISH and SUBSCRIBE)",
-            _ if e.is_timeout() => " (is the server stopped or the port filtered?)",
-            _ if e.is_connection_refusal() => " (is redis-server running there?)",
-            _ => "",
-        };
+        }
+        let hint = hint(e, &text, self.display.starts_with("rediss:"));
         format!("{}: {what}: {text}{hint}", self.display)
+    }
+}
+
+/// What to do about a failure, for the failures users cause themselves: credentials, ACLs, TLS.
+fn hint(e: &RedisError, text: &str, tls: bool) -> &'static str {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed || matches!(e.code(), Some("WRONGPASS")) {
+        " (check the user and password in the URL)"
+    } else if matches!(e.code(), Some("NOAUTH")) || text.contains("unauthenticated") {
+        " (the server requires a password: redis://:PASSWORD@host or redis://USER:PASSWORD@host)"
+    } else if matches!(e.code(), Some("NOPERM")) {
+        " (the ACL user needs the keys ~PREFIX* and ~{PREFIX*, the channels &PREFIX*, &{PREFIX* and \
+         &__keyspace@*__:PREFIX*, and EVALSHA, EVAL, SCRIPT LOAD, SUBSCRIBE and the commands the \
+         scripts run; see the ACL recipe in docs/security.md)"
+    } else if text.contains("UnknownIssuer") || text.contains("BadSignature") {
+        " (the server's certificate is not signed by a CA this host trusts: pass the CA that \
+         signed it with --tls-ca FILE or LOCKCTL_TLS_CA)"
+    } else if text.contains("NotValidForName") {
+        " (the server's certificate does not name this host: connect by a name or IP address \
+         listed in its subjectAltName)"
+    } else if text.contains("Expired") || text.contains("NotValidYet") {
+        " (the server's certificate is outside its validity period; check it and this host's clock)"
+    } else if text.contains("CertificateRequired") || text.contains("HandshakeFailure") {
+        " (the server may require a client certificate: pass --tls-cert FILE and --tls-key FILE)"
+    } else if text.contains("CorruptMessage") || (tls && text.contains("InvalidContentType")) {
+        " (is this a TLS port? rediss:// needs a server started with --tls-port)"
+    } else if !tls && text.contains("reset by peer") {
+        " (if the server accepts only TLS on this port, use rediss://)"
+    } else if e.is_timeout() {
+        " (is the server stopped or the port filtered?)"
+    } else if e.is_connection_refusal() {
+        " (is redis-server running there?)"
+    } else {
+        ""
     }
 }
 
@@ -231,6 +279,16 @@ fn open_client(spec: &NodeSpec, tls: &TlsFiles) -> Result<Client, LockError> {
             .map_err(|e| usage(format!("cannot read {flag} {}: {e}", path.display())))
     };
     let root_cert = tls.ca.as_deref().map(|p| read("--tls-ca", p)).transpose()?;
+    if let (Some(pem), Some(path)) = (&root_cert, &tls.ca) {
+        // An empty trust store would fail every handshake with a misleading "unknown issuer".
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        if !CertificateDer::pem_slice_iter(pem).any(|c| c.is_ok()) {
+            return Err(usage(format!(
+                "invalid --tls-ca {}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
+                path.display()
+            )));
+        }
+    }
     let client_tls = match (&tls.cert, &tls.key) {
         (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
             client_cert: read("--tls-cert", cert)?,
