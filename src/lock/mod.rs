@@ -240,7 +240,9 @@ impl Engine {
                                 holder,
                             })
                         }
-                        wait::Verdict::Signal(signal) => return Err(LockError::Interrupted(signal)),
+                        wait::Verdict::Signal(signal) => {
+                            return Err(LockError::Interrupted(signal))
+                        }
                     }
                 }
             }
@@ -441,7 +443,13 @@ impl Engine {
                 holder.pid.to_string(),
                 holder.cmd.clone(),
             ),
-            None => ("0".into(), "0".into(), String::new(), String::new(), String::new()),
+            None => (
+                "0".into(),
+                "0".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ),
         };
         let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
         let args = [token, &ttl_ms, &fence, &held_ms, &host, &pid, &cmd];
@@ -473,7 +481,11 @@ impl Engine {
         what: &str,
     ) -> Result<(), LockError> {
         let quorum = self.quorum();
-        trace!("{what} '{}': {held}/{} node(s) held our token", keys.name, self.nodes.len());
+        trace!(
+            "{what} '{}': {held}/{} node(s) held our token",
+            keys.name,
+            self.nodes.len()
+        );
         if held >= quorum {
             Ok(())
         } else if answered < quorum {
@@ -486,7 +498,10 @@ impl Engine {
         } else {
             let mut detail = "it expired, was broken, or was taken by another holder".to_string();
             if self.nodes.len() > 1 {
-                detail = format!("held on {held} of {} node(s), a quorum needs {quorum}; {detail}", self.nodes.len());
+                detail = format!(
+                    "held on {held} of {} node(s), a quorum needs {quorum}; {detail}",
+                    self.nodes.len()
+                );
             }
             Err(LockError::Lost {
                 name: keys.name.clone(),

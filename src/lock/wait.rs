@@ -14,7 +14,9 @@
 //! starts and one every 30 seconds; `-q` silences both.
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -31,6 +33,9 @@ const LINE_EVERY: Duration = Duration::from_secs(30);
 const BACKOFF_START: Duration = Duration::from_millis(10);
 /// Largest sleep between attempts when no release, expiry or quarantine end is known to come sooner.
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How often an idle subscriber thread checks whether its wait is over, so that it closes its
+/// connection soon after the lock is won instead of holding it while an `exec` child runs.
+const SUBSCRIBER_IDLE_CHECK: Duration = Duration::from_secs(10);
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +114,8 @@ pub(crate) struct Waiter {
     nodes: usize,
     started: Stamp,
     subscribed: bool,
+    /// Set when the wait is over; the subscriber threads then close their connections.
+    over: Arc<AtomicBool>,
     backoff: Duration,
     spinner: Option<ProgressBar>,
     next_line: Option<Stamp>,
@@ -132,6 +139,7 @@ impl Waiter {
             nodes,
             started: now,
             subscribed: false,
+            over: Arc::new(AtomicBool::new(false)),
             backoff: BACKOFF_START,
             spinner: None,
             next_line: None,
@@ -152,7 +160,7 @@ impl Waiter {
         }
         if !self.subscribed {
             self.subscribed = true;
-            subscribe(nodes, &self.channel, &self.key, wake.sender());
+            subscribe(nodes, &self.channel, &self.key, wake.sender(), &self.over);
             // Subscribed before retrying: no release can now go unnoticed.
             return Verdict::Retry;
         }
@@ -170,7 +178,11 @@ impl Waiter {
         if let Some(l) = self.next_line {
             sleep = sleep.min(l.remaining().max(Duration::from_millis(1)));
         }
-        trace!("waiting up to {:.1} ms for '{}'", sleep.as_secs_f64() * 1000.0, self.name);
+        trace!(
+            "waiting up to {:.1} ms for '{}'",
+            sleep.as_secs_f64() * 1000.0,
+            self.name
+        );
         match wake.recv_timeout(sleep) {
             Some(Wake::Signal(s)) => {
                 self.finish();
@@ -193,7 +205,8 @@ impl Waiter {
             return;
         }
         let holder = holder.unwrap_or("an unknown holder");
-        let waited = humantime::format_duration(Duration::from_secs(self.started.elapsed().as_secs()));
+        let waited =
+            humantime::format_duration(Duration::from_secs(self.started.elapsed().as_secs()));
         if std::io::stderr().is_terminal() {
             let spinner = self.spinner.get_or_insert_with(|| {
                 let pb = ProgressBar::new_spinner();
@@ -216,19 +229,25 @@ impl Waiter {
         }
     }
 
-    /// Clears the spinner.
+    /// Clears the spinner and lets the subscriber threads go.
     pub fn finish(&mut self) {
+        self.over.store(true, Ordering::Relaxed);
         if let Some(s) = self.spinner.take() {
             s.finish_and_clear();
         }
     }
 }
 
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 /// Subscribes to the release channel (and the key's keyspace events) on every node, each on a
 /// connection of its own served by a thread, and returns once every subscription is confirmed or has
-/// failed (bounded by the node timeout). The threads end when a message finds the waiter gone, or with
-/// the process.
-fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>) {
+/// failed (bounded by the node timeout). The threads end within [`SUBSCRIBER_IDLE_CHECK`] of `over`.
+fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>, over: &Arc<AtomicBool>) {
     let (ready_tx, ready_rx) = mpsc::channel::<bool>();
     for node in nodes {
         let client = node.client().clone();
@@ -238,44 +257,66 @@ fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>) {
         let display = node.display.clone();
         let tx = tx.clone();
         let ready_tx = ready_tx.clone();
-        thread::spawn(move || {
-            let conn = client.get_connection_with_timeout(timeout).and_then(|c| {
-                c.set_read_timeout(Some(timeout))?;
-                c.set_write_timeout(Some(timeout))?;
-                Ok(c)
-            });
-            let mut conn = match conn {
-                Ok(c) => c,
-                Err(e) => {
+        let over = Arc::clone(over);
+        let spawned = thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                let conn = client.get_connection_with_timeout(timeout).and_then(|c| {
+                    c.set_read_timeout(Some(timeout))?;
+                    c.set_write_timeout(Some(timeout))?;
+                    Ok(c)
+                });
+                let mut conn = match conn {
+                    Ok(c) => c,
+                    Err(e) => {
+                        trace!("{display}: cannot subscribe: {e}");
+                        let _ = ready_tx.send(false);
+                        return;
+                    }
+                };
+                let mut pubsub = conn.as_pubsub();
+                if let Err(e) = pubsub.subscribe(&channels) {
                     trace!("{display}: cannot subscribe: {e}");
                     let _ = ready_tx.send(false);
                     return;
                 }
-            };
-            let mut pubsub = conn.as_pubsub();
-            if let Err(e) = pubsub.subscribe(&channels) {
-                trace!("{display}: cannot subscribe: {e}");
-                let _ = ready_tx.send(false);
-                return;
-            }
-            let _ = ready_tx.send(true);
-            drop(ready_tx);
-            if pubsub.set_read_timeout(None).is_err() {
-                return;
-            }
-            while let Ok(msg) = pubsub.get_message() {
-                let payload: String = msg.get_payload().unwrap_or_default();
-                let relevant = msg.get_channel_name() == channels[0]
-                    || matches!(payload.as_str(), "del" | "expired" | "evicted" | "unlink");
-                if relevant && tx.send(Wake::Released).is_err() {
-                    break;
+                let _ = ready_tx.send(true);
+                drop(ready_tx);
+                if pubsub
+                    .set_read_timeout(Some(SUBSCRIBER_IDLE_CHECK))
+                    .is_err()
+                {
+                    return;
                 }
-            }
-            // The waiter is gone; dropping the subscription here would wait on the server.
-            std::mem::forget(pubsub);
-        });
+                while !over.load(Ordering::Relaxed) {
+                    match pubsub.get_message() {
+                        Ok(msg) => {
+                            let payload: String = msg.get_payload().unwrap_or_default();
+                            let relevant = msg.get_channel_name() == channels[0]
+                                || matches!(
+                                    payload.as_str(),
+                                    "del" | "expired" | "evicted" | "unlink"
+                                );
+                            if relevant && tx.send(Wake::Released).is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) if e.is_timeout() => {}
+                        Err(_) => break,
+                    }
+                }
+                // Closing the socket is all the server needs; an UNSUBSCRIBE round trip is not.
+                std::mem::forget(pubsub);
+            });
+        if let Err(e) = spawned {
+            // The closure, and its sender, are dropped: the wait below does not count on it.
+            trace!("{}: no thread to subscribe: {e}", node.display);
+        }
     }
     drop(ready_tx);
     let subscribed = ready_rx.iter().take(nodes.len()).filter(|&ok| ok).count();
-    trace!("subscribed to releases on {subscribed}/{} node(s)", nodes.len());
+    trace!(
+        "subscribed to releases on {subscribed}/{} node(s)",
+        nodes.len()
+    );
 }
