@@ -1,5 +1,435 @@
-//! list (stub)
-use crate::cli::ListArgs;
+//! `list [PATTERN]`: every held lock whose name matches a glob.
+//!
+//! Built for keyspaces of millions of keys, so memory never grows with the keyspace:
+//! - SCAN with `MATCH <escaped prefix><PATTERN>`, `COUNT` and `TYPE string`, never KEYS, so the
+//!   server filters and the client sees only candidate lock keys, a batch at a time. Glob
+//!   metacharacters in the prefix are escaped: the pattern applies to the NAME only.
+//! - Auxiliary keys (fencing counters, holder hashes) are dropped by name (`keys::is_lock_key`).
+//! - Each batch is read with one pipelined round trip per node (GET, PTTL, HMGET of the holder hash,
+//!   TIME), on all nodes in parallel, so a batch costs one round trip, not one per key.
+//! - Redlock merges the nodes without a map of every name: the nodes are scanned one after another,
+//!   each batch is read on every node, and a name is printed for the first node (in order) that holds
+//!   it, since that node's complete scan lists it (SCAN returns every key present for the whole
+//!   scan). A lock that comes or goes during the listing may or may not be shown, as with any snapshot.
+//! - Rows are sorted and aligned when there are at most [`SORT_LIMIT`] of them; beyond that, the rows
+//!   held so far are printed and the rest stream out in scan order with the same column widths.
+
+use std::io::{self, Write};
+
+use anyhow::Context;
+use redis::{Connection, Value};
+use serde_json::{json, Value as Json};
+
+use super::{int, json_ttl, row_line, server_ms, show_ttl, text, HolderRecord, Merged, NodeView};
+use crate::cli::{ListArgs, ReportFormat};
 use crate::config::Settings;
-use crate::exit::Exit;
-pub fn run(_s: &Settings, _a: &ListArgs) -> anyhow::Result<Exit> { anyhow::bail!("not yet") }
+use crate::exit::{Exit, LockError};
+use crate::lock::keys::{is_lock_key, LockKeys};
+use crate::lock::node::NodeFailure;
+use crate::lock::{quorum, Engine};
+use crate::output::human_ms;
+use crate::say;
+
+/// Keys asked of SCAN per call: a few hundred microseconds of server time per batch.
+const SCAN_COUNT: usize = 1000;
+
+/// Rows kept for sorting before the listing switches to streaming.
+pub const SORT_LIMIT: usize = 10_000;
+
+/// Holder hash fields read for each lock.
+const HOLDER_FIELDS: [&str; 6] = ["token", "fence", "host", "pid", "cmd", "acquired_ms"];
+
+pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
+    check_pattern(&args.pattern)?;
+    let mut engine = Engine::new(settings)?;
+    let prefix = engine.prefix().to_string();
+    let matcher = format!("{}{}", glob_escape(&prefix), args.pattern);
+    let n = engine.nodes().len();
+    let quorum = engine.quorum();
+    let mut out = Emitter::new(args.format, n > 1, &prefix, &args.pattern, n, quorum);
+    let mut failed: Vec<Option<String>> = vec![None; n];
+    let mut done = vec![false; n];
+    let mut type_filter = true;
+
+    for i in 0..n {
+        let mut cursor = 0u64;
+        loop {
+            let node = &mut engine.nodes_mut()[i];
+            let scanned = node.call("scan", |c| scan(c, cursor, &matcher, type_filter));
+            let (next, keys) = match scanned {
+                Ok(r) => r,
+                // Servers before 6.0 know no TYPE option: filter by reading instead.
+                Err(fail) if type_filter && cursor == 0 && fail.reason.contains("syntax") => {
+                    type_filter = false;
+                    continue;
+                }
+                Err(fail) => {
+                    failed[i] = Some(fail.reason);
+                    break;
+                }
+            };
+            cursor = next;
+            let names: Vec<String> = keys
+                .iter()
+                .filter(|k| is_lock_key(k) && k.starts_with(prefix.as_bytes()))
+                .map(|k| String::from_utf8_lossy(&k[prefix.len()..]).into_owned())
+                .collect();
+            if !names.is_empty() {
+                let lock_keys: Vec<LockKeys> = names
+                    .iter()
+                    .map(|name| LockKeys::new(&prefix, name))
+                    .collect();
+                let reads = quorum::each(
+                    engine.nodes_mut(),
+                    |j| failed[j].is_none(),
+                    |_, node| node.call("read batch", |c| read_batch(c, &lock_keys)),
+                );
+                let mut per_node: Vec<Result<Vec<NodeView>, NodeFailure>> = Vec::with_capacity(n);
+                for (j, r) in reads.into_iter().enumerate() {
+                    per_node.push(match r {
+                        Some(Ok(views)) => Ok(views),
+                        Some(Err(fail)) => {
+                            failed[j] = Some(fail.reason.clone());
+                            Err(fail)
+                        }
+                        None => Err(NodeFailure {
+                            reason: failed[j].clone().unwrap_or_default(),
+                            maybe_applied: false,
+                        }),
+                    });
+                }
+                for (k, keys) in lock_keys.iter().enumerate() {
+                    let view = |j: usize| per_node[j].as_ref().ok().map(|v| &v[k]);
+                    // Listed already from an earlier node, or gone since the scan saw it.
+                    let earlier =
+                        (0..i).any(|j| done[j] && view(j).is_some_and(|v| v.token.is_some()));
+                    if earlier || !view(i).is_some_and(|v| v.token.is_some()) {
+                        continue;
+                    }
+                    let views = (0..n)
+                        .map(|j| match &per_node[j] {
+                            Ok(v) => Ok(v[k].clone()),
+                            Err(f) => Err(f.clone()),
+                        })
+                        .collect();
+                    if !out.push(Row::new(keys, Merged::new(views)))? {
+                        return Ok(Exit::Success);
+                    }
+                }
+            }
+            if cursor == 0 {
+                done[i] = true;
+                break;
+            }
+        }
+    }
+
+    let answered = failed.iter().filter(|f| f.is_none()).count();
+    if !out.finish(answered)? {
+        return Ok(Exit::Success);
+    }
+    for reason in failed.iter().flatten() {
+        say!("{reason}");
+    }
+    if answered < quorum {
+        return Err(LockError::Unavailable {
+            nodes: n,
+            reachable: answered,
+            quorum,
+            detail: "the listing is incomplete".into(),
+        }
+        .into());
+    }
+    if out.count == 0 {
+        say!(
+            "no held lock matches '{}' under the prefix '{prefix}'",
+            args.pattern
+        );
+    }
+    Ok(Exit::Success)
+}
+
+/// A PATTERN must be a usable glob over names.
+fn check_pattern(pattern: &str) -> Result<(), LockError> {
+    if pattern.is_empty() {
+        return Err(LockError::Usage(
+            "invalid PATTERN: it is empty; use '*' for every lock, or e.g. 'deploy-*'".into(),
+        ));
+    }
+    if let Some(c) = pattern.chars().find(|c| c.is_control()) {
+        return Err(LockError::Usage(format!(
+            "invalid PATTERN: it contains the control character {c:?}, which no lock name has"
+        )));
+    }
+    Ok(())
+}
+
+/// Escapes Redis glob metacharacters, so the prefix matches only itself.
+pub fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^' | '-') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One SCAN call: the next cursor and the keys of this batch.
+fn scan(
+    c: &mut Connection,
+    cursor: u64,
+    matcher: &str,
+    type_filter: bool,
+) -> redis::RedisResult<(u64, Vec<Vec<u8>>)> {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(matcher)
+        .arg("COUNT")
+        .arg(SCAN_COUNT);
+    if type_filter {
+        cmd.arg("TYPE").arg("string");
+    }
+    cmd.query(c)
+}
+
+/// Reads a batch of locks on one node in one pipelined round trip.
+fn read_batch(c: &mut Connection, keys: &[LockKeys]) -> redis::RedisResult<Vec<NodeView>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for k in keys {
+        pipe.cmd("GET").arg(&k.key);
+        pipe.cmd("PTTL").arg(&k.key);
+        pipe.cmd("HMGET").arg(&k.holder).arg(&HOLDER_FIELDS[..]);
+    }
+    pipe.cmd("TIME");
+    let replies: Vec<Value> = pipe.query(c)?;
+    let now = replies.last().and_then(server_ms);
+    Ok(replies
+        .chunks_exact(3)
+        .map(|r| {
+            let token = text(&r[0]);
+            let fields: Vec<(String, String)> = match &r[2] {
+                Value::Array(vals) => HOLDER_FIELDS
+                    .iter()
+                    .zip(vals)
+                    .filter_map(|(f, v)| Some((f.to_string(), text(v)?)))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            NodeView {
+                holder: token
+                    .as_deref()
+                    .and_then(|t| HolderRecord::from_fields(&fields, t)),
+                pttl: int(&r[1]).unwrap_or(-2),
+                counter: None,
+                server_ms: now,
+                token,
+            }
+        })
+        .collect())
+}
+
+/// One lock of the listing.
+struct Row {
+    name: String,
+    key: String,
+    merged: Merged,
+}
+
+impl Row {
+    fn new(keys: &LockKeys, merged: Merged) -> Row {
+        Row {
+            name: keys.name.clone(),
+            key: keys.key.clone(),
+            merged,
+        }
+    }
+
+    fn cells(&self, redlock: bool) -> Vec<String> {
+        let m = &self.merged;
+        let mut cells = vec![
+            self.name.clone(),
+            show_ttl(m.ttl_ms()),
+            m.holder_view()
+                .and_then(NodeView::age_ms)
+                .map_or("-".into(), human_ms),
+            m.holder()
+                .and_then(|h| h.fence)
+                .map_or("-".into(), |f| f.to_string()),
+        ];
+        if redlock {
+            cells.push(format!("{}/{}", m.agree, m.views.len()));
+        }
+        cells.push(m.holder().map_or("unknown".into(), HolderRecord::describe));
+        cells
+    }
+
+    fn json(&self) -> Json {
+        let m = &self.merged;
+        json!({
+            "name": self.name,
+            "key": self.key,
+            "state": m.state.as_str(),
+            "token": m.token,
+            "ttl_ms": json_ttl(m.ttl_ms()),
+            "age_ms": m.holder_view().and_then(NodeView::age_ms),
+            "fence": m.holder().and_then(|h| h.fence),
+            "holder": m.holder().map(HolderRecord::json),
+            "nodes_holding": m.agree,
+            "quorum_agrees": m.agree >= m.quorum,
+        })
+    }
+}
+
+/// Prints rows: sorted and aligned up to [`SORT_LIMIT`], streamed after that.
+struct Emitter {
+    format: ReportFormat,
+    redlock: bool,
+    head: Json,
+    buffer: Vec<Row>,
+    /// Column widths once streaming; `None` while buffering.
+    widths: Option<Vec<usize>>,
+    count: usize,
+    out: io::BufWriter<io::Stdout>,
+}
+
+impl Emitter {
+    fn new(
+        format: ReportFormat,
+        redlock: bool,
+        prefix: &str,
+        pattern: &str,
+        nodes: usize,
+        quorum: usize,
+    ) -> Emitter {
+        Emitter {
+            format,
+            redlock,
+            head: json!({"prefix": prefix, "pattern": pattern, "nodes": nodes, "quorum": quorum}),
+            buffer: Vec::new(),
+            widths: None,
+            count: 0,
+            out: io::BufWriter::new(io::stdout()),
+        }
+    }
+
+    fn header(&self) -> Vec<String> {
+        let mut h: Vec<String> = ["NAME", "TTL", "AGE", "FENCE"].map(String::from).to_vec();
+        if self.redlock {
+            h.push("NODES".into());
+        }
+        h.push("HOLDER".into());
+        h
+    }
+
+    /// Adds a row; false once stdout is closed (`lockctl list | head`).
+    fn push(&mut self, row: Row) -> anyhow::Result<bool> {
+        self.count += 1;
+        if self.widths.is_none() {
+            self.buffer.push(row);
+            if self.buffer.len() <= SORT_LIMIT {
+                return Ok(true);
+            }
+            return self.flush_buffer();
+        }
+        let text = self.render(&row);
+        self.write(&text)
+    }
+
+    /// Prints the buffered rows sorted, and fixes the column widths.
+    fn flush_buffer(&mut self) -> anyhow::Result<bool> {
+        self.buffer.sort_by(|a, b| a.name.cmp(&b.name));
+        let header = self.header();
+        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+        for row in &self.buffer {
+            for (w, cell) in widths.iter_mut().zip(row.cells(self.redlock)) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut text = match self.format {
+            ReportFormat::Plain => format!("{}\n", row_line(&header, &widths)),
+            ReportFormat::Json => {
+                let head = self.head.to_string();
+                format!("{},\"locks\":[", &head[..head.len() - 1])
+            }
+        };
+        self.widths = Some(widths);
+        let rows = std::mem::take(&mut self.buffer);
+        for (i, row) in rows.iter().enumerate() {
+            if self.format == ReportFormat::Json && i > 0 {
+                text.push(',');
+            }
+            text.push_str(&self.render_cells(row));
+        }
+        self.write(&text)
+    }
+
+    fn render(&self, row: &Row) -> String {
+        match self.format {
+            ReportFormat::Plain => self.render_cells(row),
+            ReportFormat::Json => format!(",{}", self.render_cells(row)),
+        }
+    }
+
+    fn render_cells(&self, row: &Row) -> String {
+        match self.format {
+            ReportFormat::Plain => {
+                let widths = self.widths.as_deref().unwrap_or(&[]);
+                format!("{}\n", row_line(&row.cells(self.redlock), widths))
+            }
+            ReportFormat::Json => format!("\n{}", row.json()),
+        }
+    }
+
+    /// Ends the listing; false once stdout is closed.
+    fn finish(&mut self, answered: usize) -> anyhow::Result<bool> {
+        if self.widths.is_none() && (self.count > 0 || self.format == ReportFormat::Json) {
+            if !self.flush_buffer()? {
+                return Ok(false);
+            }
+        }
+        if self.format == ReportFormat::Json {
+            let tail = format!(
+                "\n],\"count\":{},\"answered\":{answered},\"complete\":{}}}\n",
+                self.count,
+                answered == self.head["nodes"].as_u64().unwrap_or(0) as usize
+            );
+            if !self.write(&tail)? {
+                return Ok(false);
+            }
+        }
+        match self.out.flush() {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+            other => other.context("cannot write to stdout").map(|_| true),
+        }
+    }
+
+    fn write(&mut self, text: &str) -> anyhow::Result<bool> {
+        match self.out.write_all(text.as_bytes()) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+            Err(e) => Err(e).context("cannot write to stdout"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_is_escaped() {
+        assert_eq!(glob_escape("lockctl:"), "lockctl:");
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(check_pattern("").is_err());
+        assert!(check_pattern("a\u{1f}").is_err());
+        assert!(check_pattern("deploy-*").is_ok());
+    }
+}
