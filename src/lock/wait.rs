@@ -211,15 +211,13 @@ impl Waiter {
             let spinner = self.spinner.get_or_insert_with(|| {
                 let pb = ProgressBar::new_spinner();
                 pb.set_style(
-                    ProgressStyle::with_template("{spinner} {msg}").expect("valid template"),
+                    ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                        .expect("valid template"),
                 );
                 pb.enable_steady_tick(Duration::from_millis(120));
                 pb
             });
-            spinner.set_message(format!(
-                "waiting for lock '{}' held by {holder} ({waited})",
-                self.name
-            ));
+            spinner.set_message(format!("waiting for lock '{}' held by {holder}", self.name));
         } else if self.next_line.is_none_or(Stamp::passed) {
             eprintln!(
                 "lockctl: waiting for lock '{}' held by {holder} (waited {waited})",
