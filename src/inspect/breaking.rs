@@ -1,5 +1,190 @@
-//! breaking (stub)
+//! `break NAME`: the operator's override, deleting a lock whoever holds it.
+//!
+//! Breaking a lock lets a second holder in while the first may still be running, so it is never done
+//! by accident: on a terminal lockctl shows the holder and asks; without a terminal (a script, cron)
+//! it refuses unless `--yes` says the caller means it, and that refusal happens before any Redis call.
+//!
+//! The `BREAK` script deletes the lock key and the holder record on every node, whatever token is
+//! there, and publishes on the release channel so waiting clients try at once. It returns what it
+//! deleted, so the report names whom the lock was taken from. The fencing counter stays as it is: the
+//! broken holder's fence is now stale, and the next grant's is higher, which is what lets fenced
+//! storage reject the broken holder's late writes.
+
+use std::io::{self, BufRead, IsTerminal, Write};
+
+use redis::Value;
+
+use super::{pairs, survey, text, HolderRecord, State};
 use crate::cli::BreakArgs;
-use crate::config::Settings;
-use crate::exit::Exit;
-pub fn run(_s: &Settings, _a: &BreakArgs) -> anyhow::Result<Exit> { anyhow::bail!("not yet") }
+use crate::config::{check_name, Settings};
+use crate::exit::{Exit, LockError};
+use crate::lock::{quorum, Engine, BREAK};
+use crate::output::human_ms;
+use crate::say;
+
+/// What one node gave up.
+struct Broken {
+    node: String,
+    token: String,
+    holder: Option<HolderRecord>,
+}
+
+pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
+    check_name(&args.name)?;
+    if !args.yes && !io::stdin().is_terminal() {
+        return Err(LockError::Usage(format!(
+            "refusing to break lock '{}' without confirmation: stdin is not a terminal; \
+             pass --yes to break it anyway",
+            args.name
+        ))
+        .into());
+    }
+    let mut engine = Engine::new(settings)?;
+    let keys = engine.keys(&args.name);
+    let n = engine.nodes().len();
+
+    if !args.yes {
+        let m = survey(&mut engine, &keys);
+        if m.answered < m.quorum {
+            return Err(unavailable(n, m.answered, m.quorum, m.failures()).into());
+        }
+        let Some(token) = m.token.clone() else {
+            say!("lock '{}' is free; nothing to break", keys.name);
+            return Ok(Exit::Failure);
+        };
+        let mut what = m.holder().map_or_else(
+            || "an unknown holder (no holder record)".to_string(),
+            HolderRecord::describe,
+        );
+        if let Some(f) = m.holder().and_then(|h| h.fence) {
+            what.push_str(&format!(", fence {f}"));
+        }
+        if let Some(Some(ttl)) = m.ttl_ms() {
+            what.push_str(&format!(", {} left", human_ms(ttl)));
+        }
+        if n > 1 {
+            what.push_str(&format!(", on {} of {n} nodes", m.agree));
+        }
+        if m.state != State::Held {
+            what.push_str(", not on a quorum");
+        }
+        let question = format!(
+            "Break lock '{}' held by {what} (token {token})? The holder may still be running. [y/N] ",
+            keys.name
+        );
+        if !confirm(&question)? {
+            eprintln!("lockctl: lock '{}' left as it is", keys.name);
+            return Ok(Exit::Failure);
+        }
+    }
+
+    let key_list = [keys.key.as_str(), keys.holder.as_str()];
+    let args_list = [keys.channel.as_str()];
+    let results = quorum::all(engine.nodes_mut(), |_, node| {
+        node.eval("break", &BREAK, &key_list, &args_list)
+            .map(|v| (node.display.clone(), v))
+    });
+    let mut broken = Vec::new();
+    let mut failures = Vec::new();
+    let mut answered = 0;
+    for r in results {
+        match r {
+            Ok((node, v)) => {
+                answered += 1;
+                if let Some(b) = parse_break(node, v) {
+                    broken.push(b);
+                }
+            }
+            Err(fail) => failures.push(fail.reason),
+        }
+    }
+    let quorum = quorum::quorum(n);
+
+    if broken.is_empty() {
+        if answered < quorum {
+            return Err(unavailable(n, answered, quorum, failures).into());
+        }
+        say!("lock '{}' is free; nothing to break", keys.name);
+        return Ok(Exit::Failure);
+    }
+    print!("{}", report(&keys.name, &broken, n));
+    io::stdout().flush().ok();
+    if answered < quorum {
+        eprintln!(
+            "lockctl: only {answered} of {n} node(s) answered; the others may still hold '{}': {}",
+            keys.name,
+            failures.join("; ")
+        );
+        return Ok(Exit::Unavailable);
+    }
+    for f in &failures {
+        say!("{f}");
+    }
+    Ok(Exit::Success)
+}
+
+fn unavailable(nodes: usize, reachable: usize, quorum: usize, failures: Vec<String>) -> LockError {
+    LockError::Unavailable {
+        nodes,
+        reachable,
+        quorum,
+        detail: failures.join("; "),
+    }
+}
+
+/// The `BREAK` script's reply: `{token or nil, {holder field, value, ...}}`.
+fn parse_break(node: String, v: Value) -> Option<Broken> {
+    let Value::Array(items) = v else { return None };
+    let token = items.first().and_then(text)?;
+    let fields = items.get(1).map(pairs).unwrap_or_default();
+    Some(Broken {
+        holder: HolderRecord::from_fields(&fields, &token),
+        node,
+        token,
+    })
+}
+
+/// One line per distinct token taken away, naming its holder and fence.
+fn report(name: &str, broken: &[Broken], n: usize) -> String {
+    let mut tokens: Vec<&str> = Vec::new();
+    for b in broken {
+        if !tokens.contains(&b.token.as_str()) {
+            tokens.push(&b.token);
+        }
+    }
+    let mut out = String::new();
+    for t in tokens {
+        let mine: Vec<&Broken> = broken.iter().filter(|b| b.token == t).collect();
+        let holder = mine.iter().find_map(|b| b.holder.as_ref());
+        let who = holder.map_or_else(
+            || "an unknown holder (no holder record)".to_string(),
+            HolderRecord::describe,
+        );
+        let fence = holder
+            .and_then(|h| h.fence)
+            .map_or(String::new(), |f| format!(", fence {f}"));
+        let nodes = if n > 1 {
+            let list: Vec<&str> = mine.iter().map(|b| b.node.as_str()).collect();
+            format!(" on {} of {n} nodes ({})", mine.len(), list.join(", "))
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "broke lock '{name}': taken from {who}{fence}, token {t}{nodes}\n"
+        ));
+    }
+    out
+}
+
+/// Asks on stderr and reads the answer from the terminal on stdin; only `y` or `yes` confirms.
+fn confirm(question: &str) -> anyhow::Result<bool> {
+    eprint!("{question}");
+    io::stderr().flush().ok();
+    let mut answer = String::new();
+    // stdin is the terminal: `run` checked it before asking.
+    io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
