@@ -19,9 +19,16 @@ use crate::config::{
 /// One Redis URL is a single instance; several URLs are Redlock over independent masters with a
 /// majority quorum. Every grant carries a fencing token that strictly increases.
 #[derive(Debug, Parser)]
-#[command(name = "lockctl", version, propagate_version = true, max_term_width = 100)]
-#[command(after_long_help = "Exit codes: 0 success, 1 failure (status: free), 2 usage error, \
-69 Redis unavailable, 75 busy, 76 lease lost / not the owner; exec passes the child's status through.")]
+#[command(
+    name = "lockctl",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+#[command(
+    after_long_help = "Exit codes: 0 success, 1 failure (status: free), 2 usage error, \
+69 Redis unavailable, 75 busy, 76 lease lost / not the owner; exec passes the child's status through."
+)]
 pub struct Cli {
     #[command(flatten)]
     pub connection: ConnectionArgs,
@@ -42,14 +49,27 @@ pub struct ConnectionArgs {
     /// redis://[user:password@]host[:port][/db], rediss:// for TLS, or unix:///path/to/socket
     /// (also redis+unix://). One URL is a single instance; N URLs need a quorum of N/2+1.
     /// Passwords are never printed. Example: -r redis://10.0.0.1 -r redis://10.0.0.2 -r redis://10.0.0.3
-    #[arg(short = 'r', long = "redis", value_name = "URL", env = "LOCKCTL_REDIS", value_delimiter = ',',
-          global = true, hide_env_values = true)]
+    #[arg(
+        short = 'r',
+        long = "redis",
+        value_name = "URL",
+        env = "LOCKCTL_REDIS",
+        value_delimiter = ',',
+        global = true,
+        hide_env_values = true
+    )]
     pub redis: Vec<String>,
 
     /// Key prefix for lock keys
     ///
     /// The lock NAME is stored under the key PREFIX+NAME. An empty prefix is allowed.
-    #[arg(long, value_name = "PREFIX", env = "LOCKCTL_PREFIX", default_value = "lockctl:", global = true)]
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        env = "LOCKCTL_PREFIX",
+        default_value = "lockctl:",
+        global = true
+    )]
     pub prefix: String,
 
     /// Bound on connecting to, and on each command to, one node
@@ -57,7 +77,8 @@ pub struct ConnectionArgs {
     /// An unresponsive node (stopped, black-holed) costs at most about this long. Keep it far below
     /// the TTL. Example: --node-timeout 200ms
     #[arg(long, value_name = "DUR", env = "LOCKCTL_NODE_TIMEOUT", default_value = "500ms",
-          value_parser = parse_positive_duration, global = true)]
+          value_parser = parse_positive_duration,
+        allow_hyphen_values = true, global = true)]
     pub node_timeout: std::time::Duration,
 
     /// CA certificate (PEM) to verify rediss:// servers instead of the system roots
@@ -65,11 +86,23 @@ pub struct ConnectionArgs {
     pub tls_ca: Option<PathBuf>,
 
     /// Client certificate (PEM) for rediss:// servers that require one (with --tls-key)
-    #[arg(long, value_name = "FILE", env = "LOCKCTL_TLS_CERT", requires = "tls_key", global = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "LOCKCTL_TLS_CERT",
+        requires = "tls_key",
+        global = true
+    )]
     pub tls_cert: Option<PathBuf>,
 
     /// Private key (PEM) of the client certificate (with --tls-cert)
-    #[arg(long, value_name = "FILE", env = "LOCKCTL_TLS_KEY", requires = "tls_cert", global = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "LOCKCTL_TLS_KEY",
+        requires = "tls_cert",
+        global = true
+    )]
     pub tls_key: Option<PathBuf>,
 }
 
@@ -80,7 +113,8 @@ pub struct TimingArgs {
     /// Clock drift allowance as a fraction of the TTL
     ///
     /// validity = TTL - elapsed - (TTL * drift-factor + 2ms).
-    #[arg(long, value_name = "F", default_value = "0.01", value_parser = parse_drift_factor, global = true)]
+    #[arg(long, value_name = "F", default_value = "0.01", value_parser = parse_drift_factor,
+        allow_negative_numbers = true, global = true)]
     pub drift_factor: f64,
 
     /// Nodes up for less than this do not vote [default: the TTL]
@@ -88,6 +122,7 @@ pub struct TimingArgs {
     /// The delayed-restart rule: a node that restarted may have lost a lock it granted, so it counts
     /// toward no quorum until every lease it could have held has expired. 0 disables the rule.
     #[arg(long, value_name = "DUR", env = "LOCKCTL_QUARANTINE", value_parser = parse_duration_or_zero,
+        allow_hyphen_values = true,
           global = true)]
     pub quarantine: Option<std::time::Duration>,
 }
@@ -164,11 +199,13 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct WaitArgs {
     /// Lease time to live
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration)]
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration,
+        allow_hyphen_values = true)]
     pub ttl: std::time::Duration,
 
     /// Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]
-    #[arg(short = 'w', long = "wait", value_name = "DUR", value_parser = parse_duration_or_zero)]
+    #[arg(short = 'w', long = "wait", value_name = "DUR", value_parser = parse_duration_or_zero,
+        allow_hyphen_values = true)]
     pub wait: Option<std::time::Duration>,
 
     /// One attempt: fail at once if the lock is busy
@@ -177,7 +214,8 @@ pub struct WaitArgs {
 
     /// Exit code when the lock is busy, instead of 75
     #[arg(short = 'E', long = "conflict-exit-code", value_name = "N",
-          value_parser = clap::value_parser!(u8))]
+          value_parser = clap::value_parser!(u8),
+        allow_negative_numbers = true)]
     pub conflict_exit_code: Option<u8>,
 }
 
@@ -197,7 +235,12 @@ pub struct ReleaseArgs {
     /// Lock name
     pub name: String,
     /// The token that acquire printed
-    #[arg(long, value_name = "TOKEN", env = "LOCKCTL_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "LOCKCTL_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
 }
 
@@ -206,10 +249,16 @@ pub struct RenewArgs {
     /// Lock name
     pub name: String,
     /// The token that acquire printed
-    #[arg(long, value_name = "TOKEN", env = "LOCKCTL_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "LOCKCTL_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
     /// New time to live from now
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration)]
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration,
+        allow_hyphen_values = true)]
     pub ttl: std::time::Duration,
 }
 
@@ -220,14 +269,24 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
     /// After SIGTERM, wait this long before SIGKILL
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration,
+        allow_hyphen_values = true)]
     pub kill_after: std::time::Duration,
     /// Run COMMAND with `sh -c`
-    #[arg(short = 'c', long = "command", value_name = "COMMAND", conflicts_with = "program",
-          required_unless_present = "program")]
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "COMMAND",
+        conflicts_with = "program",
+        required_unless_present = "program"
+    )]
     pub command: Option<OsString>,
     /// Program and arguments, after `--`
-    #[arg(value_name = "PROGRAM", trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        value_name = "PROGRAM",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub program: Vec<OsString>,
 }
 
@@ -262,7 +321,8 @@ pub struct BreakArgs {
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// The lease TTL your jobs use (uptime and latency are judged against it)
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration)]
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration,
+        allow_hyphen_values = true)]
     pub ttl: std::time::Duration,
     /// Output format
     #[arg(long, value_enum, default_value_t = ReportFormat::Plain)]

@@ -1,0 +1,212 @@
+//! Bad input exits 2 with a message that names the option, and changes nothing in Redis.
+//!
+//! Every case runs against a live server that already holds a lock, so "nothing changed" is checked
+//! on real state: no new key appears, and the existing lock keeps its token and TTL.
+
+mod support;
+
+use support::*;
+
+/// A server holding lock `held`; returns it with the holder's token.
+fn server_with_a_lock() -> (Server, String) {
+    let s = Server::start();
+    let g = acquire_json(&mut lockctl_on(&s), "held", &["--ttl", "60s"]);
+    (s, g["token"].as_str().unwrap().to_string())
+}
+
+/// Runs lockctl with `args` and checks: exit 2, each of `words` in stderr, nothing on stdout, and the
+/// server's keys and the held lock unchanged.
+fn rejects(s: &Server, token: &str, args: &[&str], words: &[&str]) {
+    let keys = s.keys();
+    let pttl: i64 = s.cmd(&["PTTL", "lockctl:held"]);
+    let o = run(lockctl_on(s).args(args));
+    let err = stderr(&o);
+    assert_eq!(
+        code(&o),
+        2,
+        "{args:?} should be a usage error; stderr: {err}"
+    );
+    for w in words {
+        assert!(
+            err.contains(w),
+            "{args:?}: the message should name {w:?}: {err}"
+        );
+    }
+    assert_eq!(stdout(&o), "", "{args:?} printed a result");
+    assert_eq!(s.keys(), keys, "{args:?} changed the keys");
+    assert_eq!(s.get("lockctl:held").as_deref(), Some(token));
+    let after: i64 = s.cmd(&["PTTL", "lockctl:held"]);
+    assert!(after <= pttl, "{args:?} extended the lock");
+}
+
+#[test]
+fn bad_ttl() {
+    let (s, t) = server_with_a_lock();
+    for ttl in [
+        "0",
+        "0s",
+        "0ms",
+        "-1",
+        "-5s",
+        "abc",
+        "",
+        "10 parsecs",
+        "1e400",
+        "400d",
+        "1us",
+    ] {
+        rejects(&s, &t, &["acquire", "new", "--ttl", ttl], &["--ttl"]);
+        rejects(
+            &s,
+            &t,
+            &["renew", "held", "--token", &t, "--ttl", ttl],
+            &["--ttl"],
+        );
+    }
+    rejects(&s, &t, &["acquire", "new", "--ttl=-1"], &["--ttl"]);
+}
+
+#[test]
+fn bad_wait_and_timeouts() {
+    let (s, t) = server_with_a_lock();
+    for w in ["-1", "soon", "1e400"] {
+        rejects(&s, &t, &["acquire", "new", "-w", w], &["--wait"]);
+    }
+    rejects(
+        &s,
+        &t,
+        &["acquire", "new", "-w", "1s", "-n"],
+        &["--no-wait"],
+    );
+    for d in ["0", "-1", "x"] {
+        rejects(
+            &s,
+            &t,
+            &["--node-timeout", d, "acquire", "new"],
+            &["--node-timeout"],
+        );
+    }
+    rejects(
+        &s,
+        &t,
+        &["--quarantine", "x", "acquire", "new"],
+        &["--quarantine"],
+    );
+    for f in ["0.5", "-0.1", "lots"] {
+        rejects(
+            &s,
+            &t,
+            &["--drift-factor", f, "acquire", "new"],
+            &["--drift-factor"],
+        );
+    }
+}
+
+#[test]
+fn bad_conflict_exit_code() {
+    let (s, t) = server_with_a_lock();
+    for n in ["300", "256", "-1", "x"] {
+        rejects(
+            &s,
+            &t,
+            &["acquire", "held", "-n", "-E", n],
+            &["--conflict-exit-code"],
+        );
+    }
+}
+
+#[test]
+fn bad_names() {
+    let (s, t) = server_with_a_lock();
+    let long = "x".repeat(513);
+    // 171 three-byte characters: 513 bytes, though only 171 characters.
+    let long_utf8 = "€".repeat(171);
+    for name in ["", "a\nb", "tab\there", "nul\u{7}", &long, &long_utf8] {
+        rejects(&s, &t, &["acquire", name], &["NAME"]);
+        rejects(&s, &t, &["release", name, "--token", &t], &["NAME"]);
+        rejects(&s, &t, &["renew", name, "--token", &t], &["NAME"]);
+    }
+    // The auxiliary keys' separator is a control character too.
+    rejects(&s, &t, &["acquire", "held\u{1f}fence"], &["NAME"]);
+    rejects(
+        &s,
+        &t,
+        &["--prefix", "p\u{1f}", "acquire", "new"],
+        &["--prefix"],
+    );
+    // 512 bytes is the limit, and it is allowed.
+    let o = run(lockctl_on(&s).args(["acquire", &"y".repeat(512), "-n"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn bad_urls() {
+    let (s, t) = server_with_a_lock();
+    for url in [
+        "http://127.0.0.1:6379",
+        "ftp://127.0.0.1",
+        "127.0.0.1:6379",
+        "redis://",
+        "unix://",
+        "",
+    ] {
+        let o = run(lockctl_on(&s).args(["-r", url, "acquire", "new", "-n"]));
+        assert_eq!(code(&o), 2, "{url:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--redis"), "{url:?}: {}", stderr(&o));
+    }
+    // One bad URL among good ones, through the environment.
+    let o = run(lockctl()
+        .env("LOCKCTL_REDIS", format!("{},gopher://x", s.url()))
+        .args(["acquire", "new", "-n"]));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--redis"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("gopher"), "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:new"), None);
+    // The same node twice is not Redlock.
+    let o = run(lockctl().args(["-r", &s.url(), "-r", &s.url(), "acquire", "new", "-n"]));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--redis"), "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:new"), None);
+}
+
+#[test]
+fn release_and_renew_without_a_token() {
+    let (s, t) = server_with_a_lock();
+    for cmd in ["release", "renew"] {
+        rejects(&s, &t, &[cmd, "held"], &["--token", "LOCKCTL_TOKEN"]);
+        rejects(&s, &t, &[cmd, "held", "--token", ""], &["--token"]);
+        rejects(&s, &t, &[cmd, "held", "--token", "a\nb"], &["--token"]);
+    }
+    // An empty LOCKCTL_TOKEN is no token either.
+    let o = run(lockctl_on(&s)
+        .env("LOCKCTL_TOKEN", "")
+        .args(["release", "held"]));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--token"), "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:held").as_deref(), Some(t.as_str()));
+}
+
+#[test]
+fn unknown_commands_and_flags() {
+    let (s, t) = server_with_a_lock();
+    rejects(&s, &t, &["grab", "held"], &["grab"]);
+    rejects(
+        &s,
+        &t,
+        &["acquire", "new", "--frobnicate"],
+        &["--frobnicate"],
+    );
+    rejects(
+        &s,
+        &t,
+        &["acquire", "new", "--format", "yaml"],
+        &["--format"],
+    );
+    rejects(&s, &t, &["acquire"], &["NAME"]);
+    rejects(
+        &s,
+        &t,
+        &["-q", "-v", "acquire", "new"],
+        &["--quiet", "--verbose"],
+    );
+}
