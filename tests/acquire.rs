@@ -1,0 +1,498 @@
+//! `acquire`, `release` and `renew` against a real redis-server: exit codes, tokens and fencing, the
+//! output formats, the canonical `SET NX PX` layout, waiting, and script reloading.
+
+mod support;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Acquires `name` and returns its token (plain output).
+fn acquire(server: &Server, name: &str, extra: &[&str]) -> String {
+    let o = run(lockctl_on(server).args(["acquire", name]).args(extra));
+    assert_eq!(code(&o), 0, "acquire {name}: {}", stderr(&o));
+    stdout(&o)
+}
+
+fn pttl(server: &Server, key: &str) -> i64 {
+    server.cmd(&["PTTL", key])
+}
+
+fn is_token(t: &str) -> bool {
+    t.len() == 32
+        && t.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[test]
+fn acquire_exit_codes_free_busy_and_conflict_code() {
+    let s = Server::start();
+    let token = acquire(&s, "job", &["--ttl", "60s"]);
+    assert!(is_token(&token), "token {token:?}");
+
+    let busy = run(lockctl_on(&s).args(["acquire", "job", "-n"]));
+    assert_eq!(code(&busy), 75, "{}", stderr(&busy));
+    assert_eq!(stdout(&busy), "", "a busy acquire prints no token");
+    assert!(stderr(&busy).contains("busy"), "{}", stderr(&busy));
+
+    let zero_wait = run(lockctl_on(&s).args(["acquire", "job", "-w", "0"]));
+    assert_eq!(code(&zero_wait), 75, "-w 0 is -n");
+
+    for n in ["0", "3", "255"] {
+        let o = run(lockctl_on(&s).args(["acquire", "job", "-n", "-E", n]));
+        assert_eq!(code(&o).to_string(), n, "-E {n} replaces 75");
+        let o = run(lockctl_on(&s).args(["acquire", "job", "-n", "--conflict-exit-code", n]));
+        assert_eq!(code(&o).to_string(), n, "--conflict-exit-code {n}");
+    }
+    // The holder is untouched by all of that.
+    assert_eq!(s.get("lockctl:job").as_deref(), Some(token.as_str()));
+
+    // -E changes only the busy code: a free lock is still 0.
+    let o = run(lockctl_on(&s).args(["acquire", "other", "-n", "-E", "9"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn release_and_renew_exit_codes() {
+    let s = Server::start();
+    let token = acquire(&s, "job", &["--ttl", "20s"]);
+
+    let o = run(lockctl_on(&s).args(["renew", "job", "--token", &token, "--ttl", "40s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let validity: u64 = stdout(&o).parse().expect("renew prints the validity in ms");
+    assert!(
+        validity > 30_000 && validity < 40_000,
+        "validity {validity}"
+    );
+    let left = pttl(&s, "lockctl:job");
+    assert!(
+        left > 30_000 && left <= 40_000,
+        "renew set the PTTL to about 40s: {left}"
+    );
+
+    let o = run(lockctl_on(&s).args(["release", "job", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:job"), None);
+
+    // Released once: the token holds nothing any more.
+    let o = run(lockctl_on(&s).args(["release", "job", "--token", &token]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stderr(&o).contains("not held"), "{}", stderr(&o));
+    let o = run(lockctl_on(&s).args(["renew", "job", "--token", &token]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:job"), None, "a failed renew creates nothing");
+    // Never taken at all.
+    let o = run(lockctl_on(&s).args(["release", "never", "--token", &token]));
+    assert_eq!(code(&o), 76);
+}
+
+#[test]
+fn renew_of_an_expired_lease_is_76() {
+    let s = Server::start();
+    let token = acquire(&s, "short", &["--ttl", "300ms"]);
+    assert!(eventually(Duration::from_secs(10), || s
+        .get("lockctl:short")
+        .is_none()));
+    let o = run(lockctl_on(&s).args(["renew", "short", "--token", &token]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    let o = run(lockctl_on(&s).args(["release", "short", "--token", &token]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+}
+
+#[test]
+fn a_wrong_token_never_touches_another_holders_lock() {
+    let s = Server::start();
+    let token = acquire(&s, "job", &["--ttl", "60s"]);
+    let wrong = "0123456789abcdef0123456789abcdef";
+    let before = pttl(&s, "lockctl:job");
+    assert!(before > 50_000 && before <= 60_000, "{before}");
+
+    let o = run(lockctl_on(&s).args(["release", "job", "--token", wrong]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    let o = run(lockctl_on(&s).args(["renew", "job", "--token", wrong, "--ttl", "600s"]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    let o = run(lockctl_on(&s).args(["renew", "job", "--token", wrong, "--ttl", "1s"]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+
+    assert_eq!(s.get("lockctl:job").as_deref(), Some(token.as_str()));
+    let after = pttl(&s, "lockctl:job");
+    assert!(
+        after <= before && after > before - 10_000,
+        "the TTL was neither extended nor shortened: {before} then {after}"
+    );
+    let holder: Vec<String> = s.cmd(&["HMGET", "{lockctl:job}\u{1f}holder", "token"]);
+    assert_eq!(holder, vec![token.clone()], "holder information kept");
+
+    // The holder can still use its lock.
+    let o = run(lockctl_on(&s).args(["release", "job", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn fencing_tokens_strictly_increase_and_tokens_are_unique() {
+    let s = Server::start();
+    let mut last = 0u64;
+    let mut tokens = HashSet::new();
+    for i in 0..40 {
+        let g = acquire_json(&mut lockctl_on(&s), "fenced", &["-n"]);
+        let fence = g["fence"].as_u64().expect("fence is an integer");
+        let token = g["token"].as_str().unwrap().to_string();
+        assert!(fence > last, "grant {i}: fence {fence} after {last}");
+        assert!(is_token(&token), "token {token:?}");
+        assert!(tokens.insert(token.clone()), "token {token} repeated");
+        last = fence;
+        // Alternate lockctl's release with a plain DEL, as an operator or another client might do.
+        if i % 2 == 0 {
+            let o = run(lockctl_on(&s).args(["release", "fenced", "--token", &token]));
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+        } else {
+            let _: i64 = s.cmd(&["DEL", "lockctl:fenced"]);
+        }
+    }
+    // Another name has its own counter.
+    let g = acquire_json(&mut lockctl_on(&s), "other", &["-n"]);
+    assert_eq!(g["fence"].as_u64(), Some(1));
+    // The counter never expires.
+    assert_eq!(pttl(&s, "{lockctl:fenced}\u{1f}fence"), -1);
+}
+
+#[test]
+fn json_output_has_the_contract_fields() {
+    let s = Server::start();
+    let g = acquire_json(&mut lockctl_on(&s), "report", &["--ttl", "45s"]);
+    assert_eq!(g["name"], "report");
+    assert_eq!(g["key"], "lockctl:report");
+    assert!(is_token(g["token"].as_str().unwrap()));
+    assert!(g["fence"].as_u64().unwrap() >= 1);
+    assert_eq!(g["ttl_ms"].as_u64(), Some(45_000));
+    let validity = g["validity_ms"].as_u64().unwrap();
+    assert!(
+        validity < 45_000 && validity > 40_000,
+        "validity {validity} is below the TTL by the drift and the elapsed time"
+    );
+    assert_eq!(g["nodes"].as_u64(), Some(1));
+    assert_eq!(g["quorum"].as_u64(), Some(1));
+    assert_eq!(s.get("lockctl:report").as_deref(), g["token"].as_str());
+
+    // With another prefix the key follows it.
+    let o = run(lockctl_on(&s).args(["--prefix", "app/", "acquire", "report", "--format", "json"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(g["key"], "app/report");
+    assert_eq!(s.get("app/report").as_deref(), g["token"].as_str());
+}
+
+/// The lockctl binary, for shell scripts.
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_lockctl")
+}
+
+#[test]
+fn env_output_evals_in_sh_and_release_and_renew_read_the_token() {
+    let s = Server::start();
+    // A name that needs quoting.
+    let name = "it's a \"job\" $HOME `x`";
+    let script = r#"
+        set -e
+        eval "$("$LC" acquire "$NAME" --ttl 20s --format env)"
+        [ "$LOCKCTL_NAME" = "$NAME" ] || { echo "bad name: $LOCKCTL_NAME"; exit 10; }
+        echo "key=$LOCKCTL_KEY"
+        echo "token=$LOCKCTL_TOKEN"
+        echo "fence=$LOCKCTL_FENCE"
+        echo "validity=$LOCKCTL_VALIDITY_MS"
+        "$LC" renew "$NAME" --ttl 50s
+        echo "renewed"
+        "$LC" release "$NAME"
+        echo "released"
+        "$LC" release "$NAME" || echo "second release: $?"
+    "#;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script).env("LC", bin()).env("NAME", name);
+    for (k, v) in lockctl_on(&s).get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let o = run(&mut cmd);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 0, "stdout:\n{out}\nstderr:\n{}", stderr(&o));
+    let field = |k: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no {k} in {out}"))
+            .to_string()
+    };
+    assert_eq!(field("key"), format!("lockctl:{name}"));
+    assert!(is_token(&field("token")));
+    assert_eq!(field("fence"), "1");
+    let validity: u64 = field("validity").parse().unwrap();
+    assert!(validity > 15_000 && validity < 20_000, "{validity}");
+    let renewed_validity: u64 = out
+        .lines()
+        .find_map(|l| l.parse().ok())
+        .expect("renew printed the validity in ms");
+    assert!(
+        renewed_validity > 40_000 && renewed_validity < 50_000,
+        "{renewed_validity}"
+    );
+    assert!(
+        out.contains("renewed\nreleased\nsecond release: 76"),
+        "{out}"
+    );
+    assert_eq!(s.get(&format!("lockctl:{name}")), None, "released");
+}
+
+#[test]
+fn the_key_holds_exactly_the_token_with_a_px_ttl() {
+    let s = Server::start();
+    let token = acquire(&s, "canon", &["--ttl", "7500ms"]);
+    let kind: String = s.cmd(&["TYPE", "lockctl:canon"]);
+    assert_eq!(kind, "string");
+    assert_eq!(s.get("lockctl:canon").as_deref(), Some(token.as_str()));
+    let left = pttl(&s, "lockctl:canon");
+    assert!(
+        left > 5_500 && left <= 7_500,
+        "PTTL {left} close to --ttl 7500ms"
+    );
+    // Fractional seconds are milliseconds too.
+    acquire(&s, "frac", &["--ttl", "2.5"]);
+    let left = pttl(&s, "lockctl:frac");
+    assert!(
+        left > 500 && left <= 2_500,
+        "PTTL {left} close to --ttl 2.5"
+    );
+    // Holder information expires with the lock.
+    let holder_left = pttl(&s, "{lockctl:canon}\u{1f}holder");
+    assert!(holder_left > 0 && holder_left <= 7_500, "{holder_left}");
+}
+
+#[test]
+fn a_canonical_client_and_lockctl_exclude_each_other() {
+    let s = Server::start();
+    let theirs = "canonical-client-token";
+    let ok: Option<String> = s.cmd(&["SET", "lockctl:shared", theirs, "NX", "PX", "60000"]);
+    assert_eq!(ok.as_deref(), Some("OK"));
+    let o = run(lockctl_on(&s).args(["acquire", "shared", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:shared").as_deref(), Some(theirs));
+    // lockctl's release is the canonical compare-and-delete, so it works on their token too.
+    let o = run(lockctl_on(&s).args(["release", "shared", "--token", theirs]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    let token = acquire(&s, "shared", &["--ttl", "60s"]);
+    let refused: Option<String> = s.cmd(&["SET", "lockctl:shared", theirs, "NX", "PX", "60000"]);
+    assert_eq!(refused, None, "SET NX fails while lockctl holds the lock");
+    assert_eq!(s.get("lockctl:shared").as_deref(), Some(token.as_str()));
+    // The canonical release script deletes lockctl's key given lockctl's token.
+    let canonical_release = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+        return redis.call('del', KEYS[1]) else return 0 end";
+    let n: i64 = s.cmd(&["EVAL", canonical_release, "1", "lockctl:shared", &token]);
+    assert_eq!(n, 1);
+    let g = acquire_json(&mut lockctl_on(&s), "shared", &["-n"]);
+    assert!(g["fence"].as_u64().unwrap() >= 2);
+}
+
+/// Starts `lockctl acquire` waiting on a held lock; returns it once it has printed its waiting line.
+fn start_waiter(s: &Server, name: &str, extra: &[&str]) -> (std::process::Child, Instant) {
+    let mut child = lockctl_on(s)
+        .args(["acquire", name])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "waiter closed stderr before saying it waits"
+        );
+        if line.contains("waiting for lock") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no waiting line"
+        );
+    }
+    // Keep draining stderr so the waiter never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+    });
+    (child, started)
+}
+
+#[test]
+fn waiters_are_woken_by_the_release_not_by_polling() {
+    let s = Server::start();
+    let mut holder = acquire(&s, "woken", &["--ttl", "60s"]);
+    let mut waiters: Vec<_> = (0..3)
+        .map(|_| start_waiter(&s, "woken", &["--ttl", "60s"]).0)
+        .collect();
+    // Long enough for the backoff between attempts to reach its 2 s cap: a polling waiter would now
+    // notice a release only after a sleep of 1 to 2 s, and would pass the bound below only about
+    // two times in three, each round.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(s.get("lockctl:woken").as_deref(), Some(holder.as_str()));
+
+    let mut total = Duration::ZERO;
+    while !waiters.is_empty() {
+        let released = Instant::now();
+        let o = run(lockctl_on(&s).args(["release", "woken", "--token", &holder]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        // One waiter takes the lock (and exits, holding it); the others wait on.
+        let mut winner = None;
+        while winner.is_none() {
+            winner = waiters
+                .iter_mut()
+                .position(|w| w.try_wait().unwrap().is_some());
+            assert!(
+                released.elapsed() < Duration::from_secs(60),
+                "no waiter took the released lock"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let took = released.elapsed();
+        let out = wait_output(waiters.remove(winner.unwrap()), Duration::from_secs(10));
+        assert_eq!(code(&out), 0);
+        holder = stdout(&out);
+        assert!(is_token(&holder));
+        assert_eq!(s.get("lockctl:woken").as_deref(), Some(holder.as_str()));
+        assert!(
+            took < Duration::from_millis(1000),
+            "a waiter took {took:?} after the release (the TTL had about a minute left)"
+        );
+        total += took;
+    }
+    assert!(
+        total < Duration::from_millis(1500),
+        "three wake-ups took {total:?}"
+    );
+}
+
+#[test]
+fn a_waiter_reports_that_the_release_woke_it() {
+    // The same as above, seen from inside: with -v the waiter logs what ended each sleep.
+    let s = Server::start();
+    let holder = acquire(&s, "woken-v", &["--ttl", "60s"]);
+    let mut child = lockctl_on(&s)
+        .args(["-v", "acquire", "woken-v"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = collect_stderr(child.stderr.take().unwrap());
+    std::thread::sleep(Duration::from_secs(3));
+    let o = run(lockctl_on(&s).args(["release", "woken-v", "--token", &holder]));
+    assert_eq!(code(&o), 0);
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(code(&out), 0);
+    let log = err.join().unwrap();
+    assert!(log.contains("woken by a release of 'woken-v'"), "{log}");
+}
+
+#[test]
+fn wait_gives_up_after_the_wait_and_no_wait_at_once() {
+    let s = Server::start();
+    let holder = acquire(&s, "slow", &["--ttl", "60s"]);
+
+    let t = Instant::now();
+    let o = run(lockctl_on(&s).args(["acquire", "slow", "-w", "1s"]));
+    let took = t.elapsed();
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "-w 1s gave up after {took:?}"
+    );
+    let o = run(lockctl_on(&s).args(["acquire", "slow", "-w", "1s", "-E", "42"]));
+    assert_eq!(code(&o), 42);
+
+    let t = Instant::now();
+    let o = run(lockctl_on(&s).args(["acquire", "slow", "-n"]));
+    let took = t.elapsed();
+    assert_eq!(code(&o), 75);
+    assert!(took < Duration::from_secs(5), "-n took {took:?}");
+    assert!(
+        !stderr(&o).contains("waiting"),
+        "-n does not wait: {}",
+        stderr(&o)
+    );
+    assert_eq!(s.get("lockctl:slow").as_deref(), Some(holder.as_str()));
+}
+
+#[test]
+fn a_waiter_gets_an_expired_lock_without_a_release() {
+    let s = Server::start();
+    let t = Instant::now();
+    acquire(&s, "expiring", &["--ttl", "1500ms"]);
+    let o = run(lockctl_on(&s).args(["acquire", "expiring", "-w", "30s"]));
+    let took = t.elapsed();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(took >= Duration::from_millis(1400), "{took:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn progress_line_on_stderr_when_not_a_terminal_and_quiet_silences_it() {
+    let s = Server::start();
+    acquire(&s, "progress", &["--ttl", "60s"]);
+    let o = run(lockctl_on(&s).args(["acquire", "progress", "-w", "1s"]));
+    assert_eq!(code(&o), 75);
+    let err = stderr(&o);
+    let line = err
+        .lines()
+        .find(|l| l.contains("waiting for lock 'progress'"))
+        .unwrap_or_else(|| panic!("no waiting line in {err:?}"));
+    assert!(line.contains("held by"), "{line}");
+    assert!(line.contains("pid"), "the line names the holder: {line}");
+    assert!(line.contains("waited"), "{line}");
+    assert!(!err.contains('\r'), "no spinner on a pipe: {err:?}");
+
+    let o = run(lockctl_on(&s).args(["-q", "acquire", "progress", "-w", "1s"]));
+    assert_eq!(code(&o), 75);
+    assert_eq!(stderr(&o), "", "-q silences the progress and busy lines");
+}
+
+#[test]
+fn script_flush_between_commands_changes_nothing() {
+    let s = Server::start();
+    let flush = || {
+        let ok: String = s.cmd(&["SCRIPT", "FLUSH"]);
+        assert_eq!(ok, "OK");
+    };
+    flush();
+    let token = acquire(&s, "flushed", &["--ttl", "10s"]);
+    flush();
+    let o = run(lockctl_on(&s).args(["renew", "flushed", "--token", &token, "--ttl", "20s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(pttl(&s, "lockctl:flushed") > 10_000);
+    flush();
+    let o = run(lockctl_on(&s).args(["acquire", "flushed", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    flush();
+    let o = run(lockctl_on(&s).args(["release", "flushed", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    flush();
+    let g = acquire_json(&mut lockctl_on(&s), "flushed", &["-n"]);
+    assert_eq!(g["fence"].as_u64(), Some(2));
+}
+
+#[test]
+fn tcp_and_unix_socket_urls_both_work() {
+    let s = Server::start_tcp();
+    let token = acquire(&s, "tcp", &[]);
+    let o = run(lockctl().args(["-r", &s.url(), "release", "tcp", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let unix = format!("redis+unix://{}", s.socket().display());
+    let o = run(lockctl().args(["-r", &unix, "acquire", "unix", "-n"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:unix").as_deref(), Some(stdout(&o).as_str()));
+}
