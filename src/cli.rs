@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    parse_drift_factor, parse_duration, parse_duration_or_zero, parse_positive_duration,
+    parse_drift_factor, parse_duration, parse_duration_or_zero, parse_positive_duration, parse_ttl,
 };
 
 /// Distributed locks on Redis for shell scripts, cron jobs and CI pipelines.
@@ -199,7 +199,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct WaitArgs {
     /// Lease time to live
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration,
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl,
         allow_hyphen_values = true)]
     pub ttl: std::time::Duration,
 
@@ -257,7 +257,7 @@ pub struct RenewArgs {
     )]
     pub token: Option<String>,
     /// New time to live from now
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration,
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl,
         allow_hyphen_values = true)]
     pub ttl: std::time::Duration,
 }
@@ -321,7 +321,7 @@ pub struct BreakArgs {
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// The lease TTL your jobs use (uptime and latency are judged against it)
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_positive_duration,
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl,
         allow_hyphen_values = true)]
     pub ttl: std::time::Duration,
     /// Output format

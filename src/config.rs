@@ -68,6 +68,23 @@ pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Shortest lease worth asking for: the fixed clock-drift allowance alone is 2 ms, so a shorter TTL
+/// could never be granted and would only ever look busy.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
+/// A lease TTL: at least [`MIN_TTL`].
+pub fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let d = parse_positive_duration(text)?;
+    if d < MIN_TTL {
+        return Err(
+            "must be at least 10ms: the clock-drift allowance alone is 2ms, so a shorter lease \
+             could never be granted"
+                .into(),
+        );
+    }
+    Ok(d)
+}
+
 /// The Redlock clock-drift factor: a fraction of the TTL in [0, 0.5).
 pub fn parse_drift_factor(text: &str) -> Result<f64, String> {
     let f: f64 = text
