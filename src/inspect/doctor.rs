@@ -1,5 +1,666 @@
-//! doctor (stub)
-use crate::cli::DoctorArgs;
+//! `doctor`: checks every node against the known ways a Redis lock fails.
+//!
+//! Each node is probed in parallel with read-only commands (PING, TIME, INFO, ROLE, CONFIG GET), every
+//! one bounded by the node timeout, and each hazard becomes one finding: `ok`, `warn` or `fail`, what
+//! was found and what to do. `fail` is for setups that break locks outright (a replica, an
+//! `allkeys-*` eviction policy that can evict the fencing counter, an unreachable node, two URLs that
+//! reach one server); `warn` for the ones that can lose a lock in a failure (asynchronous replication,
+//! `volatile-*` eviction, persistence that loses recent writes, a recent restart, a skewed clock, an
+//! even node count). Managed services often rename or refuse CONFIG: the affected checks then say
+//! "could not check" (a warning: an unknown hazard is not an absent one) and the rest go on.
+//!
+//! Clock offset: the node's TIME is compared with the midpoint of this host's wall clock before and
+//! after the call, so the measurement error is at most half the round trip. lockctl itself times
+//! leases on the monotonic clock, so an offset alone breaks nothing, but Redis expires keys by its own
+//! wall clock: a server clock that jumps expires locks early. NTP keeps hosts within tens of
+//! milliseconds, so an offset beyond [`CLOCK_WARN`] (after subtracting the measurement error) means at
+//! least one of the two clocks is not disciplined and may be stepped later.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::Value;
+use serde_json::{json, Value as Json};
+
+use super::{int, pairs, server_ms, text};
+use crate::cli::{DoctorArgs, ReportFormat};
 use crate::config::Settings;
 use crate::exit::Exit;
-pub fn run(_s: &Settings, _a: &DoctorArgs) -> anyhow::Result<Exit> { anyhow::bail!("not yet") }
+use crate::lock::node::Node;
+use crate::lock::{quorum, Engine};
+use crate::output::human_ms;
+
+/// Clock offset above which a node's clock is reported: far beyond NTP's error, far below a lease.
+pub const CLOCK_WARN: Duration = Duration::from_secs(1);
+
+/// The CONFIG parameters the checks read.
+const CONFIG_KEYS: [&str; 4] = ["maxmemory-policy", "appendonly", "appendfsync", "save"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "fail",
+        }
+    }
+}
+
+/// One line of the report.
+struct Finding {
+    /// The node's redacted URL; `None` for findings about the whole setup.
+    node: Option<String>,
+    check: &'static str,
+    level: Level,
+    found: String,
+    advice: Option<String>,
+}
+
+/// What one node told us.
+#[derive(Default)]
+struct Probe {
+    node: String,
+    unreachable: Option<String>,
+    rtt: Duration,
+    /// Node clock minus this host's clock, and the measurement's error bound, in ms.
+    clock: Option<(i64, i64)>,
+    info: Option<HashMap<String, String>>,
+    info_error: Option<String>,
+    /// `(role, replicas)` from ROLE, or from INFO when ROLE is refused.
+    role: Option<(String, usize, String)>,
+    config: HashMap<&'static str, Result<String, String>>,
+}
+
+impl Probe {
+    fn info(&self, key: &str) -> Option<&str> {
+        self.info.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn config(&self, key: &str) -> Result<&str, String> {
+        match self.config.get(key) {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err("not read".into()),
+        }
+    }
+}
+
+pub fn run(settings: &Settings, args: &DoctorArgs) -> anyhow::Result<Exit> {
+    let mut engine = Engine::new(settings)?;
+    let n = engine.nodes().len();
+    let quorum = engine.quorum();
+    let probes = quorum::all(engine.nodes_mut(), |_, node| probe(node));
+    let reachable = probes.iter().filter(|p| p.unreachable.is_none()).count();
+
+    let mut findings = setup_findings(settings, args.ttl, &probes, quorum);
+    for p in &probes {
+        findings.extend(node_findings(p, settings.node_timeout, args.ttl));
+    }
+    let failures = findings.iter().filter(|f| f.level == Level::Fail).count();
+    let warnings = findings.iter().filter(|f| f.level == Level::Warn).count();
+    let exit = if reachable < quorum {
+        Exit::Unavailable
+    } else if failures > 0 {
+        Exit::Failure
+    } else {
+        Exit::Success
+    };
+    match args.format {
+        ReportFormat::Plain => {
+            print!("{}", plain(&findings, &probes));
+            println!(
+                "{failures} failure(s), {warnings} warning(s); {reachable} of {n} node(s) reachable, \
+                 quorum {quorum}"
+            );
+        }
+        ReportFormat::Json => {
+            let doc = json!({
+                "ok": failures == 0 && reachable >= quorum,
+                "exit_code": exit.code(),
+                "nodes": n,
+                "quorum": quorum,
+                "reachable": reachable,
+                "ttl_ms": args.ttl.as_millis() as u64,
+                "node_timeout_ms": settings.node_timeout.as_millis() as u64,
+                "failures": failures,
+                "warnings": warnings,
+                "findings": findings.iter().map(finding_json).collect::<Vec<_>>(),
+                "servers": probes.iter().map(server_json).collect::<Vec<_>>(),
+            });
+            println!("{doc}");
+        }
+    }
+    if exit == Exit::Unavailable {
+        eprintln!(
+            "lockctl: Redis unavailable: {reachable} of {n} node(s) answered, a quorum needs {quorum}"
+        );
+    }
+    Ok(exit)
+}
+
+/// Probes one node; every command is bounded by the node timeout.
+fn probe(node: &mut Node) -> Probe {
+    let mut p = Probe {
+        node: node.display.clone(),
+        rtt: Duration::MAX,
+        ..Probe::default()
+    };
+    // The best of three round trips: the first may include connecting, the others show the network.
+    for _ in 0..3 {
+        let ping = node.call("PING", |c| {
+            let t = Instant::now();
+            redis::cmd("PING").query::<Value>(c).map(|_| t.elapsed())
+        });
+        match ping {
+            Ok(d) => p.rtt = p.rtt.min(d),
+            Err(f) => {
+                p.unreachable = Some(f.reason);
+                return p;
+            }
+        }
+    }
+    p.clock = node
+        .call("TIME", |c| {
+            let before = unix_ms();
+            let v: Value = redis::cmd("TIME").query(c)?;
+            let after = unix_ms();
+            Ok(server_ms(&v).map(|s| (s - (before + after) / 2, (after - before) / 2 + 1)))
+        })
+        .ok()
+        .flatten();
+    match node.call("INFO", |c| redis::cmd("INFO").query::<Value>(c)) {
+        Ok(v) => p.info = text(&v).map(|t| parse_info(&t)),
+        Err(f) => p.info_error = Some(f.reason),
+    }
+    p.role = node
+        .call("ROLE", |c| redis::cmd("ROLE").query::<Value>(c))
+        .ok()
+        .and_then(|v| parse_role(&v))
+        .or_else(|| {
+            let role = p.info("role")?.to_string();
+            let replicas = p
+                .info("connected_slaves")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            let master = match (p.info("master_host"), p.info("master_port")) {
+                (Some(h), Some(port)) => format!("{h}:{port}"),
+                _ => String::new(),
+            };
+            Some((role, replicas, master))
+        });
+    for key in CONFIG_KEYS {
+        let r = node
+            .call("CONFIG GET", |c| {
+                redis::cmd("CONFIG").arg("GET").arg(key).query::<Value>(c)
+            })
+            .map_err(|f| f.reason)
+            .and_then(|v| {
+                pairs(&v)
+                    .into_iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v)
+                    .ok_or_else(|| format!("the server does not know {key}"))
+            });
+        p.config.insert(key, r);
+    }
+    p
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// `key:value` lines of INFO.
+fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// ROLE: `[master, offset, [replicas]]`, `[slave, host, port, state, offset]`, `[sentinel, ...]`.
+fn parse_role(v: &Value) -> Option<(String, usize, String)> {
+    let Value::Array(items) = v else { return None };
+    let role = text(items.first()?)?;
+    let replicas = match (role.as_str(), items.get(2)) {
+        ("master", Some(Value::Array(r))) => r.len(),
+        _ => 0,
+    };
+    let master = if role == "slave" {
+        format!(
+            "{}:{}",
+            items.get(1).and_then(text).unwrap_or_default(),
+            items.get(2).and_then(int).unwrap_or(0)
+        )
+    } else {
+        String::new()
+    };
+    Some((role, replicas, master))
+}
+
+/// Findings about the whole set of nodes.
+fn setup_findings(
+    settings: &Settings,
+    ttl: Duration,
+    probes: &[Probe],
+    quorum: usize,
+) -> Vec<Finding> {
+    let n = probes.len();
+    let reachable = probes.iter().filter(|p| p.unreachable.is_none()).count();
+    let mut out = Vec::new();
+    let mut add = |check, level, found: String, advice: Option<&str>| {
+        out.push(Finding {
+            node: None,
+            check,
+            level,
+            found,
+            advice: advice.map(String::from),
+        })
+    };
+    match n {
+        1 => add("nodes", Level::Ok, "single instance (a quorum of one)".into(), None),
+        2 => add(
+            "nodes",
+            Level::Warn,
+            "2 nodes: the quorum is 2, so either node failing stops every lock".into(),
+            Some("use 3 (or 5) independent masters; an odd count tolerates the most failures"),
+        ),
+        _ if n % 2 == 0 => add(
+            "nodes",
+            Level::Warn,
+            format!(
+                "{n} nodes, an even count: quorum {quorum} tolerates {} failure(s), as {} nodes would",
+                n - quorum,
+                n - 1
+            ),
+            Some("use an odd number of independent masters"),
+        ),
+        _ => add(
+            "nodes",
+            Level::Ok,
+            format!("{n} nodes, quorum {quorum}: tolerates {} failure(s)", n - quorum),
+            None,
+        ),
+    }
+    if reachable < quorum {
+        add(
+            "quorum",
+            Level::Fail,
+            format!("only {reachable} of {n} node(s) reachable, a quorum needs {quorum}: no lock can be granted"),
+            Some("bring the unreachable nodes back or fix their URLs"),
+        );
+    } else {
+        add(
+            "quorum",
+            Level::Ok,
+            format!("{reachable} of {n} node(s) reachable, a quorum needs {quorum}"),
+            None,
+        );
+    }
+    if settings.node_timeout * 10 > ttl {
+        add(
+            "timeout",
+            Level::Warn,
+            format!(
+                "--node-timeout {} is more than a tenth of the TTL {}: a slow node eats the lease's validity",
+                humantime::format_duration(settings.node_timeout),
+                humantime::format_duration(ttl)
+            ),
+            Some("lower --node-timeout or raise --ttl"),
+        );
+    }
+    // Two URLs that reach one server make one node count twice toward the quorum.
+    let mut seen: HashMap<&str, &str> = HashMap::new();
+    for p in probes {
+        if let Some(id) = p.info("run_id") {
+            if let Some(first) = seen.insert(id, &p.node) {
+                add(
+                    "independence",
+                    Level::Fail,
+                    format!("{first} and {} are the same server (run_id {id})", p.node),
+                    Some("give each --redis URL a different, independent master"),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Findings about one node.
+fn node_findings(p: &Probe, node_timeout: Duration, ttl: Duration) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut add = |check, level, found: String, advice: Option<String>| {
+        out.push(Finding {
+            node: Some(p.node.clone()),
+            check,
+            level,
+            found,
+            advice,
+        })
+    };
+    if let Some(reason) = &p.unreachable {
+        add(
+            "reachable",
+            Level::Fail,
+            format!("unreachable: {reason}"),
+            Some("start the server, fix the URL, or check the network and --node-timeout".into()),
+        );
+        return out;
+    }
+    let version = p.info("redis_version").unwrap_or("unknown version");
+    add(
+        "reachable",
+        Level::Ok,
+        format!("redis {version}, answered PING"),
+        None,
+    );
+
+    let rtt_ms = p.rtt.as_secs_f64() * 1000.0;
+    if p.rtt * 4 > node_timeout {
+        add(
+            "latency",
+            Level::Warn,
+            format!(
+                "round trip {rtt_ms:.3} ms is over a quarter of --node-timeout {}",
+                humantime::format_duration(node_timeout)
+            ),
+            Some("raise --node-timeout (keeping it far below the TTL) or use a closer node".into()),
+        );
+    } else {
+        add(
+            "latency",
+            Level::Ok,
+            format!(
+                "round trip {rtt_ms:.3} ms, --node-timeout {}",
+                humantime::format_duration(node_timeout)
+            ),
+            None,
+        );
+    }
+
+    match &p.role {
+        Some((role, _, master)) if role == "slave" => add(
+            "role",
+            Level::Fail,
+            format!("a replica of {master}: it refuses writes, or loses them if replica-read-only is off"),
+            Some("point --redis at the master, not a replica".into()),
+        ),
+        Some((role, _, _)) if role == "sentinel" => add(
+            "role",
+            Level::Fail,
+            "a Sentinel, not a data node".into(),
+            Some("point --redis at a master, not at Sentinel".into()),
+        ),
+        Some((_, replicas, _)) if *replicas > 0 => add(
+            "replication",
+            Level::Warn,
+            format!(
+                "a master with {replicas} replica(s): replication is asynchronous, so a failover \
+                 can promote a replica that never saw a lock"
+            ),
+            Some(
+                "use fencing tokens (LOCKCTL_FENCE) in the storage you protect, or Redlock over \
+                 independent masters without failover"
+                    .into(),
+            ),
+        ),
+        Some(_) => add("role", Level::Ok, "a master without replicas".into(), None),
+        None => add(
+            "role",
+            Level::Warn,
+            format!("could not check: {}", p.info_error.as_deref().unwrap_or("ROLE and INFO refused")),
+            Some("make sure this is a master: a replica cannot hold locks".into()),
+        ),
+    }
+    if p.info("cluster_enabled") == Some("1") || p.info("redis_mode") == Some("cluster") {
+        add(
+            "cluster",
+            Level::Warn,
+            "Redis Cluster: failover promotes replicas asynchronously and can lose a lock".into(),
+            Some("use fencing tokens (LOCKCTL_FENCE) in the storage you protect".into()),
+        );
+    }
+
+    let (policy, source) = match p.config("maxmemory-policy") {
+        Ok(v) => (Ok(v.to_string()), ""),
+        Err(e) => match p.info("maxmemory_policy") {
+            Some(v) => (Ok(v.to_string()), " (from INFO; CONFIG refused)"),
+            None => (Err(e), ""),
+        },
+    };
+    match policy {
+        Ok(policy) if policy == "noeviction" => add(
+            "eviction",
+            Level::Ok,
+            format!("maxmemory-policy noeviction{source}"),
+            None,
+        ),
+        Ok(policy) if policy.starts_with("allkeys-") => add(
+            "eviction",
+            Level::Fail,
+            format!(
+                "maxmemory-policy {policy}{source}: under memory pressure any key can be evicted, \
+                 held locks and fencing counters included"
+            ),
+            Some("set maxmemory-policy noeviction (CONFIG SET and redis.conf), or a separate instance for locks".into()),
+        ),
+        Ok(policy) => add(
+            "eviction",
+            Level::Warn,
+            format!(
+                "maxmemory-policy {policy}{source}: lock keys carry a TTL, so they are eviction \
+                 candidates and a held lock can vanish"
+            ),
+            Some("set maxmemory-policy noeviction (CONFIG SET and redis.conf)".into()),
+        ),
+        Err(e) => add(
+            "eviction",
+            Level::Warn,
+            format!("could not check maxmemory-policy: {e}"),
+            Some("make sure maxmemory-policy is noeviction".into()),
+        ),
+    }
+
+    add_persistence(p, &mut add);
+
+    match p.info("uptime_in_seconds").and_then(|s| s.parse::<u64>().ok()) {
+        Some(up) if Duration::from_secs(up) < ttl => add(
+            "uptime",
+            Level::Warn,
+            format!(
+                "up for {}, less than the TTL {}: a recent restart may have lost locks it granted",
+                humantime::format_duration(Duration::from_secs(up)),
+                humantime::format_duration(ttl)
+            ),
+            Some(
+                "find out why it restarted; lockctl keeps it out of quorums until it has been up for \
+                 the quarantine (default: the TTL)"
+                    .into(),
+            ),
+        ),
+        Some(up) => add(
+            "uptime",
+            Level::Ok,
+            format!("up for {}", humantime::format_duration(Duration::from_secs(up))),
+            None,
+        ),
+        None => add(
+            "uptime",
+            Level::Warn,
+            format!("could not check: {}", p.info_error.as_deref().unwrap_or("no uptime in INFO")),
+            None,
+        ),
+    }
+
+    match p.clock {
+        Some((offset, error)) if offset.abs() - error > CLOCK_WARN.as_millis() as i64 => add(
+            "clock",
+            Level::Warn,
+            format!(
+                "node clock is {} {} this host's (±{error} ms); Redis expires keys by its own clock, \
+                 so a clock that is off may also jump",
+                human_ms(offset.abs()),
+                if offset > 0 { "ahead of" } else { "behind" }
+            ),
+            Some("run NTP (chrony, systemd-timesyncd) on the node and on this host; avoid stepping clocks".into()),
+        ),
+        Some((offset, error)) => add(
+            "clock",
+            Level::Ok,
+            format!("node clock within {} ms of this host's (±{error} ms)", offset.abs()),
+            None,
+        ),
+        None => add(
+            "clock",
+            Level::Warn,
+            "could not check: TIME failed".into(),
+            None,
+        ),
+    }
+    out
+}
+
+/// Persistence: can a restart lose locks and, worse, fencing counters?
+fn add_persistence(p: &Probe, add: &mut impl FnMut(&'static str, Level, String, Option<String>)) {
+    let advice = Some(
+        "set appendonly yes and appendfsync always so fencing counters survive a crash; \
+         lockctl's restart quarantine covers lost locks meanwhile"
+            .to_string(),
+    );
+    let aof = match p.config("appendonly") {
+        Ok(v) => v == "yes",
+        Err(e) => {
+            let aof_info = p.info("aof_enabled").map_or(String::new(), |v| {
+                format!(
+                    " (INFO says AOF is {})",
+                    if v == "1" { "on" } else { "off" }
+                )
+            });
+            add(
+                "persistence",
+                Level::Warn,
+                format!("could not check: {e}{aof_info}"),
+                advice,
+            );
+            return;
+        }
+    };
+    if aof {
+        match p.config("appendfsync") {
+            Ok("always") => add(
+                "persistence",
+                Level::Ok,
+                "AOF with appendfsync always".into(),
+                None,
+            ),
+            Ok(fsync) => {
+                add(
+                    "persistence",
+                    Level::Warn,
+                    format!(
+                    "AOF with appendfsync {fsync}: a crash loses the last {} of writes, fencing \
+                     counter increments included",
+                    if fsync == "everysec" { "second" } else { "seconds" }
+                ),
+                    advice,
+                )
+            }
+            Err(e) => add(
+                "persistence",
+                Level::Warn,
+                format!("AOF on, could not check appendfsync: {e}"),
+                advice,
+            ),
+        }
+        return;
+    }
+    match p.config("save") {
+        Ok(save) if !save.trim().is_empty() => add(
+            "persistence",
+            Level::Warn,
+            format!("RDB snapshots only (save {save}): a crash loses every write since the last snapshot"),
+            advice,
+        ),
+        Ok(_) => add(
+            "persistence",
+            Level::Warn,
+            "no persistence (no AOF, no RDB snapshots): a restart forgets every lock and fencing counter".into(),
+            advice,
+        ),
+        Err(e) => add(
+            "persistence",
+            Level::Warn,
+            format!("AOF off, could not check RDB snapshots: {e}"),
+            advice,
+        ),
+    }
+}
+
+/// The findings about the setup, then each node's under its URL.
+fn plain(findings: &[Finding], probes: &[Probe]) -> String {
+    let line = |f: &Finding| {
+        let mut s = format!("{:<4}  {:<12}  {}", f.level.as_str(), f.check, f.found);
+        if let Some(a) = &f.advice {
+            s.push_str(" — ");
+            s.push_str(a);
+        }
+        s
+    };
+    let mut out = String::new();
+    for f in findings.iter().filter(|f| f.node.is_none()) {
+        out.push_str(&line(f));
+        out.push('\n');
+    }
+    for p in probes {
+        out.push_str(&format!("node {}\n", p.node));
+        for f in findings
+            .iter()
+            .filter(|f| f.node.as_deref() == Some(&p.node))
+        {
+            out.push_str("  ");
+            out.push_str(&line(f));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn finding_json(f: &Finding) -> Json {
+    json!({
+        "node": f.node,
+        "check": f.check,
+        "level": f.level.as_str(),
+        "found": f.found,
+        "advice": f.advice,
+    })
+}
+
+fn server_json(p: &Probe) -> Json {
+    let reachable = p.unreachable.is_none();
+    json!({
+        "node": p.node,
+        "reachable": reachable,
+        "error": p.unreachable,
+        "version": p.info("redis_version"),
+        "role": p.role.as_ref().map(|r| r.0.clone()),
+        "replicas": p.role.as_ref().map(|r| r.1),
+        "uptime_s": p.info("uptime_in_seconds").and_then(|s| s.parse::<u64>().ok()),
+        "latency_ms": reachable.then(|| p.rtt.as_secs_f64() * 1000.0),
+        "clock_offset_ms": p.clock.map(|c| c.0),
+        "clock_error_ms": p.clock.map(|c| c.1),
+        "maxmemory_policy": p.config("maxmemory-policy").ok().or(p.info("maxmemory_policy")),
+        "appendonly": p.config("appendonly").ok(),
+        "appendfsync": p.config("appendfsync").ok(),
+        "save": p.config("save").ok(),
+    })
+}
