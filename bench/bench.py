@@ -1,0 +1,665 @@
+#!/usr/bin/env python3
+"""lockctl side by side with its peers, on real local redis-servers.
+
+Run through `bench/run`, which installs what is missing and builds lockctl in release mode first.
+Every comparison interleaves its variants in random order, round after round, so that the noise of a
+shared machine (other builds, other tests) falls on all of them alike; the table shows medians and
+the ratio of medians. Raw numbers go to bench/out/ (git-ignored).
+
+Each variant checks its own results (the token came back, the release deleted the key, the critical
+sections never overlapped): a benchmark of something that failed would be meaningless.
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "bench", "out")
+LOCKCTL = os.environ.get("LOCKCTL_BIN", os.path.join(ROOT, "target", "release", "lockctl"))
+CS = os.path.join(OUT, "cs")
+TRUE = shutil.which("true") or "/bin/true"
+# The canonical compare-and-delete that every Redis lock recipe uses.
+RELEASE_LUA = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+    "else return 0 end"
+)
+ENV = {
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "HOME": os.environ.get("HOME", "/tmp"),
+    "LANG": "C",
+    # The servers are seconds old: without this, restart quarantine would refuse every grant.
+    "LOCKCTL_QUARANTINE": "0",
+}
+
+
+class Failed(Exception):
+    pass
+
+
+def run(argv, capture=False, expect=0, stdin=None):
+    """Runs one program, as a shell script would, and returns its stdout."""
+    p = subprocess.run(
+        argv,
+        stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL if stdin is None else stdin,
+        env=ENV,
+        close_fds=False,
+    )
+    if expect is not None and p.returncode != expect:
+        raise Failed(f"{argv[0]} {' '.join(argv[1:4])}... exited {p.returncode}: "
+                     f"{p.stderr.decode(errors='replace').strip()[:300]}")
+    return p.stdout or b""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    """A redis-server of our own: unix socket (and a loopback port if asked), no persistence."""
+
+    def __init__(self, base, name, tcp=False, extra=()):
+        self.dir = os.path.join(base, name)
+        os.makedirs(self.dir)
+        self.sock = os.path.join(self.dir, "s")
+        self.port = free_port() if tcp else 0
+        self.log = open(os.path.join(self.dir, "log"), "wb")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--unixsocket", self.sock, "--unixsocketperm", "700", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, *extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while True:
+            if self.proc.poll() is not None:
+                raise Failed(f"redis-server {name} exited; see {self.dir}/log")
+            try:
+                if run(["redis-cli", "-s", self.sock, "PING"], capture=True).strip() == b"PONG":
+                    break
+            except Failed:
+                pass
+            if time.monotonic() > deadline:
+                raise Failed(f"redis-server {name} did not start")
+            time.sleep(0.05)
+
+    def url(self, tcp=False):
+        return f"redis://127.0.0.1:{self.port}" if tcp else f"unix://{self.sock}"
+
+    def cli(self, tcp=False):
+        return ["redis-cli", "-p", str(self.port)] if tcp else ["redis-cli", "-s", self.sock]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+def lockctl(urls, *args):
+    argv = [LOCKCTL]
+    for u in urls:
+        argv += ["-r", u]
+    return argv + list(args)
+
+
+# ---------------------------------------------------------------- timing
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def interleave(variants, rounds, warmup):
+    """Runs each variant `rounds` times, in a new random order every round; returns seconds per run."""
+    samples = {k: [] for k in variants}
+    for r in range(warmup + rounds):
+        order = list(variants)
+        random.shuffle(order)
+        for k in order:
+            t = timed(variants[k])
+            if r >= warmup:
+                samples[k].append(t)
+    return samples
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    i = min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))
+    return xs[i]
+
+
+def summary(xs):
+    return {"n": len(xs), "median": statistics.median(xs), "p10": pct(xs, 10), "p90": pct(xs, 90),
+            "min": min(xs), "max": max(xs)}
+
+
+def save_raw(name, samples):
+    with open(os.path.join(OUT, f"{name}.csv"), "w") as f:
+        keys = list(samples)
+        f.write("round," + ",".join(keys) + "\n")
+        for i in range(max(len(v) for v in samples.values())):
+            f.write(str(i) + "," + ",".join(
+                f"{samples[k][i]:.9f}" if i < len(samples[k]) else "" for k in keys) + "\n")
+
+
+# ---------------------------------------------------------------- the variants
+
+
+def lockctl_acquire_release(urls, name):
+    def go():
+        tok = run(lockctl(urls, "acquire", name, "-n", "--ttl", "30s"), capture=True).strip()
+        if len(tok) != 32:
+            raise Failed(f"acquire printed {tok!r}")
+        run(lockctl(urls, "release", name, "--token", tok))
+    return go
+
+
+def cli_acquire_release(cli, key):
+    def go():
+        tok = os.urandom(16).hex()
+        if run(cli + ["SET", key, tok, "NX", "PX", "30000"], capture=True).strip() != b"OK":
+            raise Failed("SET NX did not take the free key")
+        if run(cli + ["EVAL", RELEASE_LUA, "1", key, tok], capture=True).strip() != b"1":
+            raise Failed("the release script did not delete the key")
+    return go
+
+
+def lockctl_exec_true(urls, name):
+    return lambda: run(lockctl(urls, "exec", name, "--", TRUE))
+
+
+def recipe_exec_true(cli, key):
+    def go():
+        tok = os.urandom(16).hex()
+        if run(cli + ["SET", key, tok, "NX", "PX", "30000"], capture=True).strip() != b"OK":
+            raise Failed("SET NX did not take the free key")
+        run([TRUE])
+        if run(cli + ["EVAL", RELEASE_LUA, "1", key, tok], capture=True).strip() != b"1":
+            raise Failed("the release script did not delete the key")
+    return go
+
+
+# ---------------------------------------------------------------- contention
+
+SH_WORKER = 'read _go; i=0; while [ "$i" -lt "$N" ]; do "$@" || exit 1; i=$((i+1)); done'
+
+PY_WORKER = r"""
+import os, sys, time, redis
+sock, name, log, n, ms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+r = redis.Redis(unix_socket_path=sock)
+r.ping()
+fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+print("ready", flush=True)
+sys.stdin.readline()
+for _ in range(n):
+    with r.lock(name, timeout=30):  # blocking, polling every 0.1 s: redis-py's defaults
+        s = time.monotonic_ns()
+        time.sleep(ms / 1000)
+        e = time.monotonic_ns()
+        os.write(fd, f"{s} {e}\n".encode())
+"""
+
+
+def contention(tool, srv, workdir, workers, sections, ms, rep):
+    """`workers` processes each run `sections` critical sections of `ms` through `tool`. Returns the
+    wall time from the start signal to the last exit, and the sections (start, end) in ns."""
+    log = os.path.join(workdir, f"{tool}-{rep}.log")
+    lockfile = os.path.join(workdir, "flock.lock")
+    if tool == "lockctl":
+        cmd = ["sh", "-c", SH_WORKER, "sh", *lockctl([srv.url()], "-q", "exec", "contended", "--",
+                                                    CS, log, str(ms))]
+    elif tool == "flock":
+        cmd = ["sh", "-c", SH_WORKER, "sh", "flock", lockfile, CS, log, str(ms)]
+    elif tool == "redis-py":
+        cmd = [sys.executable, "-c", PY_WORKER, srv.sock, "pylock:contended", log, str(sections),
+               str(ms)]
+    else:
+        raise ValueError(tool)
+    env = dict(ENV, N=str(sections))
+    py = tool == "redis-py"
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE if py else None,
+                              env=env) for _ in range(workers)]
+    if py:
+        # Python's start-up and imports are not the lock's cost: start the clock once all are ready.
+        for p in procs:
+            if p.stdout.readline().strip() != b"ready":
+                raise Failed("a redis-py worker did not start")
+    t0 = time.perf_counter()
+    for p in procs:
+        p.stdin.write(b"go\n")
+        p.stdin.close()
+    for p in procs:
+        if p.wait() != 0:
+            raise Failed(f"a {tool} worker exited {p.returncode}")
+    wall = time.perf_counter() - t0
+    with open(log) as f:
+        secs = sorted(tuple(map(int, line.split())) for line in f)
+    if len(secs) != workers * sections:
+        raise Failed(f"{tool}: {len(secs)} critical sections logged, expected {workers * sections}")
+    for a, b in zip(secs, secs[1:]):
+        if b[0] < a[1]:
+            raise Failed(f"{tool}: two critical sections overlapped: {a} and {b}")
+    gaps = [b[0] - a[1] for a, b in zip(secs, secs[1:])]
+    return wall, secs, gaps
+
+
+# ---------------------------------------------------------------- exec wrapper footprint
+
+
+def proc_status(pid):
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM", "Threads"):
+                    out[k] = int(v.split()[0])
+    except FileNotFoundError:
+        return None
+    return out
+
+
+def cpu_ns(pid):
+    """CPU time of every live thread of `pid` (schedstat: nanoseconds, unlike the ticks of stat)."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except FileNotFoundError:
+                pass
+    except FileNotFoundError:
+        return None
+    return total
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, all threads, dead ones included
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return f.read().split()
+    except FileNotFoundError:
+        return []
+
+
+def footprint(argv, seconds, label):
+    """Starts `argv` (a wrapper whose child sleeps `seconds`), samples /proc until it exits."""
+    p = subprocess.Popen(argv, env=ENV, stdin=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    samples = []
+    child_at = None
+    while time.monotonic() - t0 < 5:
+        if children(p.pid):
+            child_at = time.monotonic()
+            break
+        time.sleep(0.001)
+    if child_at is None:
+        p.kill()
+        raise Failed(f"{label}: no child appeared")
+    start_cpu, start_ticks = cpu_ns(p.pid), cpu_ticks(p.pid)
+    end_cpu = end_ticks = end_at = None
+    stop_at = child_at + seconds - 1.0
+    while p.poll() is None:
+        st = proc_status(p.pid)
+        if st:
+            samples.append((time.monotonic() - t0, st))
+        if end_at is None and time.monotonic() >= stop_at:
+            end_cpu, end_ticks, end_at = cpu_ns(p.pid), cpu_ticks(p.pid), time.monotonic()
+        time.sleep(0.05)
+    if end_at is None:
+        raise Failed(f"{label}: exited early ({p.returncode})")
+    if p.returncode != 0:
+        raise Failed(f"{label}: exited {p.returncode}")
+    window = end_at - child_at
+    return {
+        "label": label,
+        "rss_kib_max": max(s["VmRSS"] for _, s in samples),
+        "hwm_kib": max(s["VmHWM"] for _, s in samples),
+        "threads": max(s.get("Threads", 0) for _, s in samples),
+        "startup_cpu_ms": start_cpu / 1e6,
+        "window_s": window,
+        "window_cpu_ms": (end_cpu - start_cpu) / 1e6,
+        "window_cpu_ticks": end_ticks - start_ticks,
+        "cpu_percent": (end_cpu - start_cpu) / 1e9 / window * 100,
+        "samples": [(round(t, 3), s) for t, s in samples],
+    }
+
+
+# ---------------------------------------------------------------- list over a large keyspace
+
+
+def run_rusage(argv):
+    """Runs `argv` under GNU time, counts the lines it prints, and returns (seconds, lines, peak RSS
+    KiB, exit, stderr). A child forked from this Python process would inherit its RSS as the starting
+    point of ru_maxrss; forked from the small `time` process, the peak is the program's own."""
+    fd, tfile = tempfile.mkstemp(prefix="bench-rss-")
+    os.close(fd)
+    t0 = time.perf_counter()
+    p = subprocess.Popen(["/usr/bin/time", "-q", "-f", "%M", "-o", tfile, *argv],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    lines = 0
+    while True:
+        chunk = p.stdout.read(1 << 16)
+        if not chunk:
+            break
+        lines += chunk.count(b"\n")
+    err = p.stderr.read()
+    p.wait()
+    wall = time.perf_counter() - t0
+    with open(tfile) as f:
+        rss = int(f.read().split()[-1])
+    os.unlink(tfile)
+    return wall, lines, rss, p.returncode, err.decode(errors="replace").strip()
+
+
+# ---------------------------------------------------------------- main
+
+
+def machine():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    redis_v = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "redis": redis_v.split()[2].removeprefix("v=") if redis_v else "?",
+        "python": platform.python_version(),
+        "loadavg_start": open("/proc/loadavg").read().split()[:3],
+    }
+
+
+def fmt_ms(s):
+    return f"{s * 1000:8.2f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=200, help="rounds per micro-benchmark")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of each contention run")
+    ap.add_argument("--only", default="", help="comma-separated subset: "
+                    "acq,exec,redlock,contention,footprint,list")
+    ap.add_argument("--list-keys", type=int, default=1_000_000)
+    args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    want = lambda k: not only or k in only  # noqa: E731
+
+    os.makedirs(OUT, exist_ok=True)
+    results = {"machine": machine(), "lockctl": LOCKCTL, "benchmarks": {}}
+    rows = []  # (what, lockctl ms, peer, peer ms, ratio, goal)
+    base = tempfile.mkdtemp(prefix="lockctl-bench-", dir="/tmp")
+    servers = []
+    try:
+        main_srv = Redis(base, "r0", tcp=True)
+        servers.append(main_srv)
+        warm = max(5, args.rounds // 20)
+
+        # The spawn floor: what starting any program costs this harness.
+        floor = interleave({"true": lambda: run([TRUE])}, args.rounds, warm)
+        results["benchmarks"]["spawn_floor"] = summary(floor["true"])
+
+        if want("acq"):
+            for tcp in (False, True):
+                tr = "tcp" if tcp else "unix"
+                s = interleave({
+                    "lockctl": lockctl_acquire_release([main_srv.url(tcp)], f"ar-{tr}"),
+                    "redis-cli": cli_acquire_release(main_srv.cli(tcp), f"lockctl:cli-ar-{tr}"),
+                }, args.rounds, warm)
+                save_raw(f"acquire_release_{tr}", s)
+                a, b = statistics.median(s["lockctl"]), statistics.median(s["redis-cli"])
+                results["benchmarks"][f"acquire_release_{tr}"] = {k: summary(v) for k, v in s.items()}
+                rows.append((f"acquire + release ({tr})", a, "redis-cli SET NX PX + EVAL", b,
+                             "<= 0.8"))
+
+        if want("exec"):
+            try:
+                run(lockctl([main_srv.url()], "exec", "probe", "--", TRUE))
+                s = interleave({
+                    "lockctl": lockctl_exec_true([main_srv.url()], "ex"),
+                    "recipe": recipe_exec_true(main_srv.cli(), "lockctl:recipe-ex"),
+                }, args.rounds, warm)
+                save_raw("exec_true", s)
+                a, b = statistics.median(s["lockctl"]), statistics.median(s["recipe"])
+                results["benchmarks"]["exec_true"] = {k: summary(v) for k, v in s.items()}
+                rows.append(("exec NAME -- true", a, "redis-cli SET; true; redis-cli EVAL", b,
+                             "<= 0.6"))
+            except Failed as e:
+                print(f"exec: skipped: {e}", file=sys.stderr)
+                results["benchmarks"]["exec_true"] = {"skipped": str(e)}
+
+        if want("redlock"):
+            for i in range(1, 5):
+                servers.append(Redis(base, f"r{i}"))
+            five = [s.url() for s in servers[:5]]
+            s = interleave({
+                "5 nodes": lockctl_acquire_release(five, "rl"),
+                "1 node": lockctl_acquire_release(five[:1], "rl1"),
+            }, args.rounds, warm)
+            save_raw("redlock", s)
+            a, b = statistics.median(s["5 nodes"]), statistics.median(s["1 node"])
+            results["benchmarks"]["redlock"] = {k: summary(v) for k, v in s.items()}
+            rows.append(("Redlock 5 nodes, acquire + release", a, "lockctl on 1 node", b, "<= 1.4"))
+
+        if want("contention"):
+            workdir = os.path.join(base, "contention")
+            os.makedirs(workdir)
+            tools = ["flock", "redis-py"]
+            try:
+                run(lockctl([main_srv.url()], "exec", "probe", "--", TRUE))
+                tools.insert(0, "lockctl")
+            except Failed as e:
+                print(f"contention: lockctl skipped: {e}", file=sys.stderr)
+            workers, sections, ms = 4, 15, 20
+            walls = {t: [] for t in tools}
+            gaps = {t: [] for t in tools}
+            for rep in range(args.reps):
+                order = list(tools)
+                random.shuffle(order)
+                for t in order:
+                    wall, secs, g = contention(t, main_srv, workdir, workers, sections, ms, rep)
+                    walls[t].append(wall)
+                    gaps[t].extend(g)
+            with open(os.path.join(OUT, "handoff_gaps.json"), "w") as f:
+                json.dump(gaps, f)
+            save_raw("contention_wall", walls)
+            bench = {"workers": workers, "sections": sections, "ms": ms,
+                     "ideal_s": workers * sections * ms / 1000}
+            for t in tools:
+                gs = [g / 1e6 for g in gaps[t]]
+                bench[t] = {"wall": summary(walls[t]), "handoff_ms": {
+                    "p50": pct(gs, 50), "p90": pct(gs, 90), "p99": pct(gs, 99), "max": max(gs),
+                    "n": len(gs)}}
+            results["benchmarks"]["contention"] = bench
+            if "lockctl" in tools:
+                a = statistics.median(walls["lockctl"])
+                rows.append(("4 x 15 x 20 ms via exec, wall", a, "flock(1)",
+                             statistics.median(walls["flock"]), "<= 1.2"))
+                rows.append(("4 x 15 x 20 ms via exec, wall", a, "redis-py Lock (polling)",
+                             statistics.median(walls["redis-py"]), "-"))
+            plot_handoff(gaps, os.path.join(OUT, "handoff.png"), workers, sections, ms, args.reps)
+
+        if want("footprint"):
+            fp = {}
+            try:
+                for ttl in ("30s", "3s"):
+                    fp[f"lockctl exec --ttl {ttl}"] = footprint(
+                        lockctl([main_srv.url()], "exec", f"fp-{ttl}", "--ttl", ttl, "--",
+                                "sleep", "10"), 10, f"lockctl exec --ttl {ttl}")
+            except Failed as e:
+                print(f"footprint: lockctl skipped: {e}", file=sys.stderr)
+            fp["flock"] = footprint(["flock", os.path.join(base, "fp.lock"), "sleep", "10"], 10,
+                                    "flock")
+            with open(os.path.join(OUT, "footprint.json"), "w") as f:
+                json.dump(fp, f, indent=1)
+            results["benchmarks"]["footprint"] = {
+                k: {kk: vv for kk, vv in v.items() if kk != "samples"} for k, v in fp.items()}
+
+        if want("list"):
+            results["benchmarks"]["list"] = bench_list(base, args.list_keys)
+
+    finally:
+        for s in servers:
+            s.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+    results["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
+    results["rows"] = [dict(zip(("what", "lockctl_s", "peer", "peer_s", "goal"), r[:2] + r[2:4] +
+                                (r[4],)), ratio=r[1] / r[3]) for r in rows]
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print_report(results)
+
+
+def bench_list(base, nkeys):
+    srv = Redis(base, "big", extra=["--enable-debug-command", "yes"])
+    out = {"keys": nkeys}
+    try:
+        url = srv.url()
+        held = 200
+        for i in range(held):
+            run(lockctl([url], "acquire", f"job-{i}", "-n", "--ttl", "10m"), capture=True)
+        run(srv.cli() + ["DEBUG", "POPULATE", str(nkeys), "other"])
+        # Scenario 1: a busy keyspace, few locks in it.
+        scen = {}
+        for label, argv in (
+            ("lockctl list", lockctl([url], "list")),
+            ("lockctl list --format json", lockctl([url], "list", "--format", "json")),
+            ("redis-cli --scan --pattern lockctl:*",
+             srv.cli() + ["--scan", "--pattern", "lockctl:*"]),
+        ):
+            wall, lines, rss, rc, err = run_rusage(argv)
+            scen[label] = {"s": wall, "lines": lines, "maxrss_kib": rss, "exit": rc,
+                           "stderr": err[:300]}
+        out[f"{nkeys} other keys + {held} locks"] = scen
+        # Scenario 2: every key is under the prefix, so all of them are listed (streaming).
+        run(srv.cli() + ["FLUSHALL"])
+        run(srv.cli() + ["DEBUG", "POPULATE", str(nkeys), "lockctl:bulk"])
+        scen = {}
+        for label, argv in (
+            ("lockctl list", lockctl([url], "list")),
+            ("redis-cli --scan --pattern lockctl:*",
+             srv.cli() + ["--scan", "--pattern", "lockctl:*"]),
+        ):
+            wall, lines, rss, rc, err = run_rusage(argv)
+            scen[label] = {"s": wall, "lines": lines, "maxrss_kib": rss, "exit": rc,
+                           "stderr": err[:300]}
+        out[f"{nkeys} keys under the prefix"] = scen
+    finally:
+        srv.stop()
+    return out
+
+
+def plot_handoff(gaps, path, workers, sections, ms, reps):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
+        return
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = {"lockctl": "tab:blue", "flock": "tab:green", "redis-py": "tab:red"}
+    tools = list(gaps)
+    for t in tools:
+        gs = sorted(g / 1e6 for g in gaps[t])
+        ys = [(i + 1) / len(gs) for i in range(len(gs))]
+        ax1.step(gs, ys, where="post", label=t, color=colors.get(t))
+    ax1.set_xscale("log")
+    ax1.set_xlabel("handoff latency: previous section's end -> next section's start (ms, log)")
+    ax1.set_ylabel("fraction of handoffs")
+    ax1.set_title("CDF")
+    ax1.grid(True, which="both", alpha=0.3)
+    ax1.legend()
+    x = range(len(tools))
+    p50 = [pct([g / 1e6 for g in gaps[t]], 50) for t in tools]
+    p99 = [pct([g / 1e6 for g in gaps[t]], 99) for t in tools]
+    w = 0.38
+    b1 = ax2.bar([i - w / 2 for i in x], p50, w, label="p50")
+    b2 = ax2.bar([i + w / 2 for i in x], p99, w, label="p99")
+    ax2.bar_label(b1, fmt="%.2f", fontsize=8)
+    ax2.bar_label(b2, fmt="%.2f", fontsize=8)
+    ax2.set_xticks(list(x), tools)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("ms (log)")
+    ax2.set_title("p50 and p99")
+    ax2.legend()
+    fig.suptitle(f"Handoff under contention: {workers} workers x {sections} sections of {ms} ms, "
+                 f"{reps} runs each")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def print_report(results):
+    m = results["machine"]
+    print(f"\nmachine: {m['nproc']} x {m['cpu']}, kernel {m['kernel']}, redis {m['redis']}, "
+          f"load {' '.join(m['loadavg_start'])} -> {' '.join(m['loadavg_end'])}")
+    b = results["benchmarks"]
+    print(f"spawn floor (harness starting /bin/true): {b['spawn_floor']['median'] * 1000:.2f} ms")
+    print(f"\n{'benchmark':38} {'lockctl ms':>10}  {'peer':36} {'peer ms':>8} {'ratio':>6}  goal")
+    for r in results["rows"]:
+        print(f"{r['what']:38} {r['lockctl_s'] * 1000:10.2f}  {r['peer']:36} "
+              f"{r['peer_s'] * 1000:8.2f} {r['ratio']:6.2f}  {r['goal']}")
+    c = b.get("contention")
+    if c:
+        print(f"\nhandoff latency ({c['workers']} workers x {c['sections']} x {c['ms']} ms; "
+              f"ideal wall {c['ideal_s']:.2f} s)")
+        for t, v in c.items():
+            if isinstance(v, dict):
+                h = v["handoff_ms"]
+                print(f"  {t:9} wall {v['wall']['median']:6.3f} s   handoff p50 {h['p50']:7.2f} ms"
+                      f"   p90 {h['p90']:7.2f} ms   p99 {h['p99']:7.2f} ms   max {h['max']:7.2f} ms")
+    fp = b.get("footprint")
+    if fp:
+        print("\nwrapper footprint while the child sleeps 10 s")
+        for k, v in fp.items():
+            print(f"  {k:26} VmHWM {v['hwm_kib'] / 1024:5.2f} MiB  VmRSS {v['rss_kib_max'] / 1024:5.2f}"
+                  f" MiB  threads {v['threads']}  start-up CPU {v['startup_cpu_ms']:.2f} ms  "
+                  f"CPU over {v['window_s']:.1f} s: {v['window_cpu_ms']:.2f} ms "
+                  f"({v['cpu_percent']:.3f} %)")
+    li = b.get("list")
+    if li:
+        print(f"\nlist over a keyspace of {li['keys']} keys")
+        for scen, vs in li.items():
+            if not isinstance(vs, dict):
+                continue
+            print(f"  {scen}")
+            for k, v in vs.items():
+                extra = f"  exit {v['exit']}: {v['stderr'][:80]}" if v["exit"] else ""
+                print(f"    {k:40} {v['s']:7.2f} s  {v['lines']:8} lines  peak RSS "
+                      f"{v['maxrss_kib'] / 1024:6.1f} MiB{extra}")
+    print(f"\nraw numbers: {OUT}/")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Failed as e:
+        print(f"bench: {e}", file=sys.stderr)
+        sys.exit(1)
