@@ -195,6 +195,11 @@ fn probe(node: &mut Node) -> Probe {
             };
             Some((role, replicas, master))
         });
+    // ROLE lists only replicas in sync; INFO counts the ones still syncing too.
+    let syncing = p.info("connected_slaves").and_then(|s| s.parse().ok());
+    if let (Some((_, replicas, _)), Some(syncing)) = (p.role.as_mut(), syncing) {
+        *replicas = (*replicas).max(syncing);
+    }
     for key in CONFIG_KEYS {
         let r = node
             .call("CONFIG GET", |c| {
