@@ -319,6 +319,15 @@ pub fn redact(url: &str) -> String {
         // `redis:user:secret@host`: everything after the scheme is one opaque path.
         return opaque();
     }
+    if [Some(u.path()), u.query(), u.fragment()]
+        .iter()
+        .flatten()
+        .any(|part| part.contains('@'))
+    {
+        // `redis://secret/with/slash@host`: a password with an unescaped `/`, `?` or `#` ended the
+        // authority early, so the host and port hold pieces of it.
+        return opaque();
+    }
     let unix = u.scheme().contains("unix");
     if unix && u.host_str().is_some_and(|h| !h.is_empty()) {
         // A unix URL has no host; one that has is malformed, and its path may hold a secret.
