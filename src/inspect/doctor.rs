@@ -660,7 +660,7 @@ fn server_json(p: &Probe) -> Json {
         "role": p.role.as_ref().map(|r| r.0.clone()),
         "replicas": p.role.as_ref().map(|r| r.1),
         "uptime_s": p.info("uptime_in_seconds").and_then(|s| s.parse::<u64>().ok()),
-        "latency_ms": reachable.then(|| p.rtt.as_secs_f64() * 1000.0),
+        "latency_ms": reachable.then_some(p.rtt.as_secs_f64() * 1000.0),
         "clock_offset_ms": p.clock.map(|c| c.0),
         "clock_error_ms": p.clock.map(|c| c.1),
         "maxmemory_policy": p.config("maxmemory-policy").ok().or(p.info("maxmemory_policy")),

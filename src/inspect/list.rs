@@ -99,11 +99,9 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
                     });
                 }
                 for (k, keys) in lock_keys.iter().enumerate() {
-                    let view = |j: usize| per_node[j].as_ref().ok().map(|v| &v[k]);
+                    let holds = |j: usize| per_node[j].as_ref().is_ok_and(|v| v[k].token.is_some());
                     // Listed already from an earlier node, or gone since the scan saw it.
-                    let earlier =
-                        (0..i).any(|j| done[j] && view(j).is_some_and(|v| v.token.is_some()));
-                    if earlier || !view(i).is_some_and(|v| v.token.is_some()) {
+                    if (0..i).any(|j| done[j] && holds(j)) || !holds(i) {
                         continue;
                     }
                     let views = (0..n)
@@ -386,10 +384,11 @@ impl Emitter {
 
     /// Ends the listing; false once stdout is closed.
     fn finish(&mut self, answered: usize) -> anyhow::Result<bool> {
-        if self.widths.is_none() && (self.count > 0 || self.format == ReportFormat::Json) {
-            if !self.flush_buffer()? {
-                return Ok(false);
-            }
+        if self.widths.is_none()
+            && (self.count > 0 || self.format == ReportFormat::Json)
+            && !self.flush_buffer()?
+        {
+            return Ok(false);
         }
         if self.format == ReportFormat::Json {
             let tail = format!(
