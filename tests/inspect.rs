@@ -359,6 +359,32 @@ fn list_in_redlock_mode_merges_the_nodes() {
 }
 
 #[test]
+fn list_without_a_quorum_of_nodes_exits_69() {
+    let mut s = Servers::start(3);
+    acquire_json(&mut s.lockctl(), "somewhere", &[]);
+    s[0].kill();
+    let o = run(s
+        .lockctl()
+        .args(["--node-timeout", "300ms", "list", "--format", "json"]));
+    assert_eq!(
+        code(&o),
+        0,
+        "one node down of three still lists: {}",
+        stderr(&o)
+    );
+    let j = json_of(&o);
+    assert_eq!(listed_names(&j), ["somewhere"]);
+    assert_eq!(
+        (j["answered"].as_u64(), j["complete"].as_bool()),
+        (Some(2), Some(false))
+    );
+    s[1].kill();
+    let o = run(s.lockctl().args(["--node-timeout", "300ms", "list"]));
+    assert_eq!(code(&o), 69, "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("Redis unavailable"), "{}", stderr(&o));
+}
+
+#[test]
 fn list_scans_300k_keys_quickly_with_bounded_memory() {
     let s = Server::with_args(&["--enable-debug-command", "yes"]);
     let _: () = s.cmd(&["DEBUG", "POPULATE", "300000"]);
@@ -529,6 +555,19 @@ fn doctor_passes_a_plain_node_with_a_persistence_warning() {
     assert!(
         !text.lines().any(|l| l.trim_start().starts_with("fail")),
         "{text}"
+    );
+    // The harness turns the restart quarantine off; doctor calls that out.
+    assert!(
+        finding(&text, "quarantine")[0].starts_with("warn"),
+        "{text}"
+    );
+    let o = run(lockctl_on(&s)
+        .env_remove("LOCKCTL_QUARANTINE")
+        .args(["doctor"]));
+    assert!(
+        finding(&stdout(&o), "quarantine")[0].starts_with("ok"),
+        "{}",
+        stdout(&o)
     );
 }
 

@@ -312,6 +312,34 @@ fn setup_findings(
             None,
         );
     }
+    match settings.quarantine {
+        Some(q) if q.is_zero() => add(
+            "quarantine",
+            Level::Warn,
+            "restart quarantine is off: a node restarted without its data votes at once and can \
+             grant a lock that another client still holds"
+                .into(),
+            Some("leave --quarantine (LOCKCTL_QUARANTINE) unset, or at least the TTL"),
+        ),
+        Some(q) if q < ttl => add(
+            "quarantine",
+            Level::Warn,
+            format!(
+                "--quarantine {} is shorter than the TTL {}: a restarted node may vote while a lease \
+                 it forgot is still running",
+                humantime::format_duration(q),
+                humantime::format_duration(ttl)
+            ),
+            Some("leave --quarantine unset (it follows the TTL), or at least the TTL"),
+        ),
+        _ => add(
+            "quarantine",
+            Level::Ok,
+            "a restarted node does not vote until it has been up for the quarantine (default: the TTL)"
+                .into(),
+            None,
+        ),
+    }
     if settings.node_timeout * 10 > ttl {
         add(
             "timeout",
