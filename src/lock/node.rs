@@ -228,7 +228,7 @@ fn hint(e: &RedisError, text: &str, tls: bool) -> &'static str {
     } else if text.contains("UnknownIssuer") || text.contains("BadSignature") {
         " (the server's certificate is not signed by a CA this host trusts: pass the CA that \
          signed it with --tls-ca FILE or LOCKCTL_TLS_CA)"
-    } else if text.contains("NotValidForName") {
+    } else if text.contains("NotValidForName") || text.contains("not valid for name") {
         " (the server's certificate does not name this host: connect by a name or IP address \
          listed in its subjectAltName)"
     } else if text.contains("Expired") || text.contains("NotValidYet") {
