@@ -50,27 +50,37 @@ fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
     let mut kv = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
     kv("lock", keys.name.clone());
     kv("key", keys.key.clone());
-    kv("state", m.state.as_str().to_string());
-    if m.state != State::Free || m.token.is_some() {
-        if let Some(token) = &m.token {
-            kv(
-                "holder",
-                match m.holder() {
-                    Some(h) => h.describe(),
-                    None => "unknown (no holder record: set by another client, e.g. a canonical \
-                             SET NX PX lock)"
-                        .into(),
-                },
-            );
-            if let Some(age) = m.holder_view().and_then(NodeView::age_ms) {
-                kv("age", human_ms(age));
-            }
-            kv("ttl", show_ttl(m.ttl_ms()));
-            if let Some(fence) = m.holder().and_then(|h| h.fence) {
-                kv("fence", fence.to_string());
-            }
-            kv("token", token.clone());
+    let n = m.views.len();
+    let state = match m.state {
+        State::Free if m.token.is_some() => format!(
+            "free (a leftover key on {} of {n} node(s), short of the quorum of {})",
+            m.agree, m.quorum
+        ),
+        State::Unknown => format!(
+            "unknown (only {} of {n} node(s) answered, too few to tell)",
+            m.answered
+        ),
+        other => other.as_str().to_string(),
+    };
+    kv("state", state);
+    if let Some(token) = &m.token {
+        kv(
+            "holder",
+            match m.holder() {
+                Some(h) => h.describe(),
+                None => "unknown (no holder record: set by another client, e.g. a canonical \
+                         SET NX PX lock)"
+                    .into(),
+            },
+        );
+        if let Some(age) = m.holder_view().and_then(NodeView::age_ms) {
+            kv("age", human_ms(age));
         }
+        kv("ttl", show_ttl(m.ttl_ms()));
+        if let Some(fence) = m.holder().and_then(|h| h.fence) {
+            kv("fence", fence.to_string());
+        }
+        kv("token", token.clone());
     }
     kv(
         "counter",
@@ -79,7 +89,6 @@ fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
             |c| c.to_string(),
         ),
     );
-    let n = m.views.len();
     if n > 1 {
         kv(
             "quorum",
