@@ -52,6 +52,10 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
     let mut type_filter = true;
 
     for i in 0..n {
+        if failed[i].is_some() {
+            // Failed while reading another node's batch: not asked again.
+            continue;
+        }
         let mut cursor = 0u64;
         loop {
             let node = &mut engine.nodes_mut()[i];
@@ -114,6 +118,10 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
                         return Ok(Exit::Success);
                     }
                 }
+            }
+            if failed[i].is_some() {
+                // It failed reading its own batch: the rest of its scan could show nothing.
+                break;
             }
             if cursor == 0 {
                 done[i] = true;
