@@ -440,6 +440,15 @@ fn bad_tls_options_are_usage_errors() {
         (vec!["--tls-ca".into(), pki.arg("server.ext")], "--tls-ca"),
         (vec!["--tls-ca".into(), pki.arg("ca.key")], "--tls-ca"),
         (
+            vec![
+                "--tls-cert".into(),
+                pki.arg("client.key"),
+                "--tls-key".into(),
+                pki.arg("client.key"),
+            ],
+            "--tls-cert",
+        ),
+        (
             vec!["--tls-cert".into(), pki.arg("client.crt")],
             "--tls-key",
         ),

@@ -2,8 +2,9 @@
 //!
 //! Every connect and every command is bounded by the node timeout, so a stopped or black-holed server
 //! costs at most about one timeout and never hangs a command. Scripts go out as EVALSHA and are
-//! reloaded on NOSCRIPT (redis-rs's `Script` does exactly that), so a `SCRIPT FLUSH` or a failover to a
-//! server that never saw them changes nothing.
+//! reloaded on NOSCRIPT (redis-rs's `Script` does that); should the script be gone again by the retry,
+//! its source goes out with EVAL, so a `SCRIPT FLUSH` or a failover to a server that never saw the
+//! scripts changes nothing.
 //!
 //! After a timeout the connection still owes us a reply, so it can no longer be used for
 //! request/response; it is kept only to send a rollback without waiting ([`Node::send_only`]), which the
@@ -149,7 +150,20 @@ impl Node {
             for a in args {
                 inv.arg(*a);
             }
-            inv.invoke(conn)
+            match inv.invoke(conn) {
+                // Flushed again between the reload and the retry (`SCRIPT FLUSH` in a loop, a
+                // failover mid-call): send the source itself, which cannot miss.
+                Err(e) if e.code() == Some("NOSCRIPT") => match super::script_source(script) {
+                    Some(source) => redis::cmd("EVAL")
+                        .arg(source)
+                        .arg(keys.len())
+                        .arg(keys)
+                        .arg(args)
+                        .query(conn),
+                    None => Err(e),
+                },
+                other => other,
+            }
         })
     }
 
@@ -278,20 +292,27 @@ fn open_client(spec: &NodeSpec, tls: &TlsFiles) -> Result<Client, LockError> {
         std::fs::read(path)
             .map_err(|e| usage(format!("cannot read {flag} {}: {e}", path.display())))
     };
-    let root_cert = tls.ca.as_deref().map(|p| read("--tls-ca", p)).transpose()?;
-    if let (Some(pem), Some(path)) = (&root_cert, &tls.ca) {
-        // An empty trust store would fail every handshake with a misleading "unknown issuer".
+    // A file without a certificate would fail every handshake with a misleading message ("unknown
+    // issuer", "certificate required"): refuse it here, before anything is sent.
+    let read_certs = |flag: &str, path: &std::path::Path| {
         use rustls::pki_types::{pem::PemObject, CertificateDer};
-        if !CertificateDer::pem_slice_iter(pem).any(|c| c.is_ok()) {
+        let pem = read(flag, path)?;
+        if !CertificateDer::pem_slice_iter(&pem).any(|c| c.is_ok()) {
             return Err(usage(format!(
-                "invalid --tls-ca {}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
+                "invalid {flag} {}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
                 path.display()
             )));
         }
-    }
+        Ok(pem)
+    };
+    let root_cert = tls
+        .ca
+        .as_deref()
+        .map(|p| read_certs("--tls-ca", p))
+        .transpose()?;
     let client_tls = match (&tls.cert, &tls.key) {
         (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read("--tls-cert", cert)?,
+            client_cert: read_certs("--tls-cert", cert)?,
             client_key: read("--tls-key", key)?,
         }),
         _ => None,
