@@ -65,6 +65,21 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
 pub(crate) static BREAK: LazyLock<Script> = LazyLock::new(|| Script::new(BREAK_LUA));
 
+/// The source of one of lockctl's scripts, for an EVAL when its EVALSHA keeps missing.
+pub(crate) fn script_source(script: &Script) -> Option<&'static str> {
+    [
+        (&*ACQUIRE, ACQUIRE_LUA),
+        (&*FENCE, FENCE_LUA),
+        (&*RELEASE, RELEASE_LUA),
+        (&*RENEW, RENEW_LUA),
+        (&*STATUS, STATUS_LUA),
+        (&*BREAK, BREAK_LUA),
+    ]
+    .into_iter()
+    .find(|(s, _)| s.get_hash() == script.get_hash())
+    .map(|(_, source)| source)
+}
+
 /// Who holds a lock: stored beside it so that `status`, `list` and waiting clients can say.
 #[derive(Debug, Clone)]
 pub struct Holder {
@@ -486,6 +501,7 @@ impl Engine {
             keys.name,
             self.nodes.len()
         );
+        let unanswered = self.nodes.len() - answered;
         if held >= quorum {
             Ok(())
         } else if answered < quorum {
@@ -494,6 +510,19 @@ impl Engine {
                 reachable: answered,
                 quorum,
                 detail: failures.join("; "),
+            })
+        } else if held + unanswered >= quorum {
+            // Nodes that did not answer may still hold our token: nothing says the lease is lost,
+            // only that this call could not confirm it (a renewal is retried until its deadline).
+            Err(LockError::Unavailable {
+                nodes: self.nodes.len(),
+                reachable: answered,
+                quorum,
+                detail: format!(
+                    "our token is on {held} of them and the {unanswered} that did not answer \
+                     decide; {}",
+                    failures.join("; ")
+                ),
             })
         } else {
             let mut detail = "it expired, was broken, or was taken by another holder".to_string();

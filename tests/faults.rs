@@ -1,0 +1,1185 @@
+//! Faults in the middle of contended runs, on one node and on five-node Redlock.
+//!
+//! Every run is real: several workers loop on `lockctl exec` against real redis-servers, and each
+//! critical section does two writes. A read-modify-write of a counter file (read, sleep, write back
+//! plus one) loses an update whenever two sections overlap. A fenced write into SQLite
+//! (`INSERT ... WHERE fence > MAX(fence)`, one transaction) is what a store that checks fencing tokens
+//! does. While the workers run, the test injects a fault: a redis-server stopped (SIGSTOP) or killed
+//! (kill -9), a node restarted without its data, lockctl itself stopped past its TTL, `SCRIPT FLUSH`,
+//! `CLIENT KILL` of lockctl's connections, eviction under `maxmemory`.
+//!
+//! After each run the same properties are checked (see [`check`]): every exit code is one the fault
+//! may cause (0, 69, 75, 76); no two grants got the same fencing token; every worker that exited 0 had
+//! its fenced write accepted (a stale fence from a holder that still believed in its lease would be
+//! rejected); the accepted fences strictly increase; when mutual exclusion must have held, the counter
+//! equals the number of completed sections (no lost update); the work went on after the fault; and the
+//! run ended within a generous bound. What each fault adds is asserted in its test.
+//!
+//! Timing is kept short (TTLs of 1–3 s, a 200 ms node timeout) and nothing asserts speed beyond
+//! "no hang": faults are injected when a condition is seen (a section in progress, a new fence
+//! accepted), not after a guessed sleep.
+
+mod support;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// The node timeout of every run: far below the TTLs.
+const NODE_TIMEOUT: &str = "200ms";
+/// A run that takes longer than this has hung.
+const RUN_BOUND: Duration = Duration::from_secs(75);
+
+/// One critical section. `$DIR` holds the counter, the logs and the SQLite store; `$HOLD` is how
+/// long the section sleeps between reading and writing the counter; `$W` names the worker.
+const SECTION: &str = r#"set -eu
+f=$LOCKCTL_FENCE
+echo "$f" >> "$DIR/entered"
+n=$(cat "$DIR/counter")
+sleep "$HOLD"
+echo $((n + 1)) > "$DIR/counter"
+echo "$f" >> "$DIR/done"
+r=$(sqlite3 -cmd ".timeout 20000" "$DIR/store.db" "BEGIN IMMEDIATE; INSERT INTO log(fence, worker) SELECT $f, '$W' WHERE $f > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;")
+echo "section fence=$f accepted=$r"
+"#;
+
+/// The shared resource the workers write to: a counter file and a fenced SQLite log.
+struct Store {
+    dir: tempfile::TempDir,
+}
+
+impl Store {
+    fn new() -> Store {
+        let dir = tempfile::Builder::new()
+            .prefix("lockctl-faults-")
+            .tempdir()
+            .unwrap();
+        let s = Store { dir };
+        std::fs::write(s.path("counter"), "0").unwrap();
+        std::fs::write(s.path("entered"), "").unwrap();
+        std::fs::write(s.path("done"), "").unwrap();
+        std::fs::write(s.path("section.sh"), SECTION).unwrap();
+        s.sql("CREATE TABLE log(seq INTEGER PRIMARY KEY AUTOINCREMENT, fence INTEGER NOT NULL, worker TEXT NOT NULL);");
+        s
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn sql(&self, sql: &str) -> String {
+        let o = Command::new("sqlite3")
+            .arg("-cmd")
+            .arg(".timeout 20000")
+            .arg(self.path("store.db"))
+            .arg(sql)
+            .output()
+            .expect("sqlite3 is required by the fault tests");
+        assert!(
+            o.status.success(),
+            "sqlite3: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Fences accepted by the store, in the order they were written.
+    fn accepted(&self) -> Vec<u64> {
+        numbers(&self.sql("SELECT fence FROM log ORDER BY seq;"))
+    }
+
+    /// Fences of the sections that started.
+    fn entered(&self) -> Vec<u64> {
+        numbers(&std::fs::read_to_string(self.path("entered")).unwrap())
+    }
+
+    /// Fences of the sections that finished their read-modify-write.
+    fn done(&self) -> Vec<u64> {
+        numbers(&std::fs::read_to_string(self.path("done")).unwrap())
+    }
+
+    fn counter(&self) -> u64 {
+        std::fs::read_to_string(self.path("counter"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// The fence of a section that has started and not yet finished its read-modify-write.
+    fn in_progress(&self) -> Option<u64> {
+        let done: HashSet<u64> = self.done().into_iter().collect();
+        self.entered().into_iter().find(|f| !done.contains(f))
+    }
+
+    /// Waits until at least `n` sections have finished.
+    fn wait_done(&self, n: usize) {
+        assert!(
+            eventually(Duration::from_secs(30), || self.done().len() >= n),
+            "the workers finished only {} sections",
+            self.done().len()
+        );
+    }
+
+    /// Waits until a section is in progress and returns its fence.
+    fn wait_in_progress(&self) -> u64 {
+        let mut fence = None;
+        assert!(
+            eventually(Duration::from_secs(30), || {
+                fence = self.in_progress();
+                fence.is_some()
+            }),
+            "no section in progress"
+        );
+        fence.unwrap()
+    }
+}
+
+fn numbers(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.trim().parse().expect("a number"))
+        .collect()
+}
+
+/// How the workers contend.
+struct Plan {
+    name: &'static str,
+    workers: usize,
+    rounds: usize,
+    ttl: &'static str,
+    /// Seconds each section sleeps inside its read-modify-write.
+    hold: &'static str,
+    /// More lockctl options (`--quarantine 3s`).
+    args: Vec<&'static str>,
+}
+
+/// What one `lockctl exec` did.
+#[derive(Debug)]
+struct Outcome {
+    worker: usize,
+    pid: i32,
+    code: i32,
+    fence: Option<u64>,
+    accepted: Option<bool>,
+    stderr: String,
+}
+
+struct Run {
+    outcomes: Vec<Outcome>,
+    took: Duration,
+}
+
+impl Run {
+    fn codes(&self) -> Vec<i32> {
+        self.outcomes.iter().map(|o| o.code).collect()
+    }
+
+    fn count(&self, code: i32) -> usize {
+        self.outcomes.iter().filter(|o| o.code == code).count()
+    }
+
+    fn by_fence(&self, fence: u64) -> Option<&Outcome> {
+        self.outcomes.iter().find(|o| o.fence == Some(fence))
+    }
+
+    fn by_pid(&self, pid: i32) -> &Outcome {
+        self.outcomes
+            .iter()
+            .find(|o| o.pid == pid)
+            .unwrap_or_else(|| panic!("no worker ran as pid {pid}"))
+    }
+
+    fn describe(&self) -> String {
+        let mut s = format!("run took {:?}; codes {:?}\n", self.took, self.codes());
+        for o in &self.outcomes {
+            if o.code != 0 {
+                s.push_str(&format!(
+                    "worker {} (pid {}) exited {} fence {:?} accepted {:?}: {}\n",
+                    o.worker,
+                    o.pid,
+                    o.code,
+                    o.fence,
+                    o.accepted,
+                    o.stderr.trim()
+                ));
+            }
+        }
+        s
+    }
+}
+
+/// Runs the workers against `urls` while `fault` runs on this thread, and collects every outcome.
+fn contend(urls: &str, store: &Store, plan: &Plan, fault: impl FnOnce()) -> Run {
+    let started = Instant::now();
+    let outcomes = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..plan.workers)
+        .map(|w| {
+            let mut base = lockctl();
+            base.env("LOCKCTL_REDIS", urls)
+                .env("DIR", store.dir.path())
+                .env("HOLD", plan.hold)
+                .env("W", format!("w{w}"))
+                .args(["exec", plan.name, "--ttl", plan.ttl, "-w", "30s"])
+                .args(["--node-timeout", NODE_TIMEOUT, "--kill-after", "1s"])
+                .args(&plan.args)
+                .arg("--")
+                .arg("sh")
+                .arg(store.path("section.sh"));
+            let rounds = plan.rounds;
+            let outcomes = Arc::clone(&outcomes);
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    let o = exec_once(&mut base, w);
+                    let unavailable = o.code == 69;
+                    outcomes.lock().unwrap().push(o);
+                    if unavailable {
+                        // A node is down: do not spin on it.
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            })
+        })
+        .collect();
+    fault();
+    for t in threads {
+        t.join().expect("worker thread");
+    }
+    let outcomes = std::mem::take(&mut *outcomes.lock().unwrap());
+    Run {
+        outcomes,
+        took: started.elapsed(),
+    }
+}
+
+fn exec_once(cmd: &mut Command, worker: usize) -> Outcome {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lockctl");
+    let pid = child.id() as i32;
+    let out = wait_output(child, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with("section "))?;
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name))?
+            .parse()
+            .ok()
+    };
+    Outcome {
+        worker,
+        pid,
+        code: code(&out),
+        fence: field("fence="),
+        accepted: field("accepted=").map(|a| a == 1),
+        stderr: stderr(&out),
+    }
+}
+
+/// The properties every run must keep, whatever the fault. `exclusive`: mutual exclusion must have
+/// held throughout, so the counter lost no update.
+fn check(run: &Run, store: &Store, allowed: &[i32], exclusive: bool) {
+    let report = run.describe();
+    assert!(run.took < RUN_BOUND, "{report}");
+    for o in &run.outcomes {
+        assert!(
+            allowed.contains(&o.code),
+            "worker {} exited {}, allowed {allowed:?}\n{report}",
+            o.worker,
+            o.code
+        );
+    }
+    // No two grants share a fencing token.
+    let entered = store.entered();
+    let unique: HashSet<u64> = entered.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        entered.len(),
+        "fences handed out twice: {entered:?}\n{report}"
+    );
+    // A holder whose lease held throughout wrote with the largest fence so far.
+    for o in run.outcomes.iter().filter(|o| o.code == 0) {
+        assert_eq!(
+            o.accepted,
+            Some(true),
+            "worker {} exited 0 but its fenced write (fence {:?}) was rejected\n{report}",
+            o.worker,
+            o.fence
+        );
+    }
+    let accepted = store.accepted();
+    assert!(
+        accepted.windows(2).all(|w| w[0] < w[1]),
+        "accepted fences not increasing: {accepted:?}"
+    );
+    assert!(run.count(0) > 0, "no worker succeeded\n{report}");
+    if exclusive {
+        assert_eq!(
+            store.counter(),
+            store.done().len() as u64,
+            "lost update: two sections overlapped\n{report}"
+        );
+    }
+    if !run.outcomes.iter().any(|o| o.code == 76) {
+        assert_eq!(
+            store.done().len(),
+            run.count(0),
+            "every completed section belongs to a worker that exited 0\n{report}"
+        );
+    }
+}
+
+/// The pid of the lockctl process that holds `name`, as its holder record on `server` says.
+fn holder_pid(server: &Server, name: &str) -> Option<i32> {
+    let key = format!("{{lockctl:{name}}}\u{1f}holder");
+    let pid: Option<String> = server.cmd(&["HGET", &key, "pid"]);
+    pid.and_then(|p| p.parse().ok())
+}
+
+/// The children of process `pid` (all its threads').
+fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(list) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(
+                    list.split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Stops (or continues) a whole client: lockctl and its command's process group, as a GC pause or
+/// a suspended VM would.
+fn signal_client(pid: i32, child: i32, sig: i32) {
+    kill(pid, sig);
+    kill(-child, sig);
+}
+
+/// Three workers, four sections each.
+fn plan(name: &'static str, ttl: &'static str, hold: &'static str) -> Plan {
+    Plan {
+        name,
+        workers: 3,
+        rounds: 4,
+        ttl,
+        hold,
+        args: Vec::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One node
+// ---------------------------------------------------------------------------------------------
+
+/// A fault-free run: the baseline every fault below is compared with.
+#[test]
+fn single_no_fault_baseline() {
+    let servers = Servers::start(1);
+    let store = Store::new();
+    let run = contend(&servers.urls(), &store, &plan("base", "2s", "0.05"), || {});
+    check(&run, &store, &[0], true);
+    assert_eq!(run.count(0), 12, "{}", run.describe());
+    assert_eq!(store.counter(), 12);
+    assert_eq!(store.accepted().len(), 12);
+}
+
+/// The server is stopped (SIGSTOP) for 600 ms while a section holds a 1.5 s lease and renews it every
+/// 500 ms. The holder's renewals time out after 200 ms and are retried until its deadline; the server
+/// comes back before it, so the holder keeps the lease and exits 0. Attempts that reach the stopped
+/// server get no answer within the node timeout: exit 69, at once, not a hang.
+#[test]
+fn single_server_stopped_mid_section() {
+    let servers = Servers::start(1);
+    let store = Store::new();
+    let mut p = plan("stopped", "1.5s", "0.6");
+    p.rounds = 3;
+    let mut holder = 0;
+    let mut done_at_fault = 0;
+    let run = contend(&servers.urls(), &store, &p, || {
+        store.wait_done(1);
+        holder = store.wait_in_progress();
+        done_at_fault = store.done().len();
+        servers[0].pause();
+        std::thread::sleep(Duration::from_millis(600));
+        servers[0].resume();
+    });
+    check(&run, &store, &[0, 69], true);
+    let h = run.by_fence(holder).expect("the holder's outcome");
+    assert_eq!(
+        h.code,
+        0,
+        "the holder kept its lease through the pause\n{}",
+        run.describe()
+    );
+    assert!(
+        store.done().len() > done_at_fault,
+        "work went on after the fault"
+    );
+}
+
+/// The server is killed (kill -9) while a section holds the lock, stays down for a moment and comes
+/// back with its data (appendonly, fsync always). The fencing counter survives the restart, so fences
+/// keep increasing; the restart quarantine (3 s, above the 2 s TTL) keeps new grants away until any
+/// lease the server granted before has expired or been renewed.
+#[test]
+fn single_server_killed_and_restarted_with_its_data() {
+    let mut servers = Servers(vec![Server::with_args(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ])]);
+    let store = Store::new();
+    let mut p = plan("killed", "2s", "0.3");
+    p.args = vec!["--quarantine", "3s"];
+    let urls = servers.urls();
+    let mut done_at_fault = 0;
+    let mut fence_before = 0;
+    let run = contend(&urls, &store, &p, || {
+        // The quarantine also holds off the first grants on the freshly started server.
+        store.wait_done(2);
+        fence_before = store.wait_in_progress();
+        done_at_fault = store.done().len();
+        servers[0].kill();
+        std::thread::sleep(Duration::from_millis(300));
+        servers.0[0].restart_empty();
+    });
+    // Attempts against the dead server: 69. The holder may outlive the outage or lose its lease (76).
+    check(&run, &store, &[0, 69, 76], false);
+    assert!(
+        store.done().len() > done_at_fault,
+        "work went on after the restart\n{}",
+        run.describe()
+    );
+    let after: Vec<u64> = store
+        .entered()
+        .into_iter()
+        .filter(|&f| f > fence_before)
+        .collect();
+    assert!(
+        !after.is_empty(),
+        "grants after the restart continue the counter"
+    );
+}
+
+/// lockctl and its command are stopped together (a GC pause, a suspended VM) in the middle of a
+/// section, for longer than the 1 s TTL. The lock expires in Redis and another worker takes it with a
+/// larger fence. When the stopped client wakes, its lockctl finds the deadline passed and exits 76; the
+/// store rejects the stale fence if the command still gets to write.
+#[test]
+fn single_holder_paused_past_its_ttl() {
+    let servers = Servers::start(1);
+    let store = Store::new();
+    let p = plan("paused", "1s", "0.2");
+    let mut stopped = None;
+    let run = contend(&servers.urls(), &store, &p, || {
+        store.wait_done(1);
+        let fence = loop {
+            let fence = store.wait_in_progress();
+            if let Some(pid) = holder_pid(&servers[0], "paused") {
+                let kids = children(pid);
+                if let Some(&child) = kids.first() {
+                    signal_client(pid, child, libc::SIGSTOP);
+                    if store.in_progress() == Some(fence) {
+                        stopped = Some((pid, child, fence));
+                        break fence;
+                    }
+                    // Caught between sections: let it go and try again.
+                    signal_client(pid, child, libc::SIGCONT);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        // Another worker takes the lock once ours expired, and writes with a larger fence.
+        assert!(
+            eventually(Duration::from_secs(20), || store
+                .accepted()
+                .iter()
+                .any(|&f| f > fence)),
+            "nobody took over from the stopped holder"
+        );
+        let (pid, child, _) = stopped.unwrap();
+        signal_client(pid, child, libc::SIGCONT);
+    });
+    let (pid, _, fence) = stopped.unwrap();
+    check(&run, &store, &[0, 76], false);
+    let z = run.by_pid(pid);
+    assert_eq!(
+        z.code,
+        76,
+        "the paused holder lost its lease\n{}",
+        run.describe()
+    );
+    assert!(z.stderr.contains("lost"), "{}", z.stderr);
+    assert_ne!(z.accepted, Some(true), "a stale fence was accepted");
+    assert!(
+        !store.accepted().contains(&fence),
+        "the paused holder's fence {fence} was written"
+    );
+    assert_eq!(run.count(76), 1, "{}", run.describe());
+}
+
+/// `SCRIPT FLUSH` again and again during the run: every EVALSHA that finds its script gone reloads it,
+/// and nothing else changes.
+#[test]
+fn single_script_flush_mid_run() {
+    let servers = Servers::start(1);
+    let store = Store::new();
+    let mut flushes = 0;
+    let run = contend(&servers.urls(), &store, &plan("flush", "1s", "0.1"), || {
+        store.wait_done(1);
+        while store.done().len() < 9 && flushes < 200 {
+            let _: () = servers[0].cmd(&["SCRIPT", "FLUSH"]);
+            flushes += 1;
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    });
+    check(&run, &store, &[0], true);
+    assert!(flushes >= 3, "only {flushes} flushes");
+    assert_eq!(run.count(0), 12, "{}", run.describe());
+}
+
+/// The local TCP ports of `pid`'s connections to 127.0.0.1:`port`.
+fn client_ports(pid: i32, port: u16) -> Vec<u16> {
+    let mut inodes = HashSet::new();
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for fd in fds.flatten() {
+            if let Ok(link) = std::fs::read_link(fd.path()) {
+                let l = link.to_string_lossy();
+                if let Some(i) = l.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
+                    inodes.insert(i.to_string());
+                }
+            }
+        }
+    }
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let remote = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 9 && f[2] == remote && inodes.contains(f[9]))
+                .then(|| u16::from_str_radix(f[1].split(':').nth(1)?, 16).ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// The holder's connections are killed by address (`CLIENT KILL ADDR`, the server's view of the
+/// client's local address) again and again while it holds a 1 s lease and renews it every 333 ms.
+/// Each renewal finds its connection dropped, reconnects once and renews: every worker exits 0.
+#[test]
+fn single_client_kill_of_the_holder_mid_run() {
+    let servers = Servers(vec![Server::start_tcp()]);
+    let port = servers[0].port.unwrap();
+    let store = Store::new();
+    let mut p = plan("killconn", "1s", "0.5");
+    p.rounds = 3;
+    let mut killed = 0;
+    let run = contend(&servers.urls(), &store, &p, || {
+        store.wait_done(1);
+        while store.done().len() < 8 {
+            if let Some(pid) = holder_pid(&servers[0], "killconn") {
+                for local in client_ports(pid, port) {
+                    let addr = format!("127.0.0.1:{local}");
+                    let n: i64 =
+                        servers[0].cmd(&["CLIENT", "KILL", "ADDR", &addr, "SKIPME", "yes"]);
+                    killed += n;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    });
+    check(&run, &store, &[0], true);
+    assert!(killed >= 3, "only {killed} connections killed");
+    assert_eq!(run.count(0), 9, "{}", run.describe());
+}
+
+/// One `exec` holds a 1 s lease for 2.5 s while every normal and every pub/sub connection on the
+/// server is killed every 100 ms (`CLIENT KILL TYPE normal`, `TYPE pubsub`). The renewals reconnect
+/// and the lease is kept; a waiter whose subscription is killed still gets the lock after the holder.
+#[test]
+fn single_client_kill_type_normal_while_renewing() {
+    let servers = Servers::start(1);
+    let store = Store::new();
+    let mut holder = lockctl_on(&servers[0]);
+    holder
+        .env("DIR", store.dir.path())
+        .env("HOLD", "2.5")
+        .env("W", "holder")
+        .args([
+            "exec",
+            "typekill",
+            "--ttl",
+            "1s",
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "--",
+        ])
+        .arg("sh")
+        .arg(store.path("section.sh"));
+    let holder = std::thread::spawn(move || exec_once(&mut holder, 0));
+    assert!(eventually(Duration::from_secs(20), || store
+        .entered()
+        .len()
+        == 1));
+    let mut waiter = lockctl_on(&servers[0]);
+    waiter
+        .env("DIR", store.dir.path())
+        .env("HOLD", "0")
+        .env("W", "waiter")
+        .args([
+            "exec",
+            "typekill",
+            "--ttl",
+            "1s",
+            "-w",
+            "30s",
+            "--node-timeout",
+            NODE_TIMEOUT,
+        ])
+        .args(["--", "sh"])
+        .arg(store.path("section.sh"));
+    let waiter = std::thread::spawn(move || exec_once(&mut waiter, 1));
+    let mut killed = 0;
+    while store.done().is_empty() {
+        for kind in ["normal", "pubsub"] {
+            let n: i64 = servers[0].cmd(&["CLIENT", "KILL", "TYPE", kind, "SKIPME", "yes"]);
+            killed += n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let h = holder.join().unwrap();
+    let w = waiter.join().unwrap();
+    assert_eq!(h.code, 0, "the holder keeps its lease: {}", h.stderr);
+    assert_eq!(w.code, 0, "the waiter gets the lock after it: {}", w.stderr);
+    assert_eq!((h.fence, w.fence), (Some(1), Some(2)));
+    assert_eq!((h.accepted, w.accepted), (Some(true), Some(true)));
+    assert!(killed >= 5, "only {killed} connections killed");
+    assert_eq!(store.counter(), 2);
+}
+
+/// A server with `maxmemory` and `allkeys-lru` is filled with junk while an `exec` holds a 1 s lease.
+/// What happens, and what this test asserts: LRU eviction treats the lock key like any other key, so
+/// once enough newer keys are written the lock is evicted; the next renewal finds it gone and lockctl
+/// stops the command and exits 76 (had the lock survived every fill, the holder would exit 0 and the
+/// key would hold its token at the end; the test accepts only these two outcomes). The fencing counter,
+/// idle since the grant, is evicted too, and the next grant's fence goes back to 1: eviction breaks
+/// fencing as well as leases. Hence `doctor` fails any policy but `noeviction`.
+#[test]
+fn single_eviction_under_maxmemory() {
+    let s = Server::with_args(&["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]);
+    let store = Store::new();
+    // Move the counter up first, so that "back to 1" is visible.
+    for _ in 0..3 {
+        let o = run(lockctl_on(&s).args(["exec", "evicted", "--", "true"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let go = store.path("go");
+    let mut holder = lockctl_on(&s);
+    holder
+        .args([
+            "exec",
+            "evicted",
+            "--ttl",
+            "1s",
+            "--kill-after",
+            "1s",
+            "--node-timeout",
+            NODE_TIMEOUT,
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"section fence=$LOCKCTL_FENCE\"; while [ ! -e \"$GO\" ]; do sleep 0.05; done",
+        ])
+        .env("GO", &go);
+    let holder = std::thread::spawn(move || exec_once(&mut holder, 0));
+    assert!(eventually(Duration::from_secs(20), || s
+        .get("lockctl:evicted")
+        .is_some()));
+    let token = s.get("lockctl:evicted").unwrap();
+
+    let junk = "x".repeat(10_000);
+    let mut conn = s.conn();
+    let mut evicted = false;
+    for round in 0..40 {
+        let mut pipe = redis::pipe();
+        for i in 0..800 {
+            pipe.cmd("SET")
+                .arg(format!("junk:{round}:{i}"))
+                .arg(&junk)
+                .ignore();
+        }
+        let _: () = pipe.query(&mut conn).expect("fill");
+        if s.get("lockctl:evicted").as_deref() != Some(token.as_str()) {
+            evicted = true;
+            break;
+        }
+    }
+    let stats: String = s.cmd(&["INFO", "stats"]);
+    assert!(
+        !stats.contains("evicted_keys:0\r"),
+        "nothing was evicted: {stats}"
+    );
+    let h = if evicted {
+        let h = holder.join().unwrap();
+        assert_eq!(h.code, 76, "an evicted lock is a lost lease: {}", h.stderr);
+        assert!(h.stderr.contains("lost"), "{}", h.stderr);
+        h
+    } else {
+        std::fs::write(&go, "").unwrap();
+        let h = holder.join().unwrap();
+        assert_eq!(h.code, 0, "the lock survived: {}", h.stderr);
+        h
+    };
+    assert_eq!(h.fence, Some(4));
+    assert!(!go.exists() || !evicted);
+    // The counter went with the junk: the next grant does not get a larger fence.
+    let counter: Option<String> = s.cmd(&["GET", "{lockctl:evicted}\u{1f}fence"]);
+    let g = acquire_json(&mut lockctl_on(&s), "evicted", &["-n"]);
+    if counter.is_none() {
+        assert!(
+            g["fence"].as_u64().unwrap() <= 4,
+            "fence after eviction: {g}"
+        );
+    } else {
+        assert!(g["fence"].as_u64().unwrap() > 4, "{g}");
+    }
+    assert!(
+        evicted || counter.is_some(),
+        "neither the lock nor the counter was evicted"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Five-node Redlock
+// ---------------------------------------------------------------------------------------------
+
+fn redlock_plan(name: &'static str) -> Plan {
+    plan(name, "2s", "0.1")
+}
+
+/// Two of five nodes stopped (SIGSTOP) for 1.5 s mid-run: each call waits at most the node timeout
+/// for them, three nodes are still a quorum, and everything else is as without the fault.
+#[test]
+fn redlock_two_nodes_stopped_mid_run() {
+    let servers = Servers::start(5);
+    let store = Store::new();
+    let mut done_at_fault = 0;
+    let run = contend(&servers.urls(), &store, &redlock_plan("stop2"), || {
+        store.wait_done(2);
+        done_at_fault = store.done().len();
+        servers[1].pause();
+        servers[3].pause();
+        let _ = eventually(Duration::from_millis(1500), || {
+            store.done().len() >= done_at_fault + 3
+        });
+        servers[1].resume();
+        servers[3].resume();
+    });
+    check(&run, &store, &[0], true);
+    assert!(store.done().len() > done_at_fault);
+    assert_eq!(run.count(0), 12, "{}", run.describe());
+}
+
+/// Two of five nodes killed (kill -9) mid-run and left dead: three are a quorum, every worker exits 0.
+#[test]
+fn redlock_two_nodes_killed_mid_run() {
+    let mut servers = Servers::start(5);
+    let store = Store::new();
+    let urls = servers.urls();
+    let mut done_at_fault = 0;
+    let run = contend(&urls, &store, &redlock_plan("kill2"), || {
+        store.wait_done(2);
+        done_at_fault = store.done().len();
+        servers[0].kill();
+        servers[4].kill();
+    });
+    check(&run, &store, &[0], true);
+    assert!(store.done().len() > done_at_fault);
+    assert_eq!(run.count(0), 12, "{}", run.describe());
+}
+
+/// Three of five nodes (a majority) killed and restarted at once without their data, in the middle of
+/// a section, with `--quarantine 3s` above the 2 s TTL. The restarted nodes refuse to vote for 3 s; the
+/// holder, with its lock now on only two nodes, cannot renew and loses its lease (76) or finishes
+/// first; nobody else can get a quorum until the quarantine is over, by when every lease granted
+/// before has expired. So mutual exclusion holds (no lost update), and fences keep increasing because
+/// every later grant includes a node that kept its counter.
+#[test]
+fn redlock_majority_restarted_empty_with_quarantine() {
+    let mut servers = Servers::start(5);
+    let store = Store::new();
+    let mut p = redlock_plan("restart3");
+    p.hold = "0.3";
+    p.args = vec!["--quarantine", "3s"];
+    let urls = servers.urls();
+    let mut before = 0;
+    let run = contend(&urls, &store, &p, || {
+        // Quarantine also applies to the fresh servers: the first grant waits until they are 3 s old.
+        store.wait_done(2);
+        before = store.wait_in_progress();
+        for i in [1, 2, 3] {
+            servers[i].restart_empty();
+        }
+    });
+    check(&run, &store, &[0, 76], true);
+    let after: Vec<u64> = store
+        .entered()
+        .into_iter()
+        .filter(|&f| f > before)
+        .collect();
+    assert!(
+        !after.is_empty(),
+        "grants went on after the restart\n{}",
+        run.describe()
+    );
+}
+
+/// What the quarantine prevents. A holds the lock on all five nodes (exec, 10 s TTL, inside its
+/// section); three nodes are restarted without their data. With `--quarantine 0`, B gets the lock at
+/// once on the three empty nodes while A's lockctl still holds it on the other two and still believes
+/// in its lease: two holders at once, and B's fence is no larger than A's (the counters went with the
+/// data). A's fenced write, made after B's, is rejected: the store catches what the lock let through,
+/// and A's lockctl exits 76 when its release finds the lock taken. The same steps with the
+/// quarantine on (3 s, A's TTL 3 s, A holding long enough to re-create its keys) are the
+/// counterpart: B waits, gets a larger fence, and both writes are accepted.
+#[test]
+fn redlock_restart_without_quarantine_double_grants() {
+    let mut servers = Servers::start(5);
+    let store = Store::new();
+    let go = store.path("go-a");
+    let a_script = "echo \"section fence=$LOCKCTL_FENCE\"; echo in > \"$DIR/a-in\"; \
+                    while [ ! -e \"$GO\" ]; do sleep 0.02; done; \
+                    r=$(sqlite3 -cmd '.timeout 20000' \"$DIR/store.db\" \"BEGIN IMMEDIATE; INSERT INTO log(fence, worker) SELECT $LOCKCTL_FENCE, 'A' WHERE $LOCKCTL_FENCE > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;\"); \
+                    echo \"write accepted=$r\"";
+    let mut a = servers.lockctl();
+    a.env("DIR", store.dir.path())
+        .env("GO", &go)
+        .args([
+            "exec",
+            "dg",
+            "--ttl",
+            "10s",
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "-c",
+            a_script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let a = a.spawn().unwrap();
+    assert!(eventually(Duration::from_secs(20), || store
+        .path("a-in")
+        .exists()));
+    let a_token = servers[0].get("lockctl:dg").expect("A holds node 0");
+    for i in [1, 2, 3] {
+        servers[i].restart_empty();
+    }
+    let b = exec_once(
+        servers
+            .lockctl()
+            .env("DIR", store.dir.path())
+            .env("HOLD", "0")
+            .env("W", "B")
+            .env("N0", servers[0].socket())
+            .args(["exec", "dg", "-n", "--quarantine", "0", "--ttl", "10s"])
+            .args(["--node-timeout", NODE_TIMEOUT, "--", "sh", "-c"])
+            .arg(format!(
+                "redis-cli -s \"$N0\" GET lockctl:dg > \"$DIR/b-saw\"; exec sh {}",
+                store.path("section.sh").display()
+            )),
+        1,
+    );
+    std::fs::write(&go, "").unwrap();
+    let a_out = wait_output(a, Duration::from_secs(60));
+    let a_stdout = stdout(&a_out);
+    let a_fence: u64 = a_stdout
+        .split("fence=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    assert_eq!(b.code, 0, "B got the lock: {}", b.stderr);
+    let b_saw = std::fs::read_to_string(store.path("b-saw")).unwrap();
+    assert_eq!(
+        b_saw.trim(),
+        a_token,
+        "while B held the lock, node 0 still held A's"
+    );
+    assert!(
+        b.fence.unwrap() <= a_fence,
+        "B's fence {:?} not above A's {a_fence}",
+        b.fence
+    );
+    assert_eq!(b.accepted, Some(true), "B wrote first");
+    assert!(
+        a_stdout.contains("write accepted=0"),
+        "A's write was rejected: {a_stdout}"
+    );
+    assert_eq!(code(&a_out), 76, "{}", stderr(&a_out));
+}
+
+/// The counterpart of the test above with the quarantine on: A (TTL 3 s) holds for 2 s, three nodes
+/// are restarted without their data, B (`--quarantine 3s`) is refused at once with `-n` and, waiting,
+/// gets the lock only after A, with a larger fence. A's renewals put its key and fencing counter back
+/// on the restarted nodes (they restarted after A's grant), so A keeps its lease and exits 0.
+#[test]
+fn redlock_restart_with_quarantine_keeps_one_holder() {
+    let mut servers = Servers::start(5);
+    let store = Store::new();
+    let go = store.path("go-a");
+    let a_script = "echo \"section fence=$LOCKCTL_FENCE\"; echo in > \"$DIR/a-in\"; \
+                    while [ ! -e \"$GO\" ]; do sleep 0.02; done; \
+                    r=$(sqlite3 -cmd '.timeout 20000' \"$DIR/store.db\" \"BEGIN IMMEDIATE; INSERT INTO log(fence, worker) SELECT $LOCKCTL_FENCE, 'A' WHERE $LOCKCTL_FENCE > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;\"); \
+                    echo \"write accepted=$r\"";
+    let mut a = servers.lockctl();
+    a.env("DIR", store.dir.path())
+        .env("GO", &go)
+        .args([
+            "exec",
+            "q3",
+            "--ttl",
+            "3s",
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "-c",
+            a_script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let a = a.spawn().unwrap();
+    assert!(eventually(Duration::from_secs(20), || store
+        .path("a-in")
+        .exists()));
+    let a_token = servers[0].get("lockctl:q3").expect("A holds node 0");
+    // Re-creation needs A to have held the lock for longer than the restarted nodes have been up
+    // (plus INFO's one-second resolution).
+    std::thread::sleep(Duration::from_secs(2));
+    for i in [1, 2, 3] {
+        servers[i].restart_empty();
+    }
+    let b_cmd = |extra: &[&str]| {
+        let mut c = servers.lockctl();
+        c.env("DIR", store.dir.path())
+            .env("HOLD", "0")
+            .env("W", "B")
+            .args(["exec", "q3", "--quarantine", "3s", "--ttl", "3s"])
+            .args(["--node-timeout", NODE_TIMEOUT])
+            .args(extra)
+            .arg("--")
+            .arg("sh")
+            .arg(store.path("section.sh"));
+        c
+    };
+    let b_now = exec_once(&mut b_cmd(&["-n"]), 1);
+    assert_eq!(
+        b_now.code, 75,
+        "quarantined nodes do not vote: {}",
+        b_now.stderr
+    );
+    // A's renewal re-creates its key on the restarted nodes.
+    assert!(
+        eventually(Duration::from_secs(10), || [1, 2, 3].iter().all(
+            |&i| servers[i].get("lockctl:q3").as_deref() == Some(a_token.as_str())
+        )),
+        "A's renewals did not put its key back on the restarted nodes"
+    );
+    let mut b = b_cmd(&["-w", "30s"]);
+    let b = std::thread::spawn(move || exec_once(&mut b, 2));
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&go, "").unwrap();
+    let a_out = wait_output(a, Duration::from_secs(60));
+    let b = b.join().unwrap();
+    let a_stdout = stdout(&a_out);
+    let a_fence: u64 = a_stdout
+        .split("fence=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(code(&a_out), 0, "{}", stderr(&a_out));
+    assert!(a_stdout.contains("write accepted=1"), "{a_stdout}");
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(
+        b.fence.unwrap() > a_fence,
+        "B {:?} after A {a_fence}",
+        b.fence
+    );
+    assert_eq!(b.accepted, Some(true));
+    assert_eq!(store.accepted(), vec![a_fence, b.fence.unwrap()]);
+}
+
+/// lockctl and its command stopped past the TTL on Redlock: as on one node, the paused holder exits
+/// 76, another takes over with a larger fence, and the stale write is never accepted.
+#[test]
+fn redlock_holder_paused_past_its_ttl() {
+    let servers = Servers::start(5);
+    let store = Store::new();
+    let p = plan("rpaused", "1s", "0.2");
+    let mut stopped = None;
+    let run = contend(&servers.urls(), &store, &p, || {
+        store.wait_done(1);
+        loop {
+            let fence = store.wait_in_progress();
+            if let Some(pid) = holder_pid(&servers[2], "rpaused") {
+                if let Some(&child) = children(pid).first() {
+                    signal_client(pid, child, libc::SIGSTOP);
+                    if store.in_progress() == Some(fence) {
+                        stopped = Some((pid, child, fence));
+                        break;
+                    }
+                    signal_client(pid, child, libc::SIGCONT);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (pid, child, fence) = stopped.unwrap();
+        assert!(
+            eventually(Duration::from_secs(20), || store
+                .accepted()
+                .iter()
+                .any(|&f| f > fence)),
+            "nobody took over from the stopped holder"
+        );
+        signal_client(pid, child, libc::SIGCONT);
+    });
+    let (pid, _, fence) = stopped.unwrap();
+    check(&run, &store, &[0, 76], false);
+    let z = run.by_pid(pid);
+    assert_eq!(z.code, 76, "{}", run.describe());
+    assert!(!store.accepted().contains(&fence));
+    assert_eq!(run.count(76), 1, "{}", run.describe());
+}
+
+/// `SCRIPT FLUSH` on every node and `CLIENT KILL TYPE normal` on two of them, over and over, during a
+/// Redlock run: scripts are reloaded, dropped connections reopened, and nothing else changes.
+#[test]
+fn redlock_script_flush_and_client_kill_mid_run() {
+    let servers = Servers::start(5);
+    let store = Store::new();
+    let mut rounds = 0;
+    let run = contend(&servers.urls(), &store, &redlock_plan("flushkill"), || {
+        store.wait_done(1);
+        while store.done().len() < 9 && rounds < 200 {
+            for s in &servers.0 {
+                let _: () = s.cmd(&["SCRIPT", "FLUSH"]);
+            }
+            for i in [1, 3] {
+                let _: i64 = servers[i].cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            }
+            rounds += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    check(&run, &store, &[0], true);
+    assert!(rounds >= 3);
+    assert_eq!(run.count(0), 12, "{}", run.describe());
+}
+
+/// A lock won on exactly three of five nodes (another client holds the other two), and one of the
+/// three stopped while the section runs: renewals reach two nodes that hold our token and two that
+/// hold someone else's, and the stopped one, which still holds ours, does not answer. Nothing says the
+/// lease is lost, so lockctl keeps retrying until the node answers again (the deadline is far) and the
+/// command runs to its end: exit 0. `renew` and `release` in the same state say "unavailable" (69),
+/// not "lost" (76).
+#[test]
+fn redlock_stopped_node_of_a_minimal_quorum_is_not_a_lost_lease() {
+    let servers = Servers::start(5);
+    for i in [3, 4] {
+        let _: () = servers[i].cmd(&[
+            "SET",
+            "lockctl:minimal",
+            "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0",
+            "PX",
+            "60000",
+        ]);
+    }
+    let store = Store::new();
+    let go = store.path("go");
+    let mut c = servers.lockctl();
+    c.env("GO", &go)
+        .env("DIR", store.dir.path())
+        .args(["exec", "minimal", "--ttl", "2s", "--node-timeout", NODE_TIMEOUT, "-c"])
+        .arg("echo in > \"$DIR/in\"; while [ ! -e \"$GO\" ]; do sleep 0.02; done; echo \"section fence=$LOCKCTL_FENCE accepted=1\"");
+    let holder = std::thread::spawn(move || exec_once(&mut c, 0));
+    assert!(eventually(Duration::from_secs(20), || store
+        .path("in")
+        .exists()));
+    let token = servers[0].get("lockctl:minimal").unwrap();
+    servers[1].pause();
+    let o = run(servers.lockctl().args([
+        "renew",
+        "minimal",
+        "--ttl",
+        "2s",
+        "--token",
+        &token,
+        "--node-timeout",
+        NODE_TIMEOUT,
+    ]));
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    // Long enough for the exec's renewals to miss the stopped node at least once (every 667 ms).
+    std::thread::sleep(Duration::from_millis(1000));
+    servers[1].resume();
+    std::fs::write(&go, "").unwrap();
+    let h = holder.join().unwrap();
+    assert_eq!(h.code, 0, "{}", h.stderr);
+    assert!(!h.stderr.contains("lost"), "{}", h.stderr);
+    for i in [3, 4] {
+        assert_eq!(
+            servers[i].get("lockctl:minimal").as_deref(),
+            Some("f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0")
+        );
+    }
+    for i in 0..3 {
+        assert_eq!(
+            servers[i].get("lockctl:minimal"),
+            None,
+            "released on node {i}"
+        );
+    }
+
+    // The same for `release`: it deletes our token where it can, and cannot tell whether the stopped
+    // node still holds it, so it says unavailable.
+    for i in [3, 4] {
+        let _: () = servers[i].cmd(&[
+            "SET",
+            "lockctl:minimal2",
+            "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0",
+            "PX",
+            "60000",
+        ]);
+    }
+    let g = acquire_json(&mut servers.lockctl(), "minimal2", &["--ttl", "30s"]);
+    servers[1].pause();
+    let o = run(servers
+        .lockctl()
+        .args([
+            "release",
+            "minimal2",
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "--token",
+        ])
+        .arg(g["token"].as_str().unwrap()));
+    servers[1].resume();
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert!(stderr(&o).contains("did not answer"), "{}", stderr(&o));
+}
