@@ -83,7 +83,7 @@ proptest! {
         let want = Duration::from_secs(secs) + Duration::from_millis(u64::from(frac));
         let got = parse_duration(&text).unwrap();
         // f64 has 52 bits: a year in seconds with millisecond fractions is exact to well under 1 µs.
-        let diff = if got > want { got - want } else { want - got };
+        let diff = got.abs_diff(want);
         prop_assert!(diff < Duration::from_micros(1), "{text}: {got:?} vs {want:?}");
         prop_assert_eq!(parse_duration(&secs.to_string()), Ok(Duration::from_secs(secs)));
     }
@@ -600,4 +600,73 @@ fn valid_extremes_are_accepted() {
     assert_eq!(code(&o), 0, "-E 0 replaces the busy code: {}", stderr(&o));
     let o = run(lockctl_on(&server).args(["acquire", "y", "-w", "0", "-E", "255"]));
     assert_eq!(code(&o), 255, "{}", stderr(&o));
+}
+
+#[test]
+fn list_patterns_never_reach_outside_the_prefix() {
+    use proptest::test_runner::{Config, TestRunner};
+    let server = Server::start();
+    let ours = ["job", "{app}:job", "a-b", "x*y"];
+    for name in ours {
+        acquire_json(&mut lockctl_on(&server), name, &["-n", "--ttl", "10m"]);
+    }
+    acquire_json(
+        lockctl_on(&server).args(["--prefix", "other:"]),
+        "job",
+        &["-n"],
+    );
+    for k in [
+        "lockctlx",
+        "lockctl",
+        "{lockctl:job}",
+        "LOCKCTL:job",
+        "lockctl\\:job",
+    ] {
+        let () = server.cmd(&["SET", k, "0123456789abcdef0123456789abcdef"]);
+    }
+    let () = server.cmd(&["HSET", "lockctl:a-hash", "f", "v"]);
+    let before = server.keys();
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let pattern = prop_oneof![
+        "[a-z*?\\[\\]\\\\^{}:\\-!]{1,8}",
+        any::<String>().prop_filter("no NUL", |s| !s.contains('\0')),
+    ];
+    let tried = std::cell::Cell::new(0);
+    runner
+        .run(&pattern, |pattern| {
+            tried.set(tried.get() + 1);
+            let o = run(lockctl_on(&server).args(["list", "--format", "json", "--", &pattern]));
+            let err = stderr(&o);
+            prop_assert!(!err.contains("panicked"), "{pattern:?}: {err}");
+            match code(&o) {
+                0 => {
+                    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+                    for lock in v["locks"].as_array().unwrap() {
+                        let name = lock["name"].as_str().unwrap();
+                        prop_assert!(ours.contains(&name), "{pattern:?} listed {name:?}");
+                    }
+                }
+                2 => prop_assert!(err.contains("PATTERN"), "{pattern:?}: {err}"),
+                other => prop_assert!(false, "{pattern:?}: exit {other}: {err}"),
+            }
+            prop_assert_eq!(server.keys(), before.clone());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(tried.get(), 64);
+    // And the plain cases, exactly.
+    let o = run(lockctl_on(&server).args(["list", "*", "--format", "json"]));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let mut names: Vec<&str> = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a-b", "job", "x*y", "{app}:job"]);
 }
