@@ -167,6 +167,7 @@ fn bad_urls() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("--redis"), "{}", stderr(&o));
     assert_eq!(s.get("lockctl:new"), None);
+    assert_eq!(s.get("lockctl:held").as_deref(), Some(t.as_str()));
 }
 
 #[test]

@@ -156,7 +156,7 @@ fn bad_urls_with_passwords_are_redacted() {
         format!("gopher://:{PASSWORD}@host"),
         format!("redis://user:{PASSWORD}@[::1"),
         format!("redis://user:{PASSWORD}@127.0.0.1:notaport"),
-        format!("{PASSWORD}"),
+        PASSWORD.to_string(),
         format!("unix:///tmp/x.sock?password={PASSWORD}&db=x"),
     ] {
         let o = clean(lockctl().args(["-v", "-r", &url, "acquire", "job", "-n"]));
