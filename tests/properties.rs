@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::process::Command;
 use std::time::Duration;
 
 use lockctl::config::{
@@ -468,7 +469,12 @@ fn ten_thousand_tokens_are_unique_lowercase_hex() {
 
 /// One bad invocation: exit 2, no panic, the message mentions `needle`, nothing in Redis.
 fn refused(server: &Server, args: &[&str], needle: &str) -> Result<(), TestCaseError> {
-    let o = run(lockctl_on(server).args(args));
+    refused_cmd(server, lockctl_on(server).args(args), needle)
+}
+
+fn refused_cmd(server: &Server, cmd: &mut Command, needle: &str) -> Result<(), TestCaseError> {
+    let o = run(cmd);
+    let args: Vec<_> = cmd.get_args().collect();
     let err = stderr(&o);
     prop_assert_eq!(code(&o), 2, "{:?}: {}", args, err);
     prop_assert!(!err.contains("panicked"), "{:?}: {}", args, err);
@@ -516,6 +522,7 @@ proptest! {
         wait in bad_duration(false),
         node_timeout in bad_duration(true),
         drift in junk().prop_filter("valid", |s| parse_drift_factor(s).is_err()),
+        ctrl in "[a-z]{0,3}[\u{1}-\u{1f}\u{7f}\u{85}][a-z]{0,3}",
     ) {
         let server = Server::start();
         refused(&server, &["acquire", "p", &format!("--format={format}")], "--format")?;
@@ -529,6 +536,15 @@ proptest! {
         refused(&server, &[&format!("--drift-factor={drift}"), "acquire", "p"], "--drift-factor")?;
         refused(&server, &[&format!("--quarantine={wait}"), "acquire", "p"], "--quarantine")?;
         refused(&server, &["status", "p", &format!("--format={format}")], "--format")?;
+        refused(&server, &["completions", &format], "<SHELL>")?;
+        // The same values from the environment are named by their option too.
+        refused_cmd(&server, lockctl_on(&server).env("LOCKCTL_NODE_TIMEOUT", &node_timeout).args(["acquire", "p"]), "--node-timeout")?;
+        refused_cmd(&server, lockctl_on(&server).env("LOCKCTL_QUARANTINE", &wait).args(["acquire", "p"]), "--quarantine")?;
+        // Control characters: reserved for auxiliary keys, never in a prefix, name or token.
+        refused(&server, &[&format!("--prefix={ctrl}"), "acquire", "p"], "--prefix")?;
+        refused_cmd(&server, lockctl_on(&server).env("LOCKCTL_PREFIX", &ctrl).args(["acquire", "p"]), "--prefix")?;
+        refused(&server, &["release", "p", &format!("--token={ctrl}")], "--token")?;
+        refused_cmd(&server, lockctl_on(&server).env("LOCKCTL_TOKEN", &ctrl).args(["renew", "p"]), "--token")?;
     }
 
     #[test]
