@@ -198,10 +198,18 @@ impl Settings {
         for url in urls {
             nodes.push(check_url(url)?);
         }
+        // The same server twice (another spelling, another db, another user) is not an independent
+        // node: counting it twice would let one server decide a quorum.
+        let servers: Vec<Option<String>> = nodes.iter().map(|n| server_of(&n.url)).collect();
         for (i, a) in nodes.iter().enumerate() {
-            if nodes[..i].iter().any(|b| b.url == a.url) {
+            let twice = nodes[..i]
+                .iter()
+                .zip(&servers)
+                .any(|(b, server)| b.url == a.url || (server.is_some() && *server == servers[i]));
+            if twice {
                 return Err(LockError::Usage(format!(
-                    "invalid --redis: {} is given twice; Redlock needs independent nodes",
+                    "invalid --redis: {} is the same server as another URL; Redlock needs \
+                     independent nodes",
                     a.display
                 )));
             }
@@ -224,6 +232,19 @@ impl Settings {
     pub fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
+}
+
+/// The server a URL points at (`host:port` or the socket path), whatever its user, password or db.
+fn server_of(url: &str) -> Option<String> {
+    use redis::ConnectionAddr;
+    let info = redis::IntoConnectionInfo::into_connection_info(url).ok()?;
+    Some(match info.addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{}:{port}", host.to_ascii_lowercase())
+        }
+        ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
+        _ => return None,
+    })
 }
 
 /// Checks one node URL and makes its redacted form.

@@ -686,3 +686,33 @@ fn list_patterns_never_reach_outside_the_prefix() {
     names.sort();
     assert_eq!(names, ["a-b", "job", "x*y", "{app}:job"]);
 }
+
+#[test]
+fn the_same_server_twice_is_not_redlock() {
+    let s = Server::start_tcp();
+    let port = s.port.unwrap();
+    let sock = s.socket().display().to_string();
+    for pair in [
+        [
+            format!("redis://127.0.0.1:{port}"),
+            format!("redis://127.0.0.1:{port}/3"),
+        ],
+        [
+            format!("redis://127.0.0.1:{port}"),
+            format!("redis://u:S3CRETPW@127.0.0.1:{port}"),
+        ],
+        [
+            format!("unix://{sock}"),
+            format!("redis+unix://{sock}?db=1"),
+        ],
+    ] {
+        let third = Server::start();
+        let o = run(lockctl()
+            .args(["-r", &pair[0], "-r", &pair[1], "-r", &third.url()])
+            .args(["acquire", "x", "-n"]));
+        assert_eq!(code(&o), 2, "{pair:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("same server"), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("S3CRETPW"), "{}", stderr(&o));
+        assert!(s.keys().is_empty() && third.keys().is_empty());
+    }
+}
