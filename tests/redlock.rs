@@ -58,12 +58,18 @@ fn del(s: &Server, k: &str) {
 /// left in a stopped server's socket runs when it wakes instead of failing with NOSCRIPT.
 fn warm_up(servers: &Servers) {
     let g = acquire_json(&mut servers.lockctl(), "warm-up", &[]);
-    let o = run(servers.lockctl().args(["release", "warm-up", "--token"]).arg(token(&g)));
+    let o = run(servers
+        .lockctl()
+        .args(["release", "warm-up", "--token"])
+        .arg(token(&g)));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
 fn token(grant: &serde_json::Value) -> String {
-    grant["token"].as_str().expect("token in the JSON grant").to_string()
+    grant["token"]
+        .as_str()
+        .expect("token in the JSON grant")
+        .to_string()
 }
 
 fn fence(grant: &serde_json::Value) -> u64 {
@@ -91,7 +97,10 @@ fn acquire_renew_release_over_five_nodes() {
     assert_eq!(g["fence"], 1, "first grant on fresh nodes: {g}");
     // validity = TTL - elapsed - (TTL * 0.01 + 2ms): strictly below TTL - drift.
     let validity = g["validity_ms"].as_u64().unwrap();
-    assert!(validity > 0 && validity < 10_000 - 102, "validity {validity}");
+    assert!(
+        validity > 0 && validity < 10_000 - 102,
+        "validity {validity}"
+    );
     let t = token(&g);
     for s in &servers.0 {
         assert_eq!(s.get(&key("five")).as_deref(), Some(t.as_str()));
@@ -100,10 +109,15 @@ fn acquire_renew_release_over_five_nodes() {
         assert!(ttl > 0 && ttl <= 10_000, "pttl {ttl}");
     }
 
-    let o = run(servers.lockctl().args(["renew", "five", "--ttl", "40s", "--token", &t]));
+    let o = run(servers
+        .lockctl()
+        .args(["renew", "five", "--ttl", "40s", "--token", &t]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let renewed: u64 = stdout(&o).parse().expect("renew prints the validity in ms");
-    assert!(renewed > 0 && renewed < 40_000 - 402, "renewed validity {renewed}");
+    assert!(
+        renewed > 0 && renewed < 40_000 - 402,
+        "renewed validity {renewed}"
+    );
     for s in &servers.0 {
         let ttl = pttl(s, &key("five"));
         assert!(ttl > 10_000 && ttl <= 40_000, "renewed pttl {ttl}");
@@ -114,7 +128,11 @@ fn acquire_renew_release_over_five_nodes() {
     for s in &servers.0 {
         assert!(!exists(s, &key("five")));
         assert!(!exists(s, &holder_key("five")));
-        assert_eq!(counter(s, "five"), 1, "release never touches the fencing counter");
+        assert_eq!(
+            counter(s, "five"),
+            1,
+            "release never touches the fencing counter"
+        );
     }
     // Released everywhere: the next grant comes at once, with the next fence.
     let g2 = acquire_json(&mut servers.lockctl(), "five", &["-n"]);
@@ -140,21 +158,32 @@ fn two_of_five_stopped_acquire_within_a_node_timeout() {
     servers[1].resume();
     servers[3].resume();
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert!(took < NO_HANG, "acquire with 2 of 5 nodes stopped took {took:?}");
+    assert!(
+        took < NO_HANG,
+        "acquire with 2 of 5 nodes stopped took {took:?}"
+    );
     let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let t = token(&g);
     for i in [0, 2, 4] {
-        assert_eq!(servers[i].get(&key("two-down")).as_deref(), Some(t.as_str()));
+        assert_eq!(
+            servers[i].get(&key("two-down")).as_deref(),
+            Some(t.as_str())
+        );
     }
     // The stopped nodes were never won, and a granted attempt rolls nothing back: once continued, they
     // run the round-1 request that sat in their socket and hold our token too (harmless: it is ours,
     // and it expires with the TTL). Nothing else can be there.
     for i in [1, 3] {
         assert!(
-            eventually(Duration::from_secs(10), || servers[i].get(&key("two-down")).is_some()),
+            eventually(Duration::from_secs(10), || servers[i]
+                .get(&key("two-down"))
+                .is_some()),
             "node {i} never ran the late round-1 request"
         );
-        assert_eq!(servers[i].get(&key("two-down")).as_deref(), Some(t.as_str()));
+        assert_eq!(
+            servers[i].get(&key("two-down")).as_deref(),
+            Some(t.as_str())
+        );
     }
     // Release goes to every node, so the late keys go too.
     let o = release(&servers, "two-down", &t);
@@ -189,7 +218,10 @@ fn three_of_five_stopped_is_unavailable_and_leaves_nothing() {
     // The attempt won the two reachable nodes (their counters moved) and rolled them back.
     for i in [1, 3] {
         assert_eq!(counter(&servers[i], "three-down"), 1, "node {i} was won");
-        assert!(!exists(&servers[i], &key("three-down")), "node {i} kept the key");
+        assert!(
+            !exists(&servers[i], &key("three-down")),
+            "node {i} kept the key"
+        );
         assert!(!exists(&servers[i], &holder_key("three-down")));
     }
     for i in stopped {
@@ -227,7 +259,10 @@ fn foreign_holder_on_three_of_five_is_busy_and_untouched() {
     // We won nodes 3 and 4 (their counters moved) and gave them back.
     for i in [3, 4] {
         assert_eq!(counter(&servers[i], "theirs"), 1);
-        assert!(!exists(&servers[i], &key("theirs")), "partial key left on node {i}");
+        assert!(
+            !exists(&servers[i], &key("theirs")),
+            "partial key left on node {i}"
+        );
         assert!(!exists(&servers[i], &holder_key("theirs")));
     }
     // Theirs: value and TTL as they set them, counter never incremented.
@@ -238,7 +273,9 @@ fn foreign_holder_on_three_of_five_is_busy_and_untouched() {
         assert_eq!(counter(&servers[i], "theirs"), 0);
     }
     // -E replaces the busy code.
-    let o = run(servers.lockctl().args(["acquire", "theirs", "-n", "-E", "9"]));
+    let o = run(servers
+        .lockctl()
+        .args(["acquire", "theirs", "-n", "-E", "9"]));
     assert_eq!(code(&o), 9);
 }
 
@@ -272,12 +309,12 @@ fn fencing_strictly_increases_across_different_quorums() {
         grant_through([0, 3, 4]);
     }
     grant_through([0, 1, 2]);
-    // Round 2 raised the nodes that were behind to the grant's token.
     let counters: Vec<u64> = servers.0.iter().map(|s| counter(s, name)).collect();
-    assert_eq!(counters, [7, 7, 7, 6, 6]);
     grant_through([2, 3, 4]);
-    assert_eq!(fences, [1, 2, 3, 4, 5, 6, 7, 8]);
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    assert_eq!(fences, [1, 2, 3, 4, 5, 6, 7, 8]);
+    // Round 2 had raised the nodes that were behind to the grant's token.
+    assert_eq!(counters, [7, 7, 7, 6, 6]);
 }
 
 #[test]
@@ -294,11 +331,17 @@ fn quarantine_keeps_restarted_nodes_from_voting() {
     b.env_remove("LOCKCTL_QUARANTINE");
     let o = run(b.args(["acquire", "q", "-n", "--ttl", "30s"]));
     assert_eq!(code(&o), 75, "{}", stderr(&o));
-    let o = run(servers.lockctl().args(["acquire", "q", "-n", "--quarantine", "10s"]));
+    let o = run(servers
+        .lockctl()
+        .args(["acquire", "q", "-n", "--quarantine", "10s"]));
     assert_eq!(code(&o), 75, "{}", stderr(&o));
     // The quarantined nodes were left alone: no key, no counter.
     for i in [1, 2] {
-        assert!(servers[i].keys().is_empty(), "node {i}: {:?}", servers[i].keys());
+        assert!(
+            servers[i].keys().is_empty(),
+            "node {i}: {:?}",
+            servers[i].keys()
+        );
     }
     assert_eq!(servers[0].get(&key("q")), Some(token(&a)));
 
@@ -321,7 +364,9 @@ fn renew_needs_a_quorum() {
     del(&servers[0], &key("renewed"));
     del(&servers[1], &key("renewed"));
     // Three of five still hold the token: a quorum renews.
-    let o = run(servers.lockctl().args(["renew", "renewed", "--ttl", "40s", "--token", &t]));
+    let o = run(servers
+        .lockctl()
+        .args(["renew", "renewed", "--ttl", "40s", "--token", &t]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     for i in [2, 3, 4] {
         assert!(pttl(&servers[i], &key("renewed")) > 10_000);
@@ -366,4 +411,242 @@ fn release_needs_a_quorum_and_cleans_up_everywhere() {
     for s in &servers.0 {
         assert!(!exists(s, &key("rel2")));
     }
+}
+
+/// Starts `exec` with a child that prints "ready TOKEN FENCE" and then waits for a line on stdin
+/// before exiting 0, so the test decides when the lease ends.
+fn start_exec(mut cmd: Command) -> (std::process::Child, String, u64) {
+    use std::io::BufRead;
+    let mut child = cmd
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"ready $LOCKCTL_TOKEN $LOCKCTL_FENCE\"; read _",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn lockctl exec");
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader
+        .read_line(&mut line)
+        .expect("read the child's ready line");
+    let parts: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(parts.len(), 3, "ready line: {line:?}");
+    assert_eq!(parts[0], "ready");
+    (
+        child,
+        parts[1].to_string(),
+        parts[2].parse().expect("numeric LOCKCTL_FENCE"),
+    )
+}
+
+/// Lets the child of [`start_exec`] finish and returns lockctl's output.
+fn finish_exec(mut child: std::process::Child) -> std::process::Output {
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(b"done\n");
+    drop(stdin);
+    wait_output(child, Duration::from_secs(60))
+}
+
+#[test]
+fn exec_over_five_nodes_renews_and_releases_everywhere() {
+    let servers = Servers::start(5);
+    let mut cmd = servers.lockctl();
+    cmd.args(["exec", "five-exec", "--ttl", "1s"]);
+    let (child, token, fence) = start_exec(cmd);
+    assert_eq!(fence, 1);
+    for s in &servers.0 {
+        assert_eq!(s.get(&key("five-exec")), Some(token.clone()));
+    }
+    // Three TTLs later the key is still ours on every node: the renewal thread kept it.
+    std::thread::sleep(Duration::from_secs(3));
+    for s in &servers.0 {
+        assert_eq!(
+            s.get(&key("five-exec")),
+            Some(token.clone()),
+            "renewed on every node"
+        );
+        let ttl = pttl(s, &key("five-exec"));
+        assert!(ttl > 0 && ttl <= 1000, "pttl {ttl}");
+    }
+    let o = finish_exec(child);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for s in &servers.0 {
+        assert!(!exists(s, &key("five-exec")), "released on every node");
+        assert!(!exists(s, &holder_key("five-exec")));
+    }
+}
+
+#[test]
+fn exec_lease_holds_while_a_quorum_renews() {
+    let mut servers = Servers::start(3);
+    let mut cmd = servers.lockctl();
+    cmd.args(["exec", "one-down", "--ttl", "1s", "--node-timeout", "300ms"]);
+    let (child, token, _) = start_exec(cmd);
+    let pid = child.id() as i32;
+    servers[1].kill();
+    // Two of three still renew: after several TTLs the command still runs and the lock is still ours.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(alive(pid), "lockctl gave up with a quorum still renewing");
+    for i in [0, 2] {
+        assert_eq!(
+            servers[i].get(&key("one-down")),
+            Some(token.clone()),
+            "node {i}"
+        );
+        assert!(pttl(&servers[i], &key("one-down")) <= 1000);
+    }
+    let o = finish_exec(child);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("lost"), "{}", stderr(&o));
+    for i in [0, 2] {
+        assert!(!exists(&servers[i], &key("one-down")));
+    }
+
+    // The converse: with a second node gone, no quorum renews and the lease is lost.
+    let mut cmd = servers.lockctl();
+    cmd.args([
+        "exec",
+        "two-down",
+        "--ttl",
+        "1s",
+        "--node-timeout",
+        "300ms",
+        "--kill-after",
+        "1s",
+    ]);
+    let (mut child, _, _) = start_exec(cmd);
+    // Keep the child's stdin open: it must still be running when the lease is lost.
+    let stdin = child.stdin.take();
+    servers[2].kill();
+    let o = wait_output(child, Duration::from_secs(60));
+    drop(stdin);
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
+}
+
+/// The current value of the workers' counter file (None while a writer has it truncated).
+fn read_counter(file: &std::path::Path) -> Option<u32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+#[test]
+fn exec_workers_lose_no_update_while_nodes_fail() {
+    let mut servers = Servers::start(5);
+    let file = servers[0].dir().join("counter");
+    std::fs::write(&file, "0").unwrap();
+    // Read, pause, write: two holders at once would lose an increment.
+    let script = "n=$(cat \"$F\"); sleep 0.05; echo $((n + 1)) > \"$F\"";
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let urls = servers.urls();
+            let file = file.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let o = run(lockctl()
+                        .env("LOCKCTL_REDIS", &urls)
+                        .env("F", &file)
+                        .args(["exec", "counter", "--ttl", "5s", "--node-timeout", "300ms"])
+                        .args(["-c", script]));
+                    assert_eq!(code(&o), 0, "{}", stderr(&o));
+                }
+            })
+        })
+        .collect();
+    let reaches = |n: u32| {
+        eventually(Duration::from_secs(120), || {
+            read_counter(&file).is_some_and(|v| v >= n)
+        })
+    };
+    assert!(reaches(10), "the workers made no progress");
+    servers[1].pause();
+    assert!(reaches(20), "no progress with one node stopped");
+    servers[3].kill();
+    assert!(
+        reaches(35),
+        "no progress with one node stopped and one killed"
+    );
+    servers[1].resume();
+    for w in workers {
+        w.join().expect("a worker failed");
+    }
+    assert_eq!(read_counter(&file), Some(60), "an update was lost");
+}
+
+/// Connects to a unix socket without blocking until the server's accept queue is full (the connect
+/// would block); returns the connections, which keep the queue full while they are open.
+fn fill_accept_queue(path: &std::path::Path) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    assert!(bytes.len() < addr.sun_path.len());
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let mut fds = Vec::new();
+    loop {
+        // SAFETY: plain socket(2); the descriptor is owned right below.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0) };
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: `addr` is a valid sockaddr_un and the length is its size.
+        let rc = unsafe {
+            libc::connect(
+                fd,
+                (&addr as *const libc::sockaddr_un).cast(),
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            assert_eq!(err.raw_os_error(), Some(libc::EAGAIN), "connect: {err}");
+            return fds;
+        }
+        fds.push(owned);
+        assert!(fds.len() < 1000, "the accept queue never filled");
+    }
+}
+
+/// A stopped server keeps accepting connections into its queue until the queue is full; after that
+/// a unix-socket connect blocks, with no timeout of its own. Every command must still give up on
+/// that node within its node timeout.
+#[test]
+fn stopped_node_with_a_full_accept_queue_never_hangs() {
+    let servers = Servers(vec![
+        Server::with_args(&["--tcp-backlog", "8"]),
+        Server::start(),
+        Server::start(),
+    ]);
+    let lockctl = || {
+        let mut c = servers.lockctl();
+        c.args(["--node-timeout", "300ms"]);
+        c
+    };
+    let g = acquire_json(&mut lockctl(), "queued", &["--ttl", "30s"]);
+    servers[0].pause();
+    let _queue = fill_accept_queue(&servers[0].socket());
+
+    // Busy, waiting (subscribing on every node) for a second: gives up after about that second.
+    let (o, took) = timed(lockctl().args(["acquire", "queued", "-w", "1s"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let (o, took) = timed(lockctl().args(["renew", "queued", "--token", &token(&g)]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(took < NO_HANG, "took {took:?}");
+    let (o, took) = timed(lockctl().args(["release", "queued", "--token", &token(&g)]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(took < NO_HANG, "took {took:?}");
+    let (o, took) = timed(lockctl().args(["acquire", "queued", "-n"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(took < NO_HANG, "took {took:?}");
+    servers[0].resume();
 }

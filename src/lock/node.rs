@@ -11,10 +11,18 @@
 //! server runs after the command that timed out, in order, should it ever wake up. A connection that
 //! was reused and found dropped (`CLIENT KILL`, a server restart) is reopened once, at once: every
 //! lockctl script is safe to repeat.
+//!
+//! A unix-socket connect has no timeout of its own (std's `UnixStream::connect` takes none, and
+//! redis-rs applies the timeout only to TCP), and it blocks for as long as the server's accept queue
+//! is full, which a stopped server reaches after a few hundred connects. So such a connect runs on a
+//! helper thread that the caller stops waiting for after the node timeout ([`connect`]); a node keeps
+//! at most one such connect outstanding and picks it up on its next call rather than queueing more.
 
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Connection, RedisError, Script, Value};
+use redis::{Client, Connection, ConnectionAddr, RedisError, RedisResult, Script, Value};
 
 use crate::config::{NodeSpec, TlsFiles};
 use crate::exit::LockError;
@@ -39,6 +47,8 @@ pub struct Node {
     /// A reply is outstanding on `conn` (the last command timed out).
     stale: bool,
     timeout: Duration,
+    /// A unix-socket connect still blocked after an earlier call gave up on it.
+    pending: Mutex<Option<Receiver<RedisResult<Connection>>>>,
 }
 
 impl Node {
@@ -51,6 +61,7 @@ impl Node {
             conn: None,
             stale: false,
             timeout,
+            pending: Mutex::new(None),
         })
     }
 
@@ -72,9 +83,8 @@ impl Node {
     /// Opens a new connection with read and write timeouts set.
     pub fn open(&self) -> Result<Connection, NodeFailure> {
         let started = Instant::now();
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.timeout)
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let conn = connect(&self.client, self.timeout, &mut pending)
             .and_then(|c| {
                 c.set_read_timeout(Some(self.timeout))?;
                 c.set_write_timeout(Some(self.timeout))?;
@@ -259,6 +269,53 @@ fn hint(e: &RedisError, text: &str, tls: bool) -> &'static str {
         " (is redis-server running there?)"
     } else {
         ""
+    }
+}
+
+/// Connects to `client` within `timeout`; see the module docs for unix sockets. `pending` holds a
+/// connect that an earlier call stopped waiting for, and gets this one if it does not finish in time.
+pub fn connect(
+    client: &Client,
+    timeout: Duration,
+    pending: &mut Option<Receiver<RedisResult<Connection>>>,
+) -> RedisResult<Connection> {
+    if !matches!(client.get_connection_info().addr(), ConnectionAddr::Unix(_)) {
+        return client.get_connection_with_timeout(timeout);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (rx, earlier) = match pending.take() {
+            Some(rx) => (rx, true),
+            None => {
+                let (tx, rx) = mpsc::sync_channel(1);
+                let client = client.clone();
+                std::thread::Builder::new()
+                    .name("connect".into())
+                    .stack_size(128 * 1024)
+                    .spawn(move || {
+                        let _ = tx.send(client.get_connection_with_timeout(timeout));
+                    })?;
+                (rx, false)
+            }
+        };
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            // An earlier connect that finished too late for its own setup: try afresh.
+            Ok(Err(_)) if earlier => continue,
+            Ok(result) => return result,
+            Err(RecvTimeoutError::Timeout) => {
+                *pending = Some(rx);
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out: the server accepts no connections",
+                )
+                .into());
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(
+                    std::io::Error::other("the connect thread ended without a result").into(),
+                )
+            }
+        }
     }
 }
 

@@ -312,7 +312,14 @@ fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>, over: &
         }
     }
     drop(ready_tx);
-    let subscribed = ready_rx.iter().take(nodes.len()).filter(|&ok| ok).count();
+    // Connecting and subscribing each take at most a node timeout, except a unix-socket connect to a
+    // server whose accept queue is full, which has no timeout (see `node.rs`): never wait past both.
+    let limit = nodes.iter().map(Node::timeout).max().unwrap_or_default() * 2;
+    let deadline = Stamp::now().add(limit);
+    let subscribed = (0..nodes.len())
+        .map_while(|_| ready_rx.recv_timeout(deadline.remaining()).ok())
+        .filter(|&ok| ok)
+        .count();
     trace!(
         "subscribed to releases on {subscribed}/{} node(s)",
         nodes.len()
