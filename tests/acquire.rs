@@ -491,3 +491,27 @@ fn tcp_and_unix_socket_urls_both_work() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(s.get("lockctl:unix").as_deref(), Some(stdout(&o).as_str()));
 }
+
+#[test]
+fn prefix_from_the_flag_the_environment_or_empty() {
+    let s = Server::start();
+    let o = run(lockctl_on(&s).args(["--prefix", "", "acquire", "bare", "-n"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(s.get("bare").as_deref(), Some(stdout(&o).as_str()));
+    let o = run(lockctl_on(&s)
+        .env("LOCKCTL_PREFIX", "ci/")
+        .args(["acquire", "deploy", "-n"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let token = stdout(&o);
+    assert_eq!(s.get("ci/deploy").as_deref(), Some(token.as_str()));
+    // Another prefix is another lock.
+    let o = run(lockctl_on(&s).args(["acquire", "deploy", "-n"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A token given by flag wins over LOCKCTL_TOKEN.
+    let o = run(lockctl_on(&s)
+        .env("LOCKCTL_PREFIX", "ci/")
+        .env("LOCKCTL_TOKEN", "0123456789abcdef0123456789abcdef")
+        .args(["release", "deploy", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(s.get("ci/deploy"), None);
+}
