@@ -396,6 +396,32 @@ pub fn redact(url: &str) -> String {
     u.to_string()
 }
 
+/// `text` (a command line) with every URL in it redacted by [`redact`].
+///
+/// The holder of a lock is recorded with its command line, which `status`, `list`, `break` and waiting
+/// clients print, and which is stored in Redis for anyone who can read the key: a script that runs
+/// `lockctl -r redis://:secret@host acquire ...` must not publish its password that way. A URL is
+/// taken to run from its scheme to the next whitespace, quote or comma.
+pub fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let start = rest[..at]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let end = rest[at..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | ','))
+            .map_or(rest.len(), |i| at + i);
+        out.push_str(&rest[..start]);
+        out.push_str(&redact(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

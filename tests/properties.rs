@@ -59,7 +59,11 @@ proptest! {
             }
             Err(m) => prop_assert!(!m.is_empty()),
         }
-        // The three agree where they overlap.
+        match lockctl::config::parse_ttl(&s) {
+            Ok(d) => prop_assert!(d >= lockctl::config::MIN_TTL && d <= YEAR, "{s:?} gave {d:?}"),
+            Err(m) => prop_assert!(!m.is_empty()),
+        }
+        // They agree where they overlap.
         if let Ok(d) = parse_positive_duration(&s) {
             prop_assert_eq!(parse_duration(&s), Ok(d));
         }
@@ -71,6 +75,7 @@ proptest! {
         let d = Duration::from_millis(ms);
         let human = humantime::format_duration(d).to_string();
         prop_assert_eq!(parse_duration(&human), Ok(d), "{}", human);
+        prop_assert_eq!(lockctl::config::parse_ttl(&format!("{ms}ms")).is_ok(), ms >= 10);
         if ms > 0 {
             prop_assert_eq!(parse_positive_duration(&format!("{ms}ms")), Ok(d));
         } else {
@@ -398,6 +403,32 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    #[test]
+    fn command_lines_keep_no_password(
+        // A URL is found by its `://`, and ends at a blank, quote or comma.
+        (url, secret) in url_with_secret().prop_filter("not a URL on a command line", |(u, s)| {
+            !s.chars().any(|c| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | ','))
+                && u.split(s.as_str()).next().is_some_and(|head| head.contains("://"))
+                && !u.split(s.as_str()).next().is_some_and(|head| head.contains(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | ',')))
+        }),
+        before in "[a-zA-Z0-9 =/_.-]{0,20}",
+        quote in prop_oneof![Just(""), Just("'"), Just("\""), Just("LOCKCTL_REDIS="), Just("x,")],
+        after in "[a-zA-Z0-9 =/_.-]{0,20}",
+    ) {
+        let line = format!("{before} -r {quote}{url}{quote} {after}");
+        assert_hidden(&lockctl::config::redact_urls(&line), &secret, &line)?;
+    }
+
+    #[test]
+    fn command_lines_without_urls_are_unchanged(line in "[^:]*|.*:[^/].*") {
+        prop_assume!(!line.contains("://"));
+        prop_assert_eq!(lockctl::config::redact_urls(&line), line);
+    }
+}
+
 #[test]
 fn redaction_examples() {
     let cases = [
@@ -606,9 +637,9 @@ fn invalid_utf8_names_are_usage_errors() {
 fn valid_extremes_are_accepted() {
     let server = Server::start();
     let long = "x".repeat(MAX_NAME_BYTES);
-    let o = run(lockctl_on(&server).args(["acquire", &long, "-n", "--ttl", "10ms", "-E", "255"]));
+    let o = run(lockctl_on(&server).args(["acquire", &long, "-n", "--ttl", "60s", "-E", "255"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let o = run(lockctl_on(&server).args(["acquire", "z", "-w", "0", "--ttl", "0.5"]));
+    let o = run(lockctl_on(&server).args(["acquire", "z", "-w", "0", "--ttl", "1.5"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = run(lockctl_on(&server).args(["acquire", "y", "-w", "0", "--ttl", "60", "-E", "0"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));

@@ -846,3 +846,50 @@ fn break_and_list_touch_only_keys_under_the_prefix() {
     );
     assert_eq!(s.cmd::<String>(&["TYPE", "lockctl:a-hash"]), "hash");
 }
+
+#[test]
+fn a_holders_command_line_keeps_no_password() {
+    let (s, mut admin) = server_with_requirepass();
+    let url = format!("redis://:{ADMIN_PW}@127.0.0.1:{}", s.port.unwrap());
+    let bin = env!("CARGO_BIN_EXE_lockctl");
+    // The usual cron line: a shell runs lockctl with the URL on its command line, and that shell is
+    // the holder whose command line acquire records.
+    let script = format!("'{bin}' -r '{url}' acquire from-sh -n --ttl 60s >/dev/null; true");
+    let o = run(Command::new("sh")
+        .args(["-c", &script])
+        .env("LOCKCTL_QUARANTINE", "0"));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let holder: Vec<String> = redis::cmd("HGETALL")
+        .arg("{lockctl:from-sh}\u{1f}holder")
+        .query(&mut admin)
+        .unwrap();
+    let cmd = holder
+        .iter()
+        .skip_while(|f| *f != "cmd")
+        .nth(1)
+        .expect("cmd field");
+    assert!(
+        cmd.contains("acquire from-sh") && cmd.contains(":***@127.0.0.1"),
+        "{cmd}"
+    );
+    assert!(!cmd.contains(ADMIN_PW), "stored in Redis: {cmd}");
+    for args in [
+        &["status", "from-sh"][..],
+        &["list"],
+        &["list", "--format", "json"],
+    ] {
+        let o = run(lockctl().env("LOCKCTL_REDIS", &url).args(args));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert!(stdout(&o).contains("acquire from-sh"), "{}", stdout(&o));
+        assert!(!leaks(&o), "{args:?}: {}", stdout(&o));
+    }
+    // exec records its child's command line: here one with the URL as an argument. The child
+    // reads the lock's status while it holds it.
+    let o = run(lockctl()
+        .env("LOCKCTL_REDIS", &url)
+        .args(["exec", "from-exec", "-n", "--"])
+        .args(["sh", "-c", &format!("'{bin}' status from-exec"), &url]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains(":***@127.0.0.1"), "{}", stdout(&o));
+    assert!(!leaks(&o), "{}", stdout(&o));
+}

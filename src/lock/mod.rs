@@ -89,12 +89,12 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// This host, `pid`, and the command line `cmd`.
+    /// This host, `pid`, and the command line `cmd`, with the passwords of any URLs in it hidden.
     pub fn new(pid: u32, cmd: String) -> Holder {
         Holder {
             host: hostname(),
             pid,
-            cmd,
+            cmd: crate::config::redact_urls(&cmd),
         }
     }
 }
