@@ -703,15 +703,15 @@ fn everything_works_under_the_minimal_acl() {
         started.elapsed()
     );
 
-    // exec renews (TTL/3) while the child runs, then releases.
+    // exec renews (every TTL/3) while the child outlives the TTL, then releases.
     let o = run(as_locker().args([
         "exec",
         "run",
         "-n",
         "--ttl",
-        "300ms",
+        "2s",
         "-c",
-        "sleep 1; echo done",
+        "sleep 3; echo done",
     ]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(stdout(&o), "done");
