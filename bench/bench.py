@@ -202,6 +202,7 @@ SH_WORKER = 'read _go; i=0; while [ "$i" -lt "$N" ]; do "$@" || exit 1; i=$((i+1
 PY_WORKER = r"""
 import os, sys, time, redis
 sock, name, log, n, ms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+worker = int(os.environ["BENCH_WORKER"])
 r = redis.Redis(unix_socket_path=sock)
 r.ping()
 fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -212,7 +213,7 @@ for _ in range(n):
         s = time.monotonic_ns()
         time.sleep(ms / 1000)
         e = time.monotonic_ns()
-        os.write(fd, f"{s} {e}\n".encode())
+        os.write(fd, f"{s} {e} {worker}\n".encode())
 """
 
 
@@ -231,10 +232,10 @@ def contention(tool, srv, workdir, workers, sections, ms, rep):
                str(ms)]
     else:
         raise ValueError(tool)
-    env = dict(ENV, N=str(sections))
     py = tool == "redis-py"
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE if py else None,
-                              env=env) for _ in range(workers)]
+                              env=dict(ENV, N=str(sections), BENCH_WORKER=str(w)))
+             for w in range(workers)]
     if py:
         # Python's start-up and imports are not the lock's cost: start the clock once all are ready.
         for p in procs:
@@ -255,8 +256,11 @@ def contention(tool, srv, workdir, workers, sections, ms, rep):
     for a, b in zip(secs, secs[1:]):
         if b[0] < a[1]:
             raise Failed(f"{tool}: two critical sections overlapped: {a} and {b}")
-    gaps = [b[0] - a[1] for a, b in zip(secs, secs[1:])]
-    return wall, secs, gaps
+    # A handoff goes to another worker; a worker that takes the lock again right after its own
+    # release is counted apart (no waiter had to be woken).
+    handoffs = [b[0] - a[1] for a, b in zip(secs, secs[1:]) if a[2] != b[2]]
+    again = [b[0] - a[1] for a, b in zip(secs, secs[1:]) if a[2] == b[2]]
+    return wall, handoffs, again
 
 
 # ---------------------------------------------------------------- exec wrapper footprint
@@ -478,15 +482,17 @@ def main():
             workers, sections, ms = 4, 15, 20
             walls = {t: [] for t in tools}
             gaps = {t: [] for t in tools}
+            agains = {t: [] for t in tools}
             for rep in range(args.reps):
                 order = list(tools)
                 random.shuffle(order)
                 for t in order:
-                    wall, secs, g = contention(t, main_srv, workdir, workers, sections, ms, rep)
+                    wall, g, again = contention(t, main_srv, workdir, workers, sections, ms, rep)
                     walls[t].append(wall)
                     gaps[t].extend(g)
+                    agains[t].extend(again)
             with open(os.path.join(OUT, "handoff_gaps.json"), "w") as f:
-                json.dump(gaps, f)
+                json.dump({"handoff_ns": gaps, "same_worker_again_ns": agains}, f)
             save_raw("contention_wall", walls)
             bench = {"workers": workers, "sections": sections, "ms": ms,
                      "ideal_s": workers * sections * ms / 1000}
@@ -494,7 +500,7 @@ def main():
                 gs = [g / 1e6 for g in gaps[t]]
                 bench[t] = {"wall": summary(walls[t]), "handoff_ms": {
                     "p50": pct(gs, 50), "p90": pct(gs, 90), "p99": pct(gs, 99), "max": max(gs),
-                    "n": len(gs)}}
+                    "n": len(gs)}, "same_worker_again": len(agains[t])}
             results["benchmarks"]["contention"] = bench
             if "lockctl" in tools:
                 a = statistics.median(walls["lockctl"])
@@ -591,7 +597,7 @@ def plot_handoff(gaps, path, workers, sections, ms, reps):
         ys = [(i + 1) / len(gs) for i in range(len(gs))]
         ax1.step(gs, ys, where="post", label=t, color=colors.get(t))
     ax1.set_xscale("log")
-    ax1.set_xlabel("handoff latency: previous section's end -> next section's start (ms, log)")
+    ax1.set_xlabel("handoff: one worker's section ends -> another's starts (ms, log)")
     ax1.set_ylabel("fraction of handoffs")
     ax1.set_title("CDF")
     ax1.grid(True, which="both", alpha=0.3)
@@ -634,7 +640,9 @@ def print_report(results):
             if isinstance(v, dict):
                 h = v["handoff_ms"]
                 print(f"  {t:9} wall {v['wall']['median']:6.3f} s   handoff p50 {h['p50']:7.2f} ms"
-                      f"   p90 {h['p90']:7.2f} ms   p99 {h['p99']:7.2f} ms   max {h['max']:7.2f} ms")
+                      f"   p90 {h['p90']:7.2f} ms   p99 {h['p99']:7.2f} ms   max {h['max']:7.2f} ms"
+                      f"   ({h['n']} handoffs, {v['same_worker_again']} re-takes by the same"
+                      " worker)")
     fp = b.get("footprint")
     if fp:
         print("\nwrapper footprint while the child sleeps 10 s")

@@ -1,5 +1,6 @@
-/* A critical section for the contention benchmark: appends "start end" (CLOCK_MONOTONIC, ns) to LOG
- * around a sleep of MS milliseconds. One write per section, O_APPEND, so workers never interleave. */
+/* A critical section for the contention benchmark: appends "start end worker" (CLOCK_MONOTONIC, ns;
+ * $BENCH_WORKER) to LOG around a sleep of MS milliseconds. One write per section, O_APPEND, so
+ * workers never interleave. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,9 @@ int main(int argc, char **argv) {
     while (nanosleep(&d, &d) != 0) {
     }
     long long end = now_ns();
-    char line[64];
-    int n = snprintf(line, sizeof line, "%lld %lld\n", start, end);
+    const char *worker = getenv("BENCH_WORKER");
+    char line[96];
+    int n = snprintf(line, sizeof line, "%lld %lld %d\n", start, end, worker ? atoi(worker) : 0);
     int fd = open(argv[1], O_WRONLY | O_APPEND | O_CREAT, 0644);
     if (fd < 0 || write(fd, line, (size_t)n) != n) {
         perror("cs");
