@@ -893,3 +893,23 @@ fn a_holders_command_line_keeps_no_password() {
     assert!(stdout(&o).contains(":***@127.0.0.1"), "{}", stdout(&o));
     assert!(!leaks(&o), "{}", stdout(&o));
 }
+
+#[test]
+fn help_and_usage_errors_show_no_secret_from_the_environment() {
+    let url = format!("redis://:{ADMIN_PW}@127.0.0.1:1");
+    for args in [
+        &["--help"][..],
+        &["release", "--help"],
+        &["renew", "--help"],
+        &["acquire"],
+        &["release"],
+        &["acquire", "x", "--bogus"],
+    ] {
+        let o = run(lockctl()
+            .env("LOCKCTL_REDIS", &url)
+            .env("LOCKCTL_TOKEN", LOCKER_PW)
+            .args(args));
+        assert!(!leaks(&o), "{args:?}: {}{}", stdout(&o), stderr(&o));
+        assert!(matches!(code(&o), 0 | 2), "{args:?}: {}", stderr(&o));
+    }
+}
