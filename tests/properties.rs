@@ -747,3 +747,140 @@ fn the_same_server_twice_is_not_redlock() {
         assert!(s.keys().is_empty() && third.keys().is_empty());
     }
 }
+
+/// Random command lines from lockctl's own vocabulary: whatever the combination, no panic, no hang,
+/// and a usage error (exit 2) leaves Redis as it was.
+#[test]
+fn random_command_lines_never_panic() {
+    use proptest::test_runner::{Config, TestRunner};
+    let server = Server::start();
+    let url = server.url();
+    let words: Vec<String> = [
+        "acquire",
+        "release",
+        "renew",
+        "exec",
+        "status",
+        "list",
+        "break",
+        "doctor",
+        "completions",
+        "-n",
+        "-w",
+        "0",
+        "1s",
+        "--ttl",
+        "30s",
+        "5ms",
+        "-E",
+        "7",
+        "300",
+        "--format",
+        "json",
+        "env",
+        "plain",
+        "-q",
+        "-v",
+        "--token",
+        "abc",
+        "-c",
+        "true",
+        "--",
+        "--prefix",
+        "x:",
+        "-r",
+        "--node-timeout",
+        "100ms",
+        "--drift-factor",
+        "0.01",
+        "--quarantine",
+        "--kill-after",
+        "--yes",
+        "-y",
+        "p",
+        "*",
+        "",
+        "\u{1f}",
+        "bash",
+        "-x",
+        "--version",
+        "nan",
+        "-1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([url.clone()])
+    .collect();
+    let mut runner = TestRunner::new(Config {
+        cases: 300,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let subcommands = [
+        "acquire", "release", "renew", "exec", "status", "list", "break", "doctor",
+    ];
+    // Options with their values, valid and not.
+    let options: Vec<Vec<&str>> = [
+        &["-w", "0"][..],
+        &["-w", "1s"],
+        &["-n"],
+        &["--ttl", "30s"],
+        &["--ttl", "5ms"],
+        &["-E", "7"],
+        &["-E", "300"],
+        &["--format", "json"],
+        &["--format", "env"],
+        &["--format", "yaml"],
+        &["--token", "abc"],
+        &["-c", "true"],
+        &["-c", "exit 3"],
+        &["--", "true"],
+        &["-q"],
+        &["-v"],
+        &["--yes"],
+        &["--prefix", "x:"],
+        &["--prefix", "\u{1f}"],
+        &["--kill-after", "1s"],
+        &["--node-timeout", "100ms"],
+        &["--drift-factor", "0.6"],
+        &["--quarantine", "0"],
+        &["*"],
+        &["p"],
+    ]
+    .iter()
+    .map(|o| o.to_vec())
+    .collect();
+    // Mostly well-formed (a subcommand and a name first), sometimes anything at all.
+    let line = prop_oneof![
+        3 => (
+            proptest::sample::select(subcommands.to_vec()),
+            proptest::collection::vec(proptest::sample::select(options.clone()), 0..5),
+        )
+            .prop_map(|(sub, rest)| {
+                let mut v = vec![sub.to_string(), "p".to_string()];
+                v.extend(rest.into_iter().flatten().map(str::to_string));
+                v
+            }),
+        1 => proptest::collection::vec(proptest::sample::select(words), 0..9),
+    ];
+    runner
+        .run(&line, |args| {
+            let () = server.cmd(&["FLUSHALL"]);
+            let o = run(lockctl_on(&server).args(&args));
+            let err = stderr(&o);
+            let status = code(&o);
+            prop_assert!(
+                status != 101 && !err.contains("panicked"),
+                "{args:?}: {err}"
+            );
+            if status == 2 {
+                prop_assert!(
+                    server.keys().is_empty(),
+                    "{args:?} left {:?}",
+                    server.keys()
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
