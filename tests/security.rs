@@ -913,3 +913,38 @@ fn help_and_usage_errors_show_no_secret_from_the_environment() {
         assert!(matches!(code(&o), 0 | 2), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn passwords_with_url_characters_work_percent_encoded() {
+    let (s, mut admin) = server_with_requirepass();
+    let raw = "Pa@ss:w/rd?#1,%x&=Z";
+    let encoded = "Pa%40ss%3Aw%2Frd%3F%231%2C%25x%26%3DZ";
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("odd")
+        .arg("on")
+        .arg(format!(">{raw}"))
+        .arg(MINIMAL_ACL)
+        .query(&mut admin)
+        .unwrap();
+    let port = s.port.unwrap();
+    let sock = s.socket().display().to_string();
+    for url in [
+        format!("redis://odd:{encoded}@127.0.0.1:{port}"),
+        format!("unix://{sock}?user=odd&pass={encoded}"),
+    ] {
+        for args in [
+            &["-v", "acquire", "enc", "-n", "--format", "json"][..],
+            &["status", "enc"],
+        ] {
+            let o = run(lockctl().env("LOCKCTL_REDIS", &url).args(args));
+            assert_eq!(code(&o), 0, "{url}: {}", stderr(&o));
+            let all = format!("{}{}", stdout(&o), stderr(&o));
+            assert!(!all.contains(raw) && !all.contains(encoded), "{all}");
+        }
+        let () = redis::cmd("DEL")
+            .arg("lockctl:enc")
+            .query(&mut admin)
+            .unwrap();
+    }
+}
