@@ -137,6 +137,18 @@ fn acquire_renew_release_over_five_nodes() {
     // Released everywhere: the next grant comes at once, with the next fence.
     let g2 = acquire_json(&mut servers.lockctl(), "five", &["-n"]);
     assert_eq!(fence(&g2), 2);
+
+    // The drift allowance follows --drift-factor: 10 s × 0.2 + 2 ms.
+    let g3 = acquire_json(
+        &mut servers.lockctl(),
+        "drift",
+        &["--ttl", "10s", "--drift-factor", "0.2"],
+    );
+    let validity = g3["validity_ms"].as_u64().unwrap();
+    assert!(
+        validity > 0 && validity < 10_000 - 2_002,
+        "validity {validity}"
+    );
 }
 
 #[test]
