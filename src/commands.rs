@@ -29,7 +29,7 @@ pub fn wait_policy(args: &WaitArgs) -> (WaitPolicy, Exit) {
 pub fn report(err: &LockError, busy: Exit) -> Exit {
     match err {
         LockError::Busy { .. } | LockError::Interrupted(_) => say!("{err}"),
-        _ => eprintln!("lockctl: {err}"),
+        _ => crate::log::line(format_args!("lockctl: {err}")),
     }
     err.exit(busy)
 }

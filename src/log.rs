@@ -1,7 +1,8 @@
 //! Diagnostics on stderr: `-q` silences them, `-v` adds one line per step with its timing.
 //!
 //! A process-wide switch is enough for a command-line tool and keeps the engine free of logger
-//! plumbing. Every line starts with `lockctl:` so it stands out from a child's own output.
+//! plumbing. Every line starts with `lockctl:` so it stands out from a child's own output. Writing a
+//! diagnostic never fails a command: a stderr nobody reads any more is not a reason to stop renewing.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -31,12 +32,19 @@ pub fn elapsed_ms() -> f64 {
     START.get_or_init(Instant::now).elapsed().as_secs_f64() * 1000.0
 }
 
+/// Writes one line to stderr. A failed write is ignored, unlike `eprintln!`, which panics: when
+/// stderr is a pipe whose reader has gone, the renewal thread must still get to stop the command.
+pub fn line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{args}");
+}
+
 /// A diagnostic line, unless `-q`.
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {
         if $crate::log::enabled() {
-            eprintln!("lockctl: {}", format_args!($($arg)*));
+            $crate::log::line(format_args!("lockctl: {}", format_args!($($arg)*)));
         }
     };
 }
@@ -46,7 +54,11 @@ macro_rules! say {
 macro_rules! trace {
     ($($arg:tt)*) => {
         if $crate::log::verbose() {
-            eprintln!("lockctl: [{:>9.3} ms] {}", $crate::log::elapsed_ms(), format_args!($($arg)*));
+            $crate::log::line(format_args!(
+                "lockctl: [{:>9.3} ms] {}",
+                $crate::log::elapsed_ms(),
+                format_args!($($arg)*)
+            ));
         }
     };
 }

@@ -87,11 +87,12 @@ fn renew_loop(
     let mut last = grant.started;
     let mut deadline = grant.started.add(grant.validity);
     let lose = |reason: String| {
+        // The command is stopped first: nothing, not even a diagnostic, may come before that.
+        supervisor.lease_lost(reason.clone());
         crate::say!(
             "lease on '{}' lost: {reason}; stopping the command",
             grant.keys.name
         );
-        supervisor.lease_lost(reason.clone());
         Some(reason)
     };
     let expired = |deadline: Stamp| {

@@ -95,7 +95,10 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         Ok(c) => c,
         Err(e) => {
             let _ = engine.release(&keys, &grant.token);
-            eprintln!("lockctl: cannot run {}: {e}", program.to_string_lossy());
+            crate::log::line(format_args!(
+                "lockctl: cannot run {}: {e}",
+                program.to_string_lossy()
+            ));
             return Ok(Exit::Raw(if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {

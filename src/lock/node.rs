@@ -8,9 +8,10 @@
 //!
 //! After a timeout the connection still owes us a reply, so it can no longer be used for
 //! request/response; it is kept only to send a rollback without waiting ([`Node::send_only`]), which the
-//! server runs after the command that timed out, in order, should it ever wake up. A connection that
-//! was reused and found dropped (`CLIENT KILL`, a server restart) is reopened once, at once: every
-//! lockctl script is safe to repeat.
+//! server runs after the command that timed out, in order, should it ever wake up. A connection found
+//! dropped (`CLIENT KILL`, a server restart), reused or just opened, is reopened once, at once: every
+//! lockctl script is safe to repeat. A new connection is no safer than an old one: an operator's
+//! `CLIENT KILL TYPE normal` can land between its connect and its first command.
 //!
 //! A unix-socket connect has no timeout of its own (std's `UnixStream::connect` takes none, and
 //! redis-rs applies the timeout only to TCP), and it blocks for as long as the server's accept queue
@@ -108,15 +109,12 @@ impl Node {
             self.conn = None;
             self.stale = false;
         }
-        let reused = self.conn.is_some();
-        if !reused {
+        if self.conn.is_none() {
             self.conn = Some(self.open()?);
         }
         let started = Instant::now();
         let result = match f(self.conn.as_mut().expect("connection just opened")) {
-            Err(e)
-                if reused && !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) =>
-            {
+            Err(e) if !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
                 trace!("{}: connection dropped ({e}); reconnecting", self.display);
                 self.conn = Some(self.open().map_err(|mut fail| {
                     fail.maybe_applied = true;

@@ -219,10 +219,10 @@ impl Waiter {
             });
             spinner.set_message(format!("waiting for lock '{}' held by {holder}", self.name));
         } else if self.next_line.is_none_or(Stamp::passed) {
-            eprintln!(
+            crate::log::line(format_args!(
                 "lockctl: waiting for lock '{}' held by {holder} (waited {waited})",
                 self.name
-            );
+            ));
             self.next_line = Some(Stamp::now().add(LINE_EVERY));
         }
     }
