@@ -595,7 +595,7 @@ def plot_handoff(gaps, path, workers, sections, ms, reps):
     for t in tools:
         gs = sorted(g / 1e6 for g in gaps[t])
         ys = [(i + 1) / len(gs) for i in range(len(gs))]
-        ax1.step(gs, ys, where="post", label=t, color=colors.get(t))
+        ax1.step(gs, ys, where="post", label=f"{t} ({len(gs)} handoffs)", color=colors.get(t))
     ax1.set_xscale("log")
     ax1.set_xlabel("handoff: one worker's section ends -> another's starts (ms, log)")
     ax1.set_ylabel("fraction of handoffs")
