@@ -47,11 +47,24 @@ fn child_gets_environment_and_stdin() {
     let out = stdout(&o);
     let mut lines = out.lines();
     let first = lines.next().unwrap();
-    assert!(first.starts_with("got=hello name=envy key=lockctl:envy token="), "{first}");
-    let token = first.split("token=").nth(1).unwrap().split(' ').next().unwrap();
+    assert!(
+        first.starts_with("got=hello name=envy key=lockctl:envy token="),
+        "{first}"
+    );
+    let token = first
+        .split("token=")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
     assert_eq!(token.len(), 32);
     assert!(first.ends_with("fence=1"), "{first}");
-    assert_eq!(lines.next().unwrap(), token, "the key holds the child's token while it runs");
+    assert_eq!(
+        lines.next().unwrap(),
+        token,
+        "the key holds the child's token while it runs"
+    );
 }
 
 #[test]
@@ -64,10 +77,17 @@ fn busy_no_wait_never_runs_the_child() {
         .args(["--", "touch"])
         .arg(&marker));
     assert_eq!(code(&o), 75, "{}", stderr(&o));
-    assert!(!marker.exists(), "the child must not run when the lock is busy");
+    assert!(
+        !marker.exists(),
+        "the child must not run when the lock is busy"
+    );
     let o = run(exec_on(&s, "busy").args(["-n", "-E", "9", "--", "true"]));
     assert_eq!(code(&o), 9, "-E replaces the busy code");
-    assert_eq!(s.get("lockctl:busy").as_deref(), held["token"].as_str(), "holder untouched");
+    assert_eq!(
+        s.get("lockctl:busy").as_deref(),
+        held["token"].as_str(),
+        "holder untouched"
+    );
 }
 
 #[test]
@@ -85,7 +105,12 @@ fn missing_program_gives_127_and_releases() {
 fn short_ttl_survives_a_longer_child() {
     let s = Server::start();
     let o = run(exec_on(&s, "renewed").args(["--ttl", "1s", "--", "sleep", "3"]));
-    assert_eq!(code(&o), 0, "a 1 s lease must be renewed through a 3 s child: {}", stderr(&o));
+    assert_eq!(
+        code(&o),
+        0,
+        "a 1 s lease must be renewed through a 3 s child: {}",
+        stderr(&o)
+    );
     assert!(!stderr(&o).contains("lost"));
     assert_eq!(s.get("lockctl:renewed"), None);
 }
@@ -93,7 +118,12 @@ fn short_ttl_survives_a_longer_child() {
 /// Starts `exec` with a child that starts a grandchild and prints "ready <child> <grandchild>".
 fn start_with_grandchild(
     mut cmd: std::process::Command,
-) -> (std::process::Child, i32, i32, std::io::BufReader<std::process::ChildStdout>) {
+) -> (
+    std::process::Child,
+    i32,
+    i32,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     let mut child = cmd
         .args(["--", "sh", "-c", "sleep 300 & echo \"ready $$ $!\"; wait"])
         .stdout(Stdio::piped())
@@ -123,8 +153,14 @@ fn deleted_key_terminates_child_and_grandchild() {
     let o = wait_output(child, Duration::from_secs(30));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
     assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
-    assert!(started.elapsed() < Duration::from_secs(10), "noticed within a renewal interval or so");
-    assert!(eventually(Duration::from_secs(5), || !alive(c) && !alive(g)), "child and grandchild terminated");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "noticed within a renewal interval or so"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(c) && !alive(g)),
+        "child and grandchild terminated"
+    );
 }
 
 #[test]
@@ -148,7 +184,11 @@ fn paused_past_ttl_loses_lease_and_leaves_new_holder_alone() {
     kill(pid, libc::SIGCONT);
     let o = wait_output(child, Duration::from_secs(30));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
-    assert_eq!(s.get("lockctl:paused"), Some(other.clone()), "the other holder's lock is untouched");
+    assert_eq!(
+        s.get("lockctl:paused"),
+        Some(other.clone()),
+        "the other holder's lock is untouched"
+    );
     let ttl: i64 = s.cmd(&["PTTL", "lockctl:paused"]);
     assert!(ttl > 50_000, "and keeps its TTL: {ttl}");
     assert!(eventually(Duration::from_secs(5), || !alive(c)));
@@ -158,14 +198,25 @@ fn paused_past_ttl_loses_lease_and_leaves_new_holder_alone() {
 fn killed_server_loses_lease_without_hanging() {
     let mut s = Server::start();
     let mut cmd = exec_on(&s, "gone");
-    cmd.args(["--ttl", "2s", "--kill-after", "1s", "--node-timeout", "200ms"]);
+    cmd.args([
+        "--ttl",
+        "2s",
+        "--kill-after",
+        "1s",
+        "--node-timeout",
+        "200ms",
+    ]);
     let (child, c, g, _r) = start_with_grandchild(cmd);
     s.kill();
     let started = Instant::now();
     let o = wait_output(child, Duration::from_secs(60));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
     // TTL + kill-after is the promise; leave room for a loaded machine.
-    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
     assert!(eventually(Duration::from_secs(5), || !alive(c) && !alive(g)));
 }
 
@@ -173,16 +224,30 @@ fn killed_server_loses_lease_without_hanging() {
 fn sigterm_is_forwarded_and_the_child_status_returned() {
     let s = Server::start();
     let mut child = exec_on(&s, "fwd")
-        .args(["--", "sh", "-c", "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let _r = wait_for_line(child.stdout.take().unwrap(), "ready", Duration::from_secs(30));
+    let _r = wait_for_line(
+        child.stdout.take().unwrap(),
+        "ready",
+        Duration::from_secs(30),
+    );
     assert!(s.get("lockctl:fwd").is_some());
     kill(child.id() as i32, libc::SIGTERM);
     let o = wait_output(child, Duration::from_secs(30));
-    assert_eq!(code(&o), 42, "the child's own exit code comes back: {}", stderr(&o));
+    assert_eq!(
+        code(&o),
+        42,
+        "the child's own exit code comes back: {}",
+        stderr(&o)
+    );
     assert_eq!(s.get("lockctl:fwd"), None, "the lock is released");
 }
 
@@ -190,12 +255,23 @@ fn sigterm_is_forwarded_and_the_child_status_returned() {
 fn second_signal_escalates_to_sigkill() {
     let s = Server::start();
     let mut child = exec_on(&s, "stubborn")
-        .args(["--kill-after", "60s", "--", "sh", "-c", "trap '' INT TERM; echo ready; while :; do sleep 0.05; done"])
+        .args([
+            "--kill-after",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            "trap '' INT TERM; echo ready; while :; do sleep 0.05; done",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let _r = wait_for_line(child.stdout.take().unwrap(), "ready", Duration::from_secs(30));
+    let _r = wait_for_line(
+        child.stdout.take().unwrap(),
+        "ready",
+        Duration::from_secs(30),
+    );
     let pid = child.id() as i32;
     kill(pid, libc::SIGINT);
     std::thread::sleep(Duration::from_millis(200));
@@ -209,12 +285,25 @@ fn second_signal_escalates_to_sigkill() {
 fn kill_after_escalates_when_lease_lost_and_child_ignores_sigterm() {
     let s = Server::start();
     let mut child = exec_on(&s, "ignorer")
-        .args(["--ttl", "1s", "--kill-after", "500ms", "--", "sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"])
+        .args([
+            "--ttl",
+            "1s",
+            "--kill-after",
+            "500ms",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let _r = wait_for_line(child.stdout.take().unwrap(), "ready", Duration::from_secs(30));
+    let _r = wait_for_line(
+        child.stdout.take().unwrap(),
+        "ready",
+        Duration::from_secs(30),
+    );
     let _: i64 = s.cmd(&["DEL", "lockctl:ignorer"]);
     let o = wait_output(child, Duration::from_secs(30));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
@@ -230,12 +319,17 @@ fn sigkill_to_lockctl_kills_the_child() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let c: i32 = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
     assert!(alive(c));
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(eventually(Duration::from_secs(5), || !alive(c)), "the child dies with lockctl");
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(c)),
+        "the child dies with lockctl"
+    );
 }
 
 #[test]
@@ -262,7 +356,11 @@ fn signal_while_waiting_leaves_nothing() {
     assert!(!marker.exists());
     assert_eq!(s.get("lockctl:queue").as_deref(), held["token"].as_str());
     let keys = s.keys();
-    assert_eq!(keys.len(), 3, "lock, holder and fence of the first holder only: {keys:?}");
+    assert_eq!(
+        keys.len(),
+        3,
+        "lock, holder and fence of the first holder only: {keys:?}"
+    );
 }
 
 #[test]
