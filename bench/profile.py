@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the sources
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import ENV, LOCKCTL, OUT, TRUE, Redis, lockctl, run  # noqa: E402
 
