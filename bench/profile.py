@@ -24,7 +24,8 @@ def strace(label, argv):
     subprocess.run(["strace", "-f", "-tt", "-o", log, *argv], env=ENV, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=False)
     text = open(log).read()
-    calls = re.findall(r"^\d+\s+[\d:.]+\s+(?:<\.\.\. )?(\w+)[( ]", text, re.M)
+    # One line per call; the "<... NAME resumed>" halves of interrupted lines are not counted again.
+    calls = re.findall(r"^\d+\s+[\d:.]+\s+(\w+)\(", text, re.M)
     requests = len(re.findall(r"(?:sendto|write)\(\d+, \"\*\d+\\r\\n", text))
     connects = len(re.findall(r"\bconnect\(\d+, \{sa_family=AF_(?:UNIX|INET)", text))
     threads = len(re.findall(r"\bclone3?\(", text))
