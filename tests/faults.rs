@@ -156,6 +156,8 @@ struct Plan {
     hold: &'static str,
     /// More lockctl options (`--quarantine 3s`).
     args: Vec<&'static str>,
+    /// How long a worker waits for the lock (`-w`).
+    wait: &'static str,
 }
 
 /// What one `lockctl exec` did.
@@ -224,7 +226,7 @@ fn contend(urls: &str, store: &Store, plan: &Plan, fault: impl FnOnce()) -> Run 
                 .env("DIR", store.dir.path())
                 .env("HOLD", plan.hold)
                 .env("W", format!("w{w}"))
-                .args(["exec", plan.name, "--ttl", plan.ttl, "-w", "30s"])
+                .args(["exec", plan.name, "--ttl", plan.ttl, "-w", plan.wait])
                 .args(["--node-timeout", NODE_TIMEOUT, "--kill-after", "1s"])
                 .args(&plan.args)
                 .arg("--")
@@ -375,6 +377,7 @@ fn plan(name: &'static str, ttl: &'static str, hold: &'static str) -> Plan {
         ttl,
         hold,
         args: Vec::new(),
+        wait: "30s",
     }
 }
 
@@ -392,6 +395,123 @@ fn single_no_fault_baseline() {
     assert_eq!(run.count(0), 12, "{}", run.describe());
     assert_eq!(store.counter(), 12);
     assert_eq!(store.accepted().len(), 12);
+}
+
+/// Workers that wait only 100 ms for a lock held for 300 ms at a time: those that time out exit 75
+/// and never run their section; the others run theirs one at a time.
+#[test]
+fn single_impatient_workers_exit_75() {
+    let servers = Servers::start(1);
+    let store = Store::new();
+    let mut p = plan("impatient", "2s", "0.3");
+    p.wait = "100ms";
+    let run = contend(&servers.urls(), &store, &p, || {});
+    check(&run, &store, &[0, 75], true);
+    assert!(run.count(75) > 0, "{}", run.describe());
+    assert_eq!(
+        store.entered().len(),
+        run.count(0),
+        "a busy worker ran its section"
+    );
+}
+
+/// A single server restarted without its data (no persistence) while nobody holds the lock. The
+/// quarantine keeps new grants away for 2 s, but the fencing counter is gone: the next grant gets
+/// fence 1 again, below the 3 the store has seen, and the store rejects that holder's write although
+/// its lease is perfectly valid. Safe (the store is never overwritten by a lower fence) but not live
+/// until the counter passes the store's: a single instance needs persistence for fencing.
+#[test]
+fn single_restart_without_data_restarts_the_fences() {
+    let mut servers = Servers::start(1);
+    let store = Store::new();
+    let mut p = plan("amnesia", "2s", "0");
+    p.workers = 1;
+    p.rounds = 3;
+    let run1 = contend(&servers.urls(), &store, &p, || {});
+    check(&run1, &store, &[0], true);
+    assert_eq!(store.accepted(), vec![1, 2, 3]);
+    servers.0[0].restart_empty();
+    p.rounds = 1;
+    p.args = vec!["--quarantine", "2s"];
+    let run2 = contend(&servers.urls(), &store, &p, || {});
+    let o = &run2.outcomes[0];
+    assert_eq!(o.code, 0, "{}", run2.describe());
+    assert_eq!(o.fence, Some(1), "the counter restarted with the server");
+    assert_eq!(o.accepted, Some(false), "the store refused the lower fence");
+    assert_eq!(store.accepted(), vec![1, 2, 3]);
+}
+
+/// The same restart without data while a holder is inside its section and has held the lock for
+/// about two seconds longer than the restarted server has been up (see `renew.lua`): its next renewal
+/// puts its key back and raises the counter to its fence, the quarantine keeps the waiter out meanwhile, and the waiter's grant, after
+/// the holder's release, continues the fences. Both exit 0 and both writes are accepted, in order.
+#[test]
+fn single_restart_without_data_under_a_holder_keeps_fences_increasing() {
+    let mut servers = Servers::start(1);
+    let store = Store::new();
+    let urls = servers.urls();
+    let mut a = lockctl();
+    a.env("LOCKCTL_REDIS", &urls)
+        .env("DIR", store.dir.path())
+        .env("HOLD", "4")
+        .env("W", "A")
+        .args(["exec", "recreate", "--ttl", "3s", "--quarantine", "3s"])
+        .args(["--node-timeout", NODE_TIMEOUT, "--", "sh"])
+        .arg(store.path("section.sh"));
+    // The fresh server is itself in quarantine for the first 3 s.
+    let a = std::thread::spawn(move || exec_once(&mut a, 0));
+    assert!(eventually(Duration::from_secs(20), || store
+        .entered()
+        .len()
+        == 1));
+    let a_token = servers[0].get("lockctl:recreate").unwrap();
+    // Re-creation needs A to have held the lock about two seconds longer than the restarted server
+    // has been up (INFO's uptime counts whole seconds, and may be one ahead). A renews every second;
+    // restarting half-way between its renewals at 2 s and 3 s leaves half a second either way.
+    std::thread::sleep(Duration::from_millis(2500));
+    servers.0[0].restart_empty();
+    let mut b = lockctl();
+    b.env("LOCKCTL_REDIS", &urls)
+        .env("DIR", store.dir.path())
+        .env("HOLD", "0")
+        .env("W", "B")
+        .args([
+            "exec",
+            "recreate",
+            "--ttl",
+            "2s",
+            "--quarantine",
+            "3s",
+            "-w",
+            "30s",
+        ])
+        .args(["--node-timeout", NODE_TIMEOUT, "--", "sh"])
+        .arg(store.path("section.sh"));
+    let b = std::thread::spawn(move || exec_once(&mut b, 1));
+    let recreated = eventually(Duration::from_secs(5), || {
+        servers[0].get("lockctl:recreate").as_deref() == Some(a_token.as_str())
+    });
+    let a = a.join().unwrap();
+    if !recreated {
+        let now = servers[0].get("lockctl:recreate");
+        let b = b.join().unwrap();
+        panic!(
+            "A's renewal did not put its key back: now {now:?}\nA: {}\nB: {}",
+            a.stderr, b.stderr
+        );
+    }
+    let b = b.join().unwrap();
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert_eq!(a.fence, Some(1));
+    assert_eq!(
+        b.fence,
+        Some(2),
+        "the re-created counter continued from A's fence"
+    );
+    assert_eq!((a.accepted, b.accepted), (Some(true), Some(true)));
+    assert_eq!(store.counter(), 2);
+    assert_eq!(store.accepted(), vec![1, 2]);
 }
 
 /// The server is stopped (SIGSTOP) for 600 ms while a section holds a 1.5 s lease and renews it every
@@ -938,7 +1058,7 @@ fn redlock_restart_without_quarantine_double_grants() {
     assert_eq!(code(&a_out), 76, "{}", stderr(&a_out));
 }
 
-/// The counterpart of the test above with the quarantine on: A (TTL 3 s) holds for 2 s, three nodes
+/// The counterpart of the test above with the quarantine on: A (TTL 3 s) holds for 2.5 s, three nodes
 /// are restarted without their data, B (`--quarantine 3s`) is refused at once with `-n` and, waiting,
 /// gets the lock only after A, with a larger fence. A's renewals put its key and fencing counter back
 /// on the restarted nodes (they restarted after A's grant), so A keeps its lease and exits 0.
@@ -971,9 +1091,10 @@ fn redlock_restart_with_quarantine_keeps_one_holder() {
         .path("a-in")
         .exists()));
     let a_token = servers[0].get("lockctl:q3").expect("A holds node 0");
-    // Re-creation needs A to have held the lock for longer than the restarted nodes have been up
-    // (plus INFO's one-second resolution).
-    std::thread::sleep(Duration::from_secs(2));
+    // Re-creation needs A to have held the lock about two seconds longer than the restarted nodes
+    // have been up (INFO's uptime counts whole seconds, and may be one ahead). A renews every second;
+    // restarting half-way between its renewals at 2 s and 3 s leaves half a second either way.
+    std::thread::sleep(Duration::from_millis(2500));
     for i in [1, 2, 3] {
         servers[i].restart_empty();
     }
