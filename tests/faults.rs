@@ -698,8 +698,10 @@ fn client_ports(pid: i32, port: u16) -> Vec<u16> {
 }
 
 /// The holder's connections are killed by address (`CLIENT KILL ADDR`, the server's view of the
-/// client's local address) again and again while it holds a 1 s lease and renews it every 333 ms.
-/// Each renewal finds its connection dropped, reconnects once and renews: every worker exits 0.
+/// client's local address, found from the holder's pid) again and again while it holds a 1 s lease and
+/// renews it every 333 ms, and every fourth time all of lockctl's connections by the server's local
+/// address (`CLIENT KILL LADDR`). Each call finds its connection dropped, reconnects once and goes on:
+/// every worker exits 0.
 #[test]
 fn single_client_kill_of_the_holder_mid_run() {
     let servers = Servers(vec![Server::start_tcp()]);
@@ -708,11 +710,19 @@ fn single_client_kill_of_the_holder_mid_run() {
     let mut p = plan("killconn", "1s", "0.5");
     p.rounds = 3;
     let mut killed = 0;
+    let mut by_laddr = 0;
     let run = contend(&servers.urls(), &store, &p, || {
         store.wait_done(1);
         let until = Instant::now() + Duration::from_secs(30);
+        let mut round = 0;
         while store.done().len() < 8 && Instant::now() < until {
-            if let Some(pid) = holder_pid(&servers[0], "killconn") {
+            round += 1;
+            if round % 4 == 0 {
+                // Every lockctl connection at once: the ones on the server's TCP listener.
+                let laddr = format!("127.0.0.1:{port}");
+                let n: i64 = servers[0].cmd(&["CLIENT", "KILL", "LADDR", &laddr]);
+                by_laddr += n;
+            } else if let Some(pid) = holder_pid(&servers[0], "killconn") {
                 for local in client_ports(pid, port) {
                     let addr = format!("127.0.0.1:{local}");
                     let n: i64 =
@@ -724,7 +734,8 @@ fn single_client_kill_of_the_holder_mid_run() {
         }
     });
     check(&run, &store, &[0], true);
-    assert!(killed >= 3, "only {killed} connections killed");
+    assert!(killed >= 3, "only {killed} holder connections killed");
+    assert!(by_laddr >= 1, "no connection killed by LADDR");
     assert_eq!(run.count(0), 9, "{}", run.describe());
 }
 
