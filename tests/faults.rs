@@ -5,8 +5,9 @@
 //! plus one) loses an update whenever two sections overlap. A fenced write into SQLite
 //! (`INSERT ... WHERE fence > MAX(fence)`, one transaction) is what a store that checks fencing tokens
 //! does. While the workers run, the test injects a fault: a redis-server stopped (SIGSTOP) or killed
-//! (kill -9), a node restarted without its data, lockctl itself stopped past its TTL, `SCRIPT FLUSH`,
-//! `CLIENT KILL` of lockctl's connections, eviction under `maxmemory`.
+//! (kill -9), a node restarted with or without its data (with the restart quarantine, and without it
+//! to show the double grant it prevents), lockctl itself stopped past its TTL, `SCRIPT FLUSH`,
+//! `CLIENT KILL` of lockctl's connections, eviction under `maxmemory`, a stderr nobody reads.
 //!
 //! After each run the same properties are checked (see [`check`]): every exit code is one the fault
 //! may cause (0, 69, 75, 76); no two grants got the same fencing token; every worker that exited 0 had
