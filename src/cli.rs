@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    parse_drift_factor, parse_duration, parse_duration_or_zero, parse_positive_duration, parse_ttl,
+    parse_drift_factor, parse_duration_or_zero, parse_positive_duration, parse_ttl,
 };
 
 /// Distributed locks on Redis for shell scripts, cron jobs and CI pipelines.
@@ -269,7 +269,7 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
     /// After SIGTERM, wait this long before SIGKILL
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration,
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_positive_duration,
         allow_hyphen_values = true)]
     pub kill_after: std::time::Duration,
     /// Run COMMAND with `sh -c`

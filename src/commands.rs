@@ -108,7 +108,7 @@ pub fn renew(settings: &Settings, args: &RenewArgs) -> anyhow::Result<Exit> {
     let keys = engine.keys(&args.name);
     Ok(match engine.renew(&keys, &token, args.ttl, None) {
         Ok(validity) => {
-            println!("{}", validity.as_millis());
+            output::emit(&format!("{}\n", validity.as_millis()))?;
             Exit::Success
         }
         Err(e) => report(&e, Exit::Busy),
@@ -117,6 +117,8 @@ pub fn renew(settings: &Settings, args: &RenewArgs) -> anyhow::Result<Exit> {
 
 pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<Exit> {
     let mut cmd = crate::cli::command();
-    clap_complete::generate(shell, &mut cmd, "lockctl", &mut std::io::stdout());
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "lockctl", &mut script);
+    output::emit(&String::from_utf8_lossy(&script))?;
     Ok(Exit::Success)
 }

@@ -49,6 +49,14 @@ macro_rules! say {
     };
 }
 
+/// An error or warning line, printed even with `-q`.
+#[macro_export]
+macro_rules! complain {
+    ($($arg:tt)*) => {
+        $crate::log::line(format_args!("lockctl: {}", format_args!($($arg)*)))
+    };
+}
+
 /// A step with its timing, only with `-v`.
 #[macro_export]
 macro_rules! trace {

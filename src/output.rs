@@ -4,6 +4,17 @@ use serde_json::json;
 
 use crate::lock::Grant;
 
+/// Writes a result to stdout. A closed stdout (`lockctl status x | head -0`) is an error that exits 1
+/// with a message, never a panic.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("cannot write the result to stdout")
+}
+
 /// Quotes a value for a POSIX shell: single quotes, with each `'` written as `'\''`.
 pub fn shell_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

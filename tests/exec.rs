@@ -402,3 +402,86 @@ fn rebuild(c: &std::process::Command) -> std::process::Command {
     n.stdin(Stdio::null());
     n
 }
+
+#[test]
+fn sighup_and_sigint_are_forwarded() {
+    let s = Server::start();
+    for (sig, want) in [(libc::SIGHUP, 11), (libc::SIGINT, 12)] {
+        let mut child = exec_on(&s, "fwd2")
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "trap 'exit 11' HUP; trap 'exit 12' INT; echo ready; while :; do sleep 0.05; done",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _r = wait_for_line(
+            child.stdout.take().unwrap(),
+            "ready",
+            Duration::from_secs(30),
+        );
+        kill(child.id() as i32, sig);
+        let o = wait_output(child, Duration::from_secs(30));
+        assert_eq!(code(&o), want, "signal {sig}: {}", stderr(&o));
+        assert_eq!(s.get("lockctl:fwd2"), None);
+    }
+}
+
+#[test]
+fn forwarded_signal_is_followed_by_sigkill_after_kill_after() {
+    let s = Server::start();
+    let mut child = exec_on(&s, "deaf")
+        .args([
+            "--kill-after",
+            "300ms",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _r = wait_for_line(
+        child.stdout.take().unwrap(),
+        "ready",
+        Duration::from_secs(30),
+    );
+    kill(child.id() as i32, libc::SIGTERM);
+    let o = wait_output(child, Duration::from_secs(30));
+    assert_eq!(code(&o), 137, "SIGKILL after --kill-after: {}", stderr(&o));
+    assert_eq!(s.get("lockctl:deaf"), None, "released");
+}
+
+#[test]
+fn release_finding_the_lock_gone_gives_76_even_after_success() {
+    let s = Server::start();
+    // The child exits 0 at once, after the key was taken over behind lockctl's back.
+    let o = run(exec_on(&s, "taken")
+        .args([
+            "--ttl",
+            "60s",
+            "-c",
+            "redis-cli -s \"$SOCK\" set \"$LOCKCTL_KEY\" other >/dev/null",
+        ])
+        .env("SOCK", s.socket()));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert_eq!(
+        s.get("lockctl:taken").as_deref(),
+        Some("other"),
+        "the other value is untouched"
+    );
+}
+
+#[test]
+fn zero_kill_after_is_a_usage_error() {
+    let s = Server::start();
+    let o = run(exec_on(&s, "z").args(["--kill-after", "0", "--", "true"]));
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("--kill-after"), "{}", stderr(&o));
+    assert!(s.keys().is_empty(), "nothing written: {:?}", s.keys());
+}

@@ -73,7 +73,7 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
             keys.name
         );
         if !confirm(&question)? {
-            eprintln!("lockctl: lock '{}' left as it is", keys.name);
+            crate::complain!("lock '{}' left as it is", keys.name);
             return Ok(Exit::Failure);
         }
     }
@@ -107,11 +107,10 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
         say!("lock '{}' is free; nothing to break", keys.name);
         return Ok(Exit::Failure);
     }
-    print!("{}", report(&keys.name, &broken, n));
-    io::stdout().flush().ok();
+    crate::output::emit(&report(&keys.name, &broken, n))?;
     if answered < quorum {
-        eprintln!(
-            "lockctl: only {answered} of {n} node(s) answered; the others may still hold '{}': {}",
+        crate::complain!(
+            "only {answered} of {n} node(s) answered; the others may still hold '{}': {}",
             keys.name,
             failures.join("; ")
         );

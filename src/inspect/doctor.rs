@@ -114,11 +114,11 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> anyhow::Result<Exit> {
     };
     match args.format {
         ReportFormat::Plain => {
-            print!("{}", plain(&findings, &probes));
-            println!(
-                "{failures} failure(s), {warnings} warning(s); {reachable} of {n} node(s) reachable, \
-                 quorum {quorum}"
-            );
+            crate::output::emit(&format!(
+                "{}{failures} failure(s), {warnings} warning(s); {reachable} of {n} node(s) \
+                 reachable, quorum {quorum}\n",
+                plain(&findings, &probes)
+            ))?;
         }
         ReportFormat::Json => {
             let doc = json!({
@@ -134,12 +134,12 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> anyhow::Result<Exit> {
                 "findings": findings.iter().map(finding_json).collect::<Vec<_>>(),
                 "servers": probes.iter().map(server_json).collect::<Vec<_>>(),
             });
-            println!("{doc}");
+            crate::output::emit(&format!("{doc}\n"))?;
         }
     }
     if exit == Exit::Unavailable {
-        eprintln!(
-            "lockctl: Redis unavailable: {reachable} of {n} node(s) answered, a quorum needs {quorum}"
+        crate::complain!(
+            "Redis unavailable: {reachable} of {n} node(s) answered, a quorum needs {quorum}"
         );
     }
     Ok(exit)
