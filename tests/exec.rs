@@ -485,3 +485,50 @@ fn zero_kill_after_is_a_usage_error() {
     assert!(stderr(&o).contains("--kill-after"), "{}", stderr(&o));
     assert!(s.keys().is_empty(), "nothing written: {:?}", s.keys());
 }
+
+#[test]
+fn renewal_restores_the_key_on_a_node_restarted_right_after_the_grant() {
+    let mut s = Server::start();
+    let mut child = exec_on(&s, "phoenix")
+        .args([
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "echo \"ready $LOCKCTL_FENCE\"; sleep 3",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _r = wait_for_line(
+        child.stdout.take().unwrap(),
+        "ready 1",
+        Duration::from_secs(30),
+    );
+    // Well within a second of the grant: the node's run id, not its uptime, tells it restarted.
+    s.restart_empty();
+    assert!(
+        eventually(Duration::from_secs(10), || s
+            .get("lockctl:phoenix")
+            .is_some()),
+        "the renewal puts the key back on the restarted node"
+    );
+    let fence: Option<String> = s.cmd(&["GET", "{lockctl:phoenix}\u{1f}fence"]);
+    assert_eq!(
+        fence.as_deref(),
+        Some("1"),
+        "and raises the lost counter to the holder's fence"
+    );
+    let o = wait_output(child, Duration::from_secs(30));
+    assert_eq!(
+        code(&o),
+        0,
+        "the lease survived the restart: {}",
+        stderr(&o)
+    );
+    let o = run(lockctl_on(&s).args(["acquire", "phoenix", "--format", "json"]));
+    let next: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(next["fence"], 2, "the next grant's fence is still larger");
+}

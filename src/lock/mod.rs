@@ -128,6 +128,9 @@ pub struct Grant {
     pub finished: Stamp,
     pub nodes: usize,
     pub quorum: usize,
+    /// Per node, the server's run id when it granted this lock (empty where it did not): a renewal
+    /// that finds the key gone from a node whose run id changed knows the node restarted.
+    pub run_ids: Vec<String>,
 }
 
 /// Why an attempt did not win.
@@ -144,7 +147,7 @@ struct Refusal {
 }
 
 enum Round1 {
-    Won(u64),
+    Won(u64, String),
     Busy { pttl: i64, holder: Option<String> },
     Quarantined(u64),
 }
@@ -295,12 +298,14 @@ impl Engine {
 
         let mut refusal = Refusal::default();
         let mut won: Vec<Option<u64>> = vec![None; n];
+        let mut run_ids = vec![String::new(); n];
         let mut maybe_applied = vec![false; n];
         for (i, r) in round1.into_iter().enumerate() {
             match r {
-                Ok(Round1::Won(fence)) => {
+                Ok(Round1::Won(fence, run_id)) => {
                     refusal.answered += 1;
                     won[i] = Some(fence);
+                    run_ids[i] = run_id;
                 }
                 Ok(Round1::Busy { pttl, holder }) => {
                     refusal.answered += 1;
@@ -347,6 +352,15 @@ impl Engine {
                 finished,
                 nodes: n,
                 quorum,
+                run_ids: (0..n)
+                    .map(|i| {
+                        if won[i].is_some() {
+                            std::mem::take(&mut run_ids[i])
+                        } else {
+                            String::new()
+                        }
+                    })
+                    .collect(),
             }),
             _ => {
                 let touched: Vec<bool> = (0..n)
@@ -450,26 +464,21 @@ impl Engine {
         recreate: Option<(&Grant, &Holder)>,
     ) -> Result<Duration, LockError> {
         let ttl_ms = ttl.as_millis().to_string();
-        let (fence, held_ms, host, pid, cmd) = match recreate {
+        let (fence, host, pid, cmd) = match recreate {
             Some((grant, holder)) => (
                 grant.fence.to_string(),
-                grant.finished.elapsed().as_millis().max(1).to_string(),
                 holder.host.clone(),
                 holder.pid.to_string(),
                 holder.cmd.clone(),
             ),
-            None => (
-                "0".into(),
-                "0".into(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ),
+            None => ("0".into(), String::new(), String::new(), String::new()),
         };
         let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
-        let args = [token, &ttl_ms, &fence, &held_ms, &host, &pid, &cmd];
         let started = Stamp::now();
-        let results = quorum::all(&mut self.nodes, |_, node| {
+        let results = quorum::all(&mut self.nodes, |i, node| {
+            let granted_by =
+                recreate.map_or("", |(g, _)| g.run_ids.get(i).map_or("", |r| r.as_str()));
+            let args = [token, &ttl_ms, &fence, granted_by, &host, &pid, &cmd];
             node.eval("renew", &RENEW, &key_list, &args)
         });
         let elapsed = started.elapsed();
@@ -581,7 +590,7 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
     match int(0) {
         Some(1) => {
             let fence: u64 = text(1).parse().map_err(|_| bad())?;
-            Ok(Round1::Won(fence))
+            Ok(Round1::Won(fence, text(2)))
         }
         Some(0) => Ok(Round1::Busy {
             pttl: int(1).unwrap_or(-1),

@@ -2,14 +2,20 @@
 -- the holder, all in one atomic step.
 -- KEYS: lock, fence counter, holder hash
 -- ARGV: token, ttl ms, quarantine ms, host, pid, command line
--- Returns {1, fence}                      granted (fence as a decimal string, exact over 64 bits)
+-- Returns {1, fence, run id}              granted (fence as a decimal string, exact over 64 bits;
+--                                         the server's run id, which changes with every restart)
 --         {0, pttl, host, pid, command}   held by someone else
 --         {2, remaining quarantine ms}    this node restarted too recently to vote
 local token, ttl = ARGV[1], ARGV[2]
+local info
+local function run_id()
+  info = info or redis.call('INFO', 'server')
+  return string.match(info, 'run_id:(%x+)') or ''
+end
 local current = redis.call('GET', KEYS[1])
 if current == token then
   -- The same attempt sent again after a dropped connection: it already won here.
-  return {1, redis.call('GET', KEYS[2]) or '0'}
+  return {1, redis.call('GET', KEYS[2]) or '0', run_id()}
 end
 if current then
   local h = redis.call('HMGET', KEYS[3], 'host', 'pid', 'cmd')
@@ -17,7 +23,8 @@ if current then
 end
 local quarantine = tonumber(ARGV[3])
 if quarantine > 0 then
-  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+  info = redis.call('INFO', 'server')
+  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
   if up and up * 1000 < quarantine then
     return {2, quarantine - up * 1000}
   end
@@ -29,4 +36,4 @@ local t = redis.call('TIME')
 redis.call('HSET', KEYS[3], 'token', token, 'fence', fence, 'host', ARGV[4], 'pid', ARGV[5],
   'cmd', ARGV[6], 'acquired_ms', t[1] * 1000 + math.floor(t[2] / 1000))
 redis.call('PEXPIRE', KEYS[3], ttl)
-return {1, fence}
+return {1, fence, run_id()}

@@ -1,13 +1,14 @@
 -- Compare-and-pexpire: extend the lock only where it still holds our token.
 -- KEYS: lock, fence counter, holder hash
--- ARGV: token, ttl ms, fence T, held ms, host, pid, command line
+-- ARGV: token, ttl ms, fence T, the node's run id when we won it ('' = never re-create), host, pid,
+--       command line
 -- Returns 1 renewed, 2 re-created, 0 not ours.
 --
--- Re-creation: when the key is missing and this node restarted after we took it (its uptime is shorter
--- than the time we have held the lock, with a second of margin for INFO's whole seconds), the node lost
--- our key in the restart, not to an operator or to expiry. The restart quarantine keeps other clients
--- from taking it there meanwhile, so we put our key back and raise the fencing counter, which the
--- restart may have lost too, to at least our token. held ms = 0 disables re-creation.
+-- Re-creation: when the key is missing and the node's run id is no longer the one it had when it
+-- granted us the lock, the node restarted since and lost our key in the restart, not to an operator,
+-- to eviction or to expiry. The restart quarantine keeps other clients from taking it there meanwhile,
+-- so we put our key back and raise the fencing counter, which the restart may have lost too, to at
+-- least our token.
 local token, ttl = ARGV[1], ARGV[2]
 local current = redis.call('GET', KEYS[1])
 if current == token then
@@ -15,12 +16,12 @@ if current == token then
   redis.call('PEXPIRE', KEYS[3], ttl)
   return 1
 end
-local held = tonumber(ARGV[4])
-if current or held <= 0 then
+local granted_by = ARGV[4]
+if current or granted_by == '' then
   return 0
 end
-local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
-if not up or (up + 1) * 1000 > held then
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+if not run_id or run_id == granted_by then
   return 0
 end
 redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl)
