@@ -116,6 +116,7 @@ impl Node {
         let result = match f(self.conn.as_mut().expect("connection just opened")) {
             Err(e) if !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
                 trace!("{}: connection dropped ({e}); reconnecting", self.display);
+                self.conn = None;
                 self.conn = Some(self.open().map_err(|mut fail| {
                     fail.maybe_applied = true;
                     fail

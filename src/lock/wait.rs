@@ -119,6 +119,8 @@ pub(crate) struct Waiter {
     backoff: Duration,
     spinner: Option<ProgressBar>,
     next_line: Option<Stamp>,
+    /// When the attempt now being answered began: the last return of `Retry` (or the start).
+    attempt_started: Stamp,
 }
 
 impl Waiter {
@@ -143,7 +145,13 @@ impl Waiter {
             backoff: BACKOFF_START,
             spinner: None,
             next_line: None,
+            attempt_started: now,
         }
+    }
+
+    fn retry(&mut self) -> Verdict {
+        self.attempt_started = Stamp::now();
+        Verdict::Retry
     }
 
     /// Called after a refused attempt: sleeps until it is worth trying again.
@@ -154,6 +162,7 @@ impl Waiter {
         retry_in: Option<Duration>,
         wake: &Wakeup,
     ) -> Verdict {
+        let last_attempt = self.attempt_started.elapsed();
         if self.no_wait || self.deadline.is_some_and(Stamp::passed) {
             self.finish();
             return Verdict::GiveUp;
@@ -162,7 +171,7 @@ impl Waiter {
             self.subscribed = true;
             subscribe(nodes, &self.channel, &self.key, wake.sender(), &self.over);
             // Subscribed before retrying: no release can now go unnoticed.
-            return Verdict::Retry;
+            return self.retry();
         }
         self.progress(holder);
 
@@ -191,12 +200,26 @@ impl Waiter {
             Some(Wake::Released) => {
                 trace!("woken by a release of '{}'", self.name);
                 if self.nodes > 1 {
-                    // Several waiters woken by one release would split the votes again in lockstep.
-                    thread::sleep(Duration::from_micros(fastrand::u64(0..2000)));
+                    // One release wakes every waiter. Retrying in lockstep splits the votes again,
+                    // and each split holds the others off for a whole attempt (a stopped node makes
+                    // that a node timeout), then wakes them all again with its rollback: a livelock.
+                    // So each waits a random part of two attempts' time, Redlock's random delay.
+                    let spread = (last_attempt * 2).max(Duration::from_millis(2));
+                    let mut pause = spread.mul_f64(fastrand::f64());
+                    if let Some(d) = self.deadline {
+                        pause = pause.min(d.remaining());
+                    }
+                    let until = Stamp::now().add(pause);
+                    while !until.passed() {
+                        if let Some(Wake::Signal(s)) = wake.recv_timeout(until.remaining()) {
+                            self.finish();
+                            return Verdict::Signal(s);
+                        }
+                    }
                 }
-                Verdict::Retry
+                self.retry()
             }
-            None => Verdict::Retry,
+            None => self.retry(),
         }
     }
 
