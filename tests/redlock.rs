@@ -663,11 +663,11 @@ fn stopped_node_with_a_full_accept_queue_never_hangs() {
     servers[0].resume();
 }
 
-/// Two of three nodes restart without their data while `exec` holds the lock. The renewal puts our
-/// key back on them (they restarted after the grant, so they lost it rather than saw it expire) and
-/// raises their fencing counters to our token, which the restart had lost too: the next grant,
-/// through exactly those two nodes, still gets a larger token. The restart quarantine keeps others
-/// from taking the lock through them meanwhile.
+/// Two of three nodes restart without their data right after `exec` got the lock. The renewal puts
+/// our key back on them (their run id changed since the grant: they lost it in a restart, it did
+/// not expire and was not deleted) and raises their fencing counters to our token, which the
+/// restart had lost too: the next grant, through exactly those two nodes, still gets a larger
+/// token. The restart quarantine keeps others from taking the lock through them meanwhile.
 #[test]
 fn renewal_recreates_keys_lost_in_a_restart() {
     let mut servers = Servers::start(3);
@@ -682,12 +682,6 @@ fn renewal_recreates_keys_lost_in_a_restart() {
     ]);
     let (child, token, first) = start_exec(cmd);
     assert_eq!(first, 1);
-    // The renewal tells "lost in a restart" from "expired or deleted" by the node's uptime, which INFO
-    // gives in whole seconds (counted between whole wall-clock seconds, so up to a second high): it
-    // re-creates a key only when the node has been up for at least a second less than the lock has
-    // been held. So the restart comes a few seconds into the hold. (A restart within a second or two
-    // of the grant loses the lease instead: safe, and documented.)
-    std::thread::sleep(Duration::from_secs(3));
     servers[1].restart_empty();
     servers[2].restart_empty();
     for i in [1, 2] {
