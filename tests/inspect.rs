@@ -384,6 +384,93 @@ fn list_without_a_quorum_of_nodes_exits_69() {
     assert!(stderr(&o).contains("Redis unavailable"), "{}", stderr(&o));
 }
 
+/// Continues a stopped server when dropped, so a failing assertion leaves no stopped process behind.
+struct Resume<'a>(&'a Server);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        self.0.resume();
+    }
+}
+
+#[test]
+fn list_with_a_stopped_node_costs_about_one_node_timeout() {
+    let s = Servers(
+        (0..3)
+            .map(|_| Server::with_args(&["--enable-debug-command", "yes"]))
+            .collect(),
+    );
+    for name in ["alpha", "beta", "gamma"] {
+        acquire_json(&mut s.lockctl(), name, &["--ttl", "10m"]);
+    }
+    // Several SCAN batches of lock keys on the remaining quorum (3000 replies per batch).
+    for i in [0, 1] {
+        let _: () = s[i].cmd(&["DEBUG", "POPULATE", "2500", "lockctl:bulk"]);
+    }
+    s[2].pause();
+    let _resume = Resume(&s[2]);
+    let started = Instant::now();
+    let child = s
+        .lockctl()
+        .args(["--node-timeout", "200ms", "list", "--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lockctl");
+    let o = wait_output(child, Duration::from_secs(120));
+    let elapsed = started.elapsed();
+    assert_eq!(code(&o), 0, "a quorum answered: {}", stderr(&o));
+    // About one node timeout (200ms) plus the listing itself; reading every remaining reply of a
+    // batch with the full timeout each would take minutes.
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    let j = json_of(&o);
+    let names = listed_names(&j);
+    assert_eq!(names.len(), 2503, "{:?}", &names[..names.len().min(5)]);
+    for name in ["alpha", "beta", "gamma", "bulk:0", "bulk:2499"] {
+        assert!(names.iter().any(|n| n == name), "{name} listed");
+    }
+    let alpha = j["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "alpha")
+        .unwrap();
+    assert_eq!(alpha["nodes_holding"].as_u64(), Some(2));
+    assert_eq!(alpha["quorum_agrees"], true);
+    assert_eq!(
+        (j["answered"].as_u64(), j["complete"].as_bool()),
+        (Some(2), Some(false))
+    );
+    assert!(
+        stderr(&o).contains(&s[2].url()) && stderr(&o).contains("node timeout"),
+        "{}",
+        stderr(&o)
+    );
+
+    // status says the counter is unknown, not "never granted", when a node did not answer.
+    let o = run(s
+        .lockctl()
+        .args(["--node-timeout", "200ms", "status", "never-taken"]));
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let counter = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("counter"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        counter.contains("unknown") && !counter.contains("never granted"),
+        "{counter}"
+    );
+    let o = run(lockctl_on(&s[2]).args(["--node-timeout", "200ms", "status", "alpha"]));
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("unknown (no node answered)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!stdout(&o).contains("never granted"), "{}", stdout(&o));
+}
+
 #[test]
 fn list_scans_300k_keys_quickly_with_bounded_memory() {
     let s = Server::with_args(&["--enable-debug-command", "yes"]);

@@ -7,6 +7,16 @@
 //! - Auxiliary keys (fencing counters, holder hashes) are dropped by name (`keys::is_lock_key`).
 //! - Each batch is read with one pipelined round trip per node (GET, PTTL, HMGET of the holder hash,
 //!   TIME), on all nodes in parallel, so a batch costs one round trip, not one per key.
+//! - The replies of a batch are read one by one and the read stops at the first error: a stopped
+//!   node costs one node timeout, then it is marked failed and never asked again during this
+//!   listing, so one unresponsive node costs about one node timeout for the whole `list`, whatever
+//!   the number of batches or keys. (redis-rs's own pipeline read goes on reading every remaining
+//!   reply after an I/O error, each read waiting the full timeout: three per key, up to 3001 per
+//!   batch.) The batch is not one Lua script because a script's keys must share one hash slot on
+//!   Redis Cluster, and the keys of one SCAN batch do not; pipelined single-key commands work
+//!   there. lockctl does not follow Cluster topology, though: against a Cluster node it lists only
+//!   the keys that node serves, and a key whose slot moves during the listing reads as absent (its
+//!   reply is a MOVED error).
 //! - Redlock merges the nodes without a map of every name: the nodes are scanned one after another,
 //!   each batch is read on every node, and a name is printed for the first node (in order) that holds
 //!   it, since that node's complete scan lists it (SCAN returns every key present for the whole
@@ -204,14 +214,19 @@ fn scan(
 /// Reads a batch of locks on one node in one pipelined round trip.
 fn read_batch(c: &mut Connection, keys: &[LockKeys]) -> redis::RedisResult<Vec<NodeView>> {
     let mut pipe = redis::pipe();
-    pipe.ignore_errors();
     for k in keys {
         pipe.cmd("GET").arg(&k.key);
         pipe.cmd("PTTL").arg(&k.key);
         pipe.cmd("HMGET").arg(&k.holder).arg(&HOLDER_FIELDS[..]);
     }
     pipe.cmd("TIME");
-    let replies: Vec<Value> = pipe.query(c)?;
+    // Not `pipe.query`: it would wait out the read timeout once per remaining reply after the
+    // first one timed out. Server errors arrive as `Value::ServerError` and read as absent.
+    c.send_packed_command(&pipe.get_packed_pipeline())?;
+    let mut replies: Vec<Value> = Vec::with_capacity(keys.len() * 3 + 1);
+    for _ in 0..keys.len() * 3 + 1 {
+        replies.push(c.recv_response()?);
+    }
     let now = replies.last().and_then(server_ms);
     Ok(replies
         .chunks_exact(3)

@@ -82,13 +82,7 @@ fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
         }
         kv("token", token.clone());
     }
-    kv(
-        "counter",
-        m.counter().map_or_else(
-            || "none (never granted by lockctl)".into(),
-            |c| c.to_string(),
-        ),
-    );
+    kv("counter", counter_line(m));
     if n > 1 {
         kv(
             "quorum",
@@ -120,6 +114,21 @@ fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
         out.push_str(&table(&node_rows));
     }
     out
+}
+
+/// The fencing counter: "never granted" only when every node answered, since a node that did not
+/// answer may hold the only counter (or the largest one).
+fn counter_line(m: &Merged) -> String {
+    let n = m.views.len();
+    match (m.counter(), m.answered) {
+        (_, 0) => "unknown (no node answered)".into(),
+        (Some(c), a) if a == n => c.to_string(),
+        (Some(c), a) => format!("{c} (largest on the {a} of {n} node(s) that answered)"),
+        (None, a) if a == n => "none (never granted by lockctl)".into(),
+        (None, a) => format!(
+            "unknown (none on the {a} of {n} node(s) that answered; the others may hold one)"
+        ),
+    }
 }
 
 fn short_token(t: &str) -> String {
