@@ -177,8 +177,13 @@ fn report(name: &str, broken: &[Broken], n: usize) -> String {
 
 /// Asks on stderr and reads the answer from the terminal on stdin; only `y` or `yes` confirms.
 fn confirm(question: &str) -> anyhow::Result<bool> {
-    eprint!("{question}");
-    io::stderr().flush().ok();
+    {
+        // A closed stderr is no reason to panic: the answer decides, and no answer means no.
+        let mut err = io::stderr().lock();
+        let _ = err
+            .write_all(question.as_bytes())
+            .and_then(|()| err.flush());
+    }
     let mut answer = String::new();
     // stdin is the terminal: `run` checked it before asking.
     io::stdin().lock().read_line(&mut answer)?;

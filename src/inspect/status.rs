@@ -22,8 +22,10 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
     let merged = survey(&mut engine, &keys);
     let names: Vec<String> = engine.nodes().iter().map(|n| n.display.clone()).collect();
     match args.format {
-        ReportFormat::Plain => print!("{}", plain(&keys, &merged, &names)),
-        ReportFormat::Json => println!("{}", to_json(&keys, &merged, &names)),
+        ReportFormat::Plain => crate::output::emit(&plain(&keys, &merged, &names))?,
+        ReportFormat::Json => {
+            crate::output::emit(&format!("{}\n", to_json(&keys, &merged, &names)))?
+        }
     }
     Ok(match merged.state {
         State::Held => Exit::Success,
@@ -35,10 +37,7 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
                 quorum: merged.quorum,
                 detail: merged.failures().join("; "),
             };
-            eprintln!(
-                "lockctl: cannot tell whether '{}' is held: {err}",
-                keys.name
-            );
+            crate::complain!("cannot tell whether '{}' is held: {err}", keys.name);
             Exit::Unavailable
         }
     })
