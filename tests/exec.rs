@@ -16,6 +16,28 @@ fn exec_on(server: &Server, name: &str) -> std::process::Command {
     c
 }
 
+/// Starts `exec` with `flags` running `sh -c script`, and returns once the script printed `ready`
+/// (the lock is held and the child runs); the reader keeps the child's stdout open.
+fn start_ready(
+    mut cmd: std::process::Command,
+    flags: &[&str],
+    script: &str,
+    ready: &str,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let mut child = cmd
+        .args(flags)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_for_line(child.stdout.take().unwrap(), ready, Duration::from_secs(30));
+    (child, out)
+}
+
 #[test]
 fn passes_exit_codes_through() {
     let s = Server::start();
@@ -223,21 +245,11 @@ fn killed_server_loses_lease_without_hanging() {
 #[test]
 fn sigterm_is_forwarded_and_the_child_status_returned() {
     let s = Server::start();
-    let mut child = exec_on(&s, "fwd")
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _r = wait_for_line(
-        child.stdout.take().unwrap(),
+    let (child, _out) = start_ready(
+        exec_on(&s, "fwd"),
+        &[],
+        "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done",
         "ready",
-        Duration::from_secs(30),
     );
     assert!(s.get("lockctl:fwd").is_some());
     kill(child.id() as i32, libc::SIGTERM);
@@ -254,23 +266,11 @@ fn sigterm_is_forwarded_and_the_child_status_returned() {
 #[test]
 fn second_signal_escalates_to_sigkill() {
     let s = Server::start();
-    let mut child = exec_on(&s, "stubborn")
-        .args([
-            "--kill-after",
-            "60s",
-            "--",
-            "sh",
-            "-c",
-            "trap '' INT TERM; echo ready; while :; do sleep 0.05; done",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _r = wait_for_line(
-        child.stdout.take().unwrap(),
+    let (child, _out) = start_ready(
+        exec_on(&s, "stubborn"),
+        &["--kill-after", "60s"],
+        "trap '' INT TERM; echo ready; while :; do sleep 0.05; done",
         "ready",
-        Duration::from_secs(30),
     );
     let pid = child.id() as i32;
     kill(pid, libc::SIGINT);
@@ -284,25 +284,11 @@ fn second_signal_escalates_to_sigkill() {
 #[test]
 fn kill_after_escalates_when_lease_lost_and_child_ignores_sigterm() {
     let s = Server::start();
-    let mut child = exec_on(&s, "ignorer")
-        .args([
-            "--ttl",
-            "1s",
-            "--kill-after",
-            "500ms",
-            "--",
-            "sh",
-            "-c",
-            "trap '' TERM; echo ready; while :; do sleep 0.05; done",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _r = wait_for_line(
-        child.stdout.take().unwrap(),
+    let (child, _out) = start_ready(
+        exec_on(&s, "ignorer"),
+        &["--ttl", "1s", "--kill-after", "500ms"],
+        "trap '' TERM; echo ready; while :; do sleep 0.05; done",
         "ready",
-        Duration::from_secs(30),
     );
     let _: i64 = s.cmd(&["DEL", "lockctl:ignorer"]);
     let o = wait_output(child, Duration::from_secs(30));
@@ -407,21 +393,11 @@ fn rebuild(c: &std::process::Command) -> std::process::Command {
 fn sighup_and_sigint_are_forwarded() {
     let s = Server::start();
     for (sig, want) in [(libc::SIGHUP, 11), (libc::SIGINT, 12)] {
-        let mut child = exec_on(&s, "fwd2")
-            .args([
-                "--",
-                "sh",
-                "-c",
-                "trap 'exit 11' HUP; trap 'exit 12' INT; echo ready; while :; do sleep 0.05; done",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let _r = wait_for_line(
-            child.stdout.take().unwrap(),
+        let (child, _out) = start_ready(
+            exec_on(&s, "fwd2"),
+            &[],
+            "trap 'exit 11' HUP; trap 'exit 12' INT; echo ready; while :; do sleep 0.05; done",
             "ready",
-            Duration::from_secs(30),
         );
         kill(child.id() as i32, sig);
         let o = wait_output(child, Duration::from_secs(30));
@@ -433,23 +409,11 @@ fn sighup_and_sigint_are_forwarded() {
 #[test]
 fn forwarded_signal_is_followed_by_sigkill_after_kill_after() {
     let s = Server::start();
-    let mut child = exec_on(&s, "deaf")
-        .args([
-            "--kill-after",
-            "300ms",
-            "--",
-            "sh",
-            "-c",
-            "trap '' TERM; echo ready; while :; do sleep 0.05; done",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _r = wait_for_line(
-        child.stdout.take().unwrap(),
+    let (child, _out) = start_ready(
+        exec_on(&s, "deaf"),
+        &["--kill-after", "300ms"],
+        "trap '' TERM; echo ready; while :; do sleep 0.05; done",
         "ready",
-        Duration::from_secs(30),
     );
     kill(child.id() as i32, libc::SIGTERM);
     let o = wait_output(child, Duration::from_secs(30));
@@ -489,23 +453,11 @@ fn zero_kill_after_is_a_usage_error() {
 #[test]
 fn renewal_restores_the_key_on_a_node_restarted_right_after_the_grant() {
     let mut s = Server::start();
-    let mut child = exec_on(&s, "phoenix")
-        .args([
-            "--ttl",
-            "2s",
-            "--",
-            "sh",
-            "-c",
-            "echo \"ready $LOCKCTL_FENCE\"; sleep 3",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _r = wait_for_line(
-        child.stdout.take().unwrap(),
+    let (child, _out) = start_ready(
+        exec_on(&s, "phoenix"),
+        &["--ttl", "2s"],
+        "echo \"ready $LOCKCTL_FENCE\"; sleep 3",
         "ready 1",
-        Duration::from_secs(30),
     );
     // Well within a second of the grant: the node's run id, not its uptime, tells it restarted.
     s.restart_empty();
