@@ -849,3 +849,20 @@ fn bad_input_exits_2_and_changes_nothing() {
         assert_eq!(s.keys(), before, "{args:?} changed Redis");
     }
 }
+
+#[test]
+fn list_scans_and_never_uses_keys() {
+    let s = Server::start();
+    for name in ["a", "b", "c"] {
+        acquire_json(&mut lockctl_on(&s), name, &["--ttl", "60s"]);
+    }
+    let _: String = s.cmd(&["CONFIG", "RESETSTAT"]);
+    let o = run(lockctl_on(&s).args(["list"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let stats: String = s.cmd(&["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_scan:"), "{stats}");
+    assert!(
+        !stats.contains("cmdstat_keys:"),
+        "list must never send KEYS: {stats}"
+    );
+}
