@@ -1,7 +1,5 @@
 //! `acquire`, `release`, `renew` and `completions`: thin layers over the engine.
 
-use std::io::Write;
-
 use anyhow::Context;
 
 use crate::cli::{AcquireArgs, GrantFormat, ReleaseArgs, RenewArgs, WaitArgs};
@@ -29,7 +27,7 @@ pub fn wait_policy(args: &WaitArgs) -> (WaitPolicy, Exit) {
 pub fn report(err: &LockError, busy: Exit) -> Exit {
     match err {
         LockError::Busy { .. } | LockError::Interrupted(_) => say!("{err}"),
-        _ => crate::log::line(format_args!("lockctl: {err}")),
+        _ => crate::complain!("{err}"),
     }
     err.exit(busy)
 }
@@ -82,10 +80,10 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
         GrantFormat::Env => output::grant_env(&grant),
         GrantFormat::Json => format!("{}\n", output::grant_json(&grant)),
     };
-    if let Err(e) = std::io::stdout().lock().write_all(text.as_bytes()) {
+    if let Err(e) = output::emit(&text) {
         // Nobody will ever learn the token: give the lock back rather than strand it for a TTL.
         let _ = engine.release(&keys, &grant.token);
-        return Err(e).context("cannot write the token to stdout; the lock was released");
+        return Err(e.context("the lock was released"));
     }
     Ok(Exit::Success)
 }

@@ -227,11 +227,6 @@ impl Settings {
             },
         })
     }
-
-    /// The quorum for this many nodes: a majority.
-    pub fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
-    }
 }
 
 /// The server a URL points at (`host:port` or the socket path), whatever its user, password or db.

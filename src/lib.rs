@@ -58,7 +58,7 @@ pub fn run(cli: Cli) -> Exit {
         Err(err) => match err.downcast_ref::<LockError>() {
             Some(e) => commands::report(e, Exit::Busy),
             None => {
-                log::line(format_args!("lockctl: {err:#}"));
+                complain!("{err:#}");
                 Exit::Failure
             }
         },

@@ -515,3 +515,21 @@ fn prefix_from_the_flag_the_environment_or_empty() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(s.get("ci/deploy"), None);
 }
+
+#[test]
+fn busy_names_only_the_current_holder() {
+    let s = Server::start();
+    let first = acquire_json(&mut lockctl_on(&s), "stale", &["--ttl", "60s"]);
+    assert!(first["token"].is_string());
+    // Another client replaces the lock behind lockctl's back: the old holder record is not its.
+    let _: i64 = s.cmd(&["DEL", "lockctl:stale"]);
+    let _: String = s.cmd(&["SET", "lockctl:stale", "canonical", "PX", "60000"]);
+    let o = run(lockctl_on(&s).args(["acquire", "stale", "-n"]));
+    assert_eq!(code(&o), 75);
+    let err = stderr(&o);
+    assert!(err.contains("lock 'stale' is busy"), "{err}");
+    assert!(
+        !err.contains(" pid "),
+        "the old holder must not be named: {err}"
+    );
+}

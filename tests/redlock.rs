@@ -710,3 +710,30 @@ fn renewal_recreates_keys_lost_in_a_restart() {
     let g = acquire_json(&mut servers.lockctl(), "restarted", &["-n"]);
     assert_eq!(fence(&g), 2, "through the restarted nodes: {g}");
 }
+
+#[test]
+fn an_attempt_too_slow_for_its_ttl_is_unavailable_not_busy() {
+    let nodes = Servers::start(3);
+    nodes[2].pause();
+    let o = run(nodes.lockctl().args([
+        "acquire",
+        "slow",
+        "-n",
+        "--ttl",
+        "20ms",
+        "--node-timeout",
+        "40ms",
+    ]));
+    nodes[2].resume();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert!(err.contains("no validity"), "the message says why: {err}");
+    assert!(!err.contains("busy"), "nobody holds it: {err}");
+    for i in 0..2 {
+        assert_eq!(
+            nodes[i].get("lockctl:slow"),
+            None,
+            "rolled back on node {i}"
+        );
+    }
+}

@@ -32,6 +32,7 @@ use crate::exit::{Exit, LockError};
 use crate::lock::{Engine, Holder, Wake, Wakeup};
 use crate::{say, signals, trace};
 use child::Ended;
+use lease::Lease;
 use supervisor::Supervisor;
 
 /// Where a signal sent to lockctl goes: to the waiter before the command runs, to its group after.
@@ -85,6 +86,11 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         grant.fence
     );
 
+    // A signal that came after the grant and before the command starts: do not start it.
+    if let Some(signal) = wake.pending_signal() {
+        let _ = engine.release(&keys, &grant.token);
+        return Ok(report(&LockError::Interrupted(signal), busy));
+    }
     let env = [
         ("LOCKCTL_NAME", keys.name.clone()),
         ("LOCKCTL_KEY", keys.key.clone()),
@@ -95,10 +101,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         Ok(c) => c,
         Err(e) => {
             let _ = engine.release(&keys, &grant.token);
-            crate::log::line(format_args!(
-                "lockctl: cannot run {}: {e}",
-                program.to_string_lossy()
-            ));
+            crate::complain!("cannot run {}: {e}", program.to_string_lossy());
             return Ok(Exit::Raw(if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -117,9 +120,27 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         supervisor.forward(signal);
     }
 
-    let lease = Lease::start(engine, grant.clone(), holder, Arc::clone(&supervisor))
-        .context("cannot start the renewal thread")?;
-    let ended = child::wait_exit(pid).context("cannot wait for the command")?;
+    let lease = match Lease::start(engine, grant.clone(), holder, Arc::clone(&supervisor)) {
+        Ok(lease) => lease,
+        Err(e) => {
+            // No renewal: the command must not run on; the engine went with the thread that never
+            // started, so a fresh one gives the lock back.
+            abandon(&supervisor, child);
+            if let Ok(mut engine) = Engine::new(settings) {
+                let _ = engine.release(&keys, &grant.token);
+            }
+            return Err(e).context("cannot start the renewal thread; the command was killed");
+        }
+    };
+    let ended = match child::wait_exit(pid) {
+        Ok(ended) => ended,
+        Err(e) => {
+            abandon(&supervisor, child);
+            let (mut engine, _) = lease.stop();
+            let _ = engine.release(&keys, &grant.token);
+            return Err(e).context("cannot wait for the command; it was killed");
+        }
+    };
     let lost_while_running = supervisor.mark_exited();
     let lost_reported = lost_while_running.is_some();
     reap(child);
@@ -157,8 +178,13 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     }
 }
 
-use lease::Lease;
-
 fn reap(mut child: std::process::Child) {
     let _ = child.wait();
+}
+
+/// Kills the command's process group and reaps the command, on a path where lockctl cannot supervise.
+fn abandon(supervisor: &Supervisor, child: std::process::Child) {
+    supervisor.kill_now();
+    reap(child);
+    child::reclaim_terminal();
 }

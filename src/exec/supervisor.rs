@@ -112,6 +112,17 @@ impl Supervisor {
         }
     }
 
+    /// SIGKILL to the whole group at once, for paths where the child cannot be supervised; the caller
+    /// reaps it right after.
+    pub fn kill_now(&self) {
+        let mut st = self.state();
+        if !st.exited {
+            kill_group(self.pgid, libc::SIGKILL);
+            st.exited = true;
+            self.exited.notify_all();
+        }
+    }
+
     /// The child has exited (not yet reaped). Returns why the lease was lost, if it was.
     pub fn mark_exited(&self) -> Option<String> {
         let mut st = self.state();

@@ -43,6 +43,8 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     let keys = engine.keys(&args.name);
     let n = engine.nodes().len();
 
+    // On the interactive path, only the token the operator confirmed may be broken.
+    let mut confirmed = String::new();
     if !args.yes {
         let m = survey(&mut engine, &keys);
         if m.answered < m.quorum {
@@ -76,10 +78,11 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
             crate::complain!("lock '{}' left as it is", keys.name);
             return Ok(Exit::Failure);
         }
+        confirmed = token;
     }
 
     let key_list = [keys.key.as_str(), keys.holder.as_str()];
-    let args_list = [keys.channel.as_str()];
+    let args_list = [keys.channel.as_str(), confirmed.as_str()];
     let results = quorum::all(engine.nodes_mut(), |_, node| {
         node.eval("break", &BREAK, &key_list, &args_list)
             .map(|v| (node.display.clone(), v))
@@ -87,10 +90,14 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     let mut broken = Vec::new();
     let mut failures = Vec::new();
     let mut answered = 0;
+    let mut changed_hands = 0;
     for r in results {
         match r {
             Ok((node, v)) => {
                 answered += 1;
+                if matches!(&v, Value::Array(items) if items.get(2).is_some()) {
+                    changed_hands += 1;
+                }
                 if let Some(b) = parse_break(node, v) {
                     broken.push(b);
                 }
@@ -100,9 +107,19 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     }
     let quorum = quorum::quorum(n);
 
+    if changed_hands > 0 {
+        crate::complain!(
+            "lock '{}' changed hands on {changed_hands} node(s) while you answered; those were left \
+             as they are; run break again to see the new holder",
+            keys.name
+        );
+    }
     if broken.is_empty() {
         if answered < quorum {
             return Err(unavailable(n, answered, quorum, failures).into());
+        }
+        if changed_hands > 0 {
+            return Ok(Exit::Failure);
         }
         say!("lock '{}' is free; nothing to break", keys.name);
         return Ok(Exit::Failure);

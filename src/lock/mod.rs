@@ -143,6 +143,8 @@ struct Refusal {
     /// The shortest time after which a node may change its answer (a holder's TTL, a quarantine).
     retry_in: Option<Duration>,
     quarantined: usize,
+    /// The attempt won a quorum but took longer than the TTL allows.
+    too_slow: Option<String>,
     failures: Vec<String>,
 }
 
@@ -225,7 +227,13 @@ impl Engine {
                 Ok(grant) => {
                     waiter.finish();
                     if let Some(signal) = wake.pending_signal() {
-                        let _ = self.release(keys, &grant.token);
+                        if let Err(e) = self.release(keys, &grant.token) {
+                            crate::complain!(
+                                "the lock won as the signal came could not be given back ({e}); \
+                                 it expires within {} ms",
+                                ttl.as_millis()
+                            );
+                        }
                         return Err(LockError::Interrupted(signal));
                     }
                     return Ok(grant);
@@ -248,15 +256,30 @@ impl Engine {
                             )
                         })
                     });
+                    let shown = holder.clone().or_else(|| {
+                        refusal
+                            .too_slow
+                            .as_ref()
+                            .map(|_| "nobody (the nodes answered too slowly)".into())
+                    });
                     let verdict =
-                        waiter.wait(&self.nodes, holder.as_deref(), refusal.retry_in, wake);
+                        waiter.wait(&self.nodes, shown.as_deref(), refusal.retry_in, wake);
                     match verdict {
                         wait::Verdict::Retry => {}
                         wait::Verdict::GiveUp => {
+                            if let (None, Some(slow)) = (&holder, refusal.too_slow) {
+                                // Nobody holds it; Redis was too slow to grant it in time.
+                                return Err(LockError::Unavailable {
+                                    nodes: self.nodes.len(),
+                                    reachable: refusal.answered,
+                                    quorum: self.quorum(),
+                                    detail: slow,
+                                });
+                            }
                             return Err(LockError::Busy {
                                 name: keys.name.clone(),
                                 holder,
-                            })
+                            });
                         }
                         wait::Verdict::Signal(signal) => {
                             return Err(LockError::Interrupted(signal))
@@ -310,7 +333,8 @@ impl Engine {
                 Ok(Round1::Busy { pttl, holder }) => {
                     refusal.answered += 1;
                     if pttl >= 0 {
-                        refusal.retry_in = min_opt(refusal.retry_in, ms_dur(pttl as u64));
+                        refusal.retry_in =
+                            min_opt(refusal.retry_in, Duration::from_millis(pttl as u64));
                     }
                     if refusal.holder.is_none() {
                         refusal.holder = holder;
@@ -319,7 +343,7 @@ impl Engine {
                 Ok(Round1::Quarantined(ms)) => {
                     refusal.answered += 1;
                     refusal.quarantined += 1;
-                    refusal.retry_in = min_opt(refusal.retry_in, ms_dur(ms));
+                    refusal.retry_in = min_opt(refusal.retry_in, Duration::from_millis(ms));
                 }
                 Err(fail) => {
                     maybe_applied[i] = fail.maybe_applied;
@@ -330,7 +354,14 @@ impl Engine {
 
         let mut fence = won.iter().flatten().copied().max().unwrap_or(0);
         if n > 1 && won.iter().flatten().count() >= quorum {
-            fence = self.raise_fences(keys, &token, fence, &mut won, &mut refusal);
+            fence = self.raise_fences(
+                keys,
+                &token,
+                fence,
+                &mut won,
+                &mut maybe_applied,
+                &mut refusal,
+            );
         }
         let finished = Stamp::now();
         let elapsed = finished.elapsed_since(started);
@@ -370,8 +401,9 @@ impl Engine {
                     self.rollback(keys, &token, &touched);
                 }
                 if wins >= quorum {
-                    refusal.failures.push(format!(
-                        "the attempt took {:.1} ms, leaving no validity for a {} ms TTL",
+                    refusal.too_slow = Some(format!(
+                        "the attempt won a quorum but took {:.1} ms, leaving no validity for a \
+                         {} ms TTL; lower --node-timeout or raise --ttl",
                         elapsed.as_secs_f64() * 1000.0,
                         ttl.as_millis()
                     ));
@@ -388,6 +420,7 @@ impl Engine {
         token: &str,
         fence: u64,
         won: &mut [Option<u64>],
+        maybe_applied: &mut [bool],
         refusal: &mut Refusal,
     ) -> u64 {
         let behind: Vec<bool> = won.iter().map(|f| f.is_some_and(|f| f < fence)).collect();
@@ -406,20 +439,15 @@ impl Engine {
                 None | Some(Ok(Value::Int(1))) => {}
                 Some(Ok(_)) => won[i] = None,
                 Some(Err(fail)) => {
-                    // Still won in round 1: it stays a rollback target, as `won` no longer says.
+                    // Our key from round 1 is still there: a failed attempt rolls it back with the
+                    // others; a won one leaves it to expire or to the release, like a late reply.
                     won[i] = None;
+                    maybe_applied[i] = true;
                     refusal.failures.push(fail.reason);
-                    self.rollback_one(i, keys, token);
                 }
             }
         }
         fence
-    }
-
-    fn rollback_one(&mut self, i: usize, keys: &LockKeys, token: &str) {
-        let mut mask = vec![false; self.nodes.len()];
-        mask[i] = true;
-        self.rollback(keys, token, &mask);
     }
 
     /// Releases our token on the given nodes, in parallel; nodes that owe a reply get it sent blind.
@@ -603,10 +631,6 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
 
 fn min_opt(a: Option<Duration>, b: Duration) -> Option<Duration> {
     Some(a.map_or(b, |a| a.min(b)))
-}
-
-fn ms_dur(ms: u64) -> Duration {
-    Duration::from_millis(ms)
 }
 
 /// 128 bits from the operating system's CSPRNG, as 32 lowercase hex digits.

@@ -7,7 +7,7 @@
 //! once), a signal (give up cleanly), or the end of the sleep. The sleep backs off exponentially with
 //! uniform random jitter, which breaks Redlock split votes, and never outlasts the holder's remaining
 //! TTL or a node's remaining quarantine, so an expiry is noticed when it happens. When the server
-//! publishes keyspace notifications (`notify-keyspace-events`), a `del` or `expired` event on the key
+//! publishes keyspace notifications (`notify-keyspace-events`), a `del`, `expired` or `evicted` event on the key
 //! wakes the waiter too, which covers clients that release without publishing.
 //!
 //! While waiting, a terminal gets a spinner on stderr; a log (cron, CI) gets one line when the wait

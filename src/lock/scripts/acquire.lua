@@ -18,8 +18,12 @@ if current == token then
   return {1, redis.call('GET', KEYS[2]) or '0', run_id()}
 end
 if current then
-  local h = redis.call('HMGET', KEYS[3], 'host', 'pid', 'cmd')
-  return {0, redis.call('PTTL', KEYS[1]), h[1] or '', h[2] or '', h[3] or ''}
+  -- Name the holder only if the record is the current holder's (a canonical client keeps none).
+  local h = redis.call('HMGET', KEYS[3], 'token', 'host', 'pid', 'cmd')
+  if h[1] ~= current then
+    return {0, redis.call('PTTL', KEYS[1]), '', '', ''}
+  end
+  return {0, redis.call('PTTL', KEYS[1]), h[2] or '', h[3] or '', h[4] or ''}
 end
 local quarantine = tonumber(ARGV[3])
 if quarantine > 0 then
