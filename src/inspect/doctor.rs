@@ -175,9 +175,17 @@ fn probe(node: &mut Node) -> Probe {
         })
         .ok()
         .flatten();
+    // A node that stops answering mid-probe costs one node timeout, not one per remaining check:
+    // what was not asked is reported as "could not check".
+    if node.is_stale() {
+        return p;
+    }
     match node.call("INFO", |c| redis::cmd("INFO").query::<Value>(c)) {
         Ok(v) => p.info = text(&v).map(|t| parse_info(&t)),
         Err(f) => p.info_error = Some(f.reason),
+    }
+    if node.is_stale() {
+        return p;
     }
     p.role = node
         .call("ROLE", |c| redis::cmd("ROLE").query::<Value>(c))
@@ -214,6 +222,9 @@ fn probe(node: &mut Node) -> Probe {
                     .ok_or_else(|| format!("the server does not know {key}"))
             });
         p.config.insert(key, r);
+        if node.is_stale() {
+            break;
+        }
     }
     p
 }

@@ -21,6 +21,9 @@
 //!   each batch is read on every node, and a name is printed for the first node (in order) that holds
 //!   it, since that node's complete scan lists it (SCAN returns every key present for the whole
 //!   scan). A lock that comes or goes during the listing may or may not be shown, as with any snapshot.
+//!   If a node fails part-way through its own scan, the names it had already listed may be listed
+//!   again by a later node (its rows say on how many nodes each lock stands); the listing then also
+//!   says it is incomplete.
 //! - Rows are sorted and aligned when there are at most [`SORT_LIMIT`] of them; beyond that, the rows
 //!   held so far are printed and the rest stream out in scan order with the same column widths.
 
