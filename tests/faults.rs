@@ -984,6 +984,43 @@ fn redlock_majority_restarted_empty_with_quarantine() {
     );
 }
 
+/// Starts holder A: `exec NAME --ttl TTL` whose command enters its section (creating `a-in`), waits
+/// for the file `go-a`, then makes its fenced write and prints whether it was accepted. Returns once A
+/// is inside its section.
+fn start_gated_writer(
+    servers: &Servers,
+    store: &Store,
+    name: &str,
+    ttl: &str,
+) -> std::process::Child {
+    let a_script = "echo \"section fence=$LOCKCTL_FENCE\"; echo in > \"$DIR/a-in\"; \
+                    while [ ! -e \"$GO\" ]; do sleep 0.02; done; \
+                    r=$(sqlite3 -cmd '.timeout 20000' \"$DIR/store.db\" \"BEGIN IMMEDIATE; INSERT INTO log(fence, worker) SELECT $LOCKCTL_FENCE, 'A' WHERE $LOCKCTL_FENCE > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;\"); \
+                    echo \"write accepted=$r\"";
+    let a = servers
+        .lockctl()
+        .env("DIR", store.dir.path())
+        .env("GO", store.path("go-a"))
+        .args([
+            "exec",
+            name,
+            "--ttl",
+            ttl,
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "-c",
+            a_script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || store
+        .path("a-in")
+        .exists()));
+    a
+}
+
 /// What the quarantine prevents. A holds the lock on all five nodes (exec, 10 s TTL, inside its
 /// section); three nodes are restarted without their data. With `--quarantine 0`, B gets the lock at
 /// once on the three empty nodes while A's lockctl still holds it on the other two and still believes
@@ -997,29 +1034,7 @@ fn redlock_restart_without_quarantine_double_grants() {
     let mut servers = Servers::start(5);
     let store = Store::new();
     let go = store.path("go-a");
-    let a_script = "echo \"section fence=$LOCKCTL_FENCE\"; echo in > \"$DIR/a-in\"; \
-                    while [ ! -e \"$GO\" ]; do sleep 0.02; done; \
-                    r=$(sqlite3 -cmd '.timeout 20000' \"$DIR/store.db\" \"BEGIN IMMEDIATE; INSERT INTO log(fence, worker) SELECT $LOCKCTL_FENCE, 'A' WHERE $LOCKCTL_FENCE > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;\"); \
-                    echo \"write accepted=$r\"";
-    let mut a = servers.lockctl();
-    a.env("DIR", store.dir.path())
-        .env("GO", &go)
-        .args([
-            "exec",
-            "dg",
-            "--ttl",
-            "10s",
-            "--node-timeout",
-            NODE_TIMEOUT,
-            "-c",
-            a_script,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let a = a.spawn().unwrap();
-    assert!(eventually(Duration::from_secs(20), || store
-        .path("a-in")
-        .exists()));
+    let a = start_gated_writer(&servers, &store, "dg", "10s");
     let a_token = servers[0].get("lockctl:dg").expect("A holds node 0");
     for i in [1, 2, 3] {
         servers[i].restart_empty();
@@ -1079,33 +1094,10 @@ fn redlock_restart_with_quarantine_keeps_one_holder() {
     let mut servers = Servers::start(5);
     let store = Store::new();
     let go = store.path("go-a");
-    let a_script = "echo \"section fence=$LOCKCTL_FENCE\"; echo in > \"$DIR/a-in\"; \
-                    while [ ! -e \"$GO\" ]; do sleep 0.02; done; \
-                    r=$(sqlite3 -cmd '.timeout 20000' \"$DIR/store.db\" \"BEGIN IMMEDIATE; INSERT INTO log(fence, worker) SELECT $LOCKCTL_FENCE, 'A' WHERE $LOCKCTL_FENCE > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;\"); \
-                    echo \"write accepted=$r\"";
-    let mut a = servers.lockctl();
-    a.env("DIR", store.dir.path())
-        .env("GO", &go)
-        .args([
-            "exec",
-            "q3",
-            "--ttl",
-            "3s",
-            "--node-timeout",
-            NODE_TIMEOUT,
-            "-c",
-            a_script,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let a = a.spawn().unwrap();
-    assert!(eventually(Duration::from_secs(20), || store
-        .path("a-in")
-        .exists()));
+    let a = start_gated_writer(&servers, &store, "q3", "3s");
     let a_token = servers[0].get("lockctl:q3").expect("A holds node 0");
-    // Re-creation needs A to have held the lock about two seconds longer than the restarted nodes
-    // have been up (INFO's uptime counts whole seconds, and may be one ahead). A renews every second;
-    // restarting half-way between its renewals at 2 s and 3 s leaves half a second either way.
+    // Restart half-way between A's renewals at 2 s and 3 s (it renews every second); its next renewal
+    // sees the new run ids and puts the keys back.
     std::thread::sleep(Duration::from_millis(2500));
     for i in [1, 2, 3] {
         servers[i].restart_empty();
