@@ -466,9 +466,8 @@ fn single_restart_without_data_under_a_holder_keeps_fences_increasing() {
         .len()
         == 1));
     let a_token = servers[0].get("lockctl:recreate").unwrap();
-    // Re-creation needs A to have held the lock about two seconds longer than the restarted server
-    // has been up (INFO's uptime counts whole seconds, and may be one ahead). A renews every second;
-    // restarting half-way between its renewals at 2 s and 3 s leaves half a second either way.
+    // Restart half-way between A's renewals at 2 s and 3 s (it renews every second); its next renewal
+    // sees the new run id and puts the key back.
     std::thread::sleep(Duration::from_millis(2500));
     servers.0[0].restart_empty();
     let mut b = lockctl();
