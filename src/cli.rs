@@ -2,7 +2,7 @@
 //!
 //! Values that need more than a type (URLs, lock names, the combination of flags) are checked in
 //! [`crate::config`], which turns these structs into validated options before any Redis call; no other
-//! module depends on clap. Durations are parsed here already, through [`crate::config::parse_duration`]
+//! module depends on clap. Durations are parsed here already, through [`crate::config::parse_positive_duration`]
 //! and friends, so that clap's message names the offending flag.
 
 use std::ffi::OsString;

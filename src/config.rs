@@ -51,11 +51,6 @@ fn too_long() -> String {
     "longer than a year; that is surely a typo".into()
 }
 
-/// Like [`parse_duration_or_zero`], for values that allow zero (kill-after, quarantine, wait).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    parse_duration_or_zero(text)
-}
-
 /// A duration of at least one millisecond (TTL, node timeout): Redis counts in milliseconds.
 pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     let d = parse_duration_or_zero(text)?;
@@ -423,16 +418,25 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(
+            parse_duration_or_zero("1.5").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            parse_duration_or_zero("250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            parse_duration_or_zero("1h30m").unwrap(),
+            Duration::from_secs(5400)
+        );
         assert!(parse_positive_duration("0").is_err());
         assert!(parse_positive_duration("0s").is_err());
-        assert!(parse_duration("-1").is_err());
-        assert!(parse_duration("abc").is_err());
-        assert!(parse_duration("1e400").is_err());
-        assert!(parse_duration("100y").is_err());
-        assert!(parse_duration("nan").is_err());
+        assert!(parse_duration_or_zero("-1").is_err());
+        assert!(parse_duration_or_zero("abc").is_err());
+        assert!(parse_duration_or_zero("1e400").is_err());
+        assert!(parse_duration_or_zero("100y").is_err());
+        assert!(parse_duration_or_zero("nan").is_err());
     }
 
     #[test]
