@@ -217,7 +217,7 @@ impl Engine {
         holder: &Holder,
         wake: &Wakeup,
     ) -> Result<Grant, LockError> {
-        let mut waiter = wait::Waiter::new(keys, policy, self.nodes.len());
+        let mut waiter = wait::Waiter::new(keys, policy);
         loop {
             if let Some(signal) = wake.pending_signal() {
                 waiter.finish();

@@ -110,8 +110,6 @@ pub(crate) struct Waiter {
     channel: String,
     key: String,
     deadline: Option<Stamp>,
-    no_wait: bool,
-    nodes: usize,
     started: Stamp,
     subscribed: bool,
     /// Set when the wait is over; the subscriber threads then close their connections.
@@ -124,21 +122,19 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub fn new(keys: &LockKeys, policy: WaitPolicy, nodes: usize) -> Waiter {
+    pub fn new(keys: &LockKeys, policy: WaitPolicy) -> Waiter {
         let now = Stamp::now();
-        let (deadline, no_wait) = match policy {
-            WaitPolicy::NoWait => (Some(now), true),
-            WaitPolicy::For(d) if d.is_zero() => (Some(now), true),
-            WaitPolicy::For(d) => (Some(now.add(d)), false),
-            WaitPolicy::Forever => (None, false),
+        // One attempt is a deadline that has already passed when the attempt ends.
+        let deadline = match policy {
+            WaitPolicy::NoWait => Some(now),
+            WaitPolicy::For(d) => Some(now.add(d)),
+            WaitPolicy::Forever => None,
         };
         Waiter {
             name: keys.name.clone(),
             channel: keys.channel.clone(),
             key: keys.key.clone(),
             deadline,
-            no_wait,
-            nodes,
             started: now,
             subscribed: false,
             over: Arc::new(AtomicBool::new(false)),
@@ -163,7 +159,7 @@ impl Waiter {
         wake: &Wakeup,
     ) -> Verdict {
         let last_attempt = self.attempt_started.elapsed();
-        if self.no_wait || self.deadline.is_some_and(Stamp::passed) {
+        if self.deadline.is_some_and(Stamp::passed) {
             self.finish();
             return Verdict::GiveUp;
         }
@@ -199,7 +195,7 @@ impl Waiter {
             }
             Some(Wake::Released) => {
                 trace!("woken by a release of '{}'", self.name);
-                if self.nodes > 1 {
+                if nodes.len() > 1 {
                     // One release wakes every waiter. Retrying in lockstep splits the votes again,
                     // and each split holds the others off for a whole attempt (a stopped node makes
                     // that a node timeout), then wakes them all again with its rollback: a livelock.
