@@ -45,19 +45,7 @@ fn parent_holder() -> Holder {
                 .join(" ")
         })
         .unwrap_or_default();
-    Holder::new(ppid, truncate(cmd, 1024))
-}
-
-/// Cuts a string to at most `max` bytes on a character boundary.
-pub fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
+    Holder::new(ppid, &cmd)
 }
 
 pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> {

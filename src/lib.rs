@@ -20,7 +20,7 @@
 //! };
 //! let mut engine = Engine::new(&settings).unwrap();
 //! let keys = engine.keys("nightly-report");
-//! let holder = Holder::new(std::process::id(), "report".into());
+//! let holder = Holder::new(std::process::id(), "report");
 //! let grant = engine
 //!     .acquire(&keys, Duration::from_secs(30), WaitPolicy::NoWait, &holder, &Wakeup::new())
 //!     .unwrap();

@@ -32,14 +32,10 @@ pub fn shell_quote(s: &str) -> String {
 
 /// `export` lines for `eval "$(lockctl acquire NAME --format env)"`.
 pub fn grant_env(g: &Grant) -> String {
-    let vars = [
-        ("LOCKCTL_NAME", g.keys.name.clone()),
-        ("LOCKCTL_KEY", g.keys.key.clone()),
-        ("LOCKCTL_TOKEN", g.token.clone()),
-        ("LOCKCTL_FENCE", g.fence.to_string()),
-        ("LOCKCTL_VALIDITY_MS", g.validity.as_millis().to_string()),
-    ];
-    vars.iter()
+    let validity = ("LOCKCTL_VALIDITY_MS", g.validity.as_millis().to_string());
+    g.env()
+        .iter()
+        .chain(std::iter::once(&validity))
         .map(|(k, v)| format!("export {k}={}\n", shell_quote(v)))
         .collect()
 }

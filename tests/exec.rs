@@ -484,3 +484,34 @@ fn renewal_restores_the_key_on_a_node_restarted_right_after_the_grant() {
     let next: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(next["fence"], 2, "the next grant's fence is still larger");
 }
+
+#[test]
+fn a_password_at_the_holder_cmd_length_limit_is_not_stored() {
+    let s = Server::start();
+    let script = "echo ready; sleep 5";
+    // The password starts 4 bytes before the 1024-byte limit of the stored command line: neither
+    // the cut nor the redaction may leave any of it behind.
+    let prefix = format!("sh -c {script} ");
+    let pad = "p".repeat(1020 - prefix.len() - 1 - "redis://:".len());
+    let url = "redis://:hunter2secret@127.0.0.1:1";
+    let mut child = exec_on(&s, "longcmd")
+        .args(["--", "sh", "-c", script, &pad, url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _out = wait_for_line(
+        child.stdout.take().unwrap(),
+        "ready",
+        Duration::from_secs(30),
+    );
+    let cmd: String = s.cmd(&["HGET", "{lockctl:longcmd}\u{1f}holder", "cmd"]);
+    kill(child.id() as i32, libc::SIGTERM);
+    let _ = wait_output(child, Duration::from_secs(30));
+    assert!(cmd.len() <= 1024, "{}", cmd.len());
+    assert!(
+        !cmd.contains("hunt"),
+        "no part of the password is stored: ...{}",
+        &cmd[cmd.len() - 40..]
+    );
+}

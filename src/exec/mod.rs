@@ -26,7 +26,7 @@ use std::sync::{mpsc::Sender, Arc, Mutex};
 use anyhow::Context;
 
 use crate::cli::ExecArgs;
-use crate::commands::{report, truncate, wait_policy};
+use crate::commands::{report, wait_policy};
 use crate::config::{check_name, Settings};
 use crate::exit::{Exit, LockError};
 use crate::lock::{Engine, Holder, Wake, Wakeup};
@@ -61,7 +61,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    let holder = Holder::new(std::process::id(), truncate(command_line.clone(), 1024));
+    let holder = Holder::new(std::process::id(), &command_line);
 
     let wake = Wakeup::new();
     let route = Arc::new(Mutex::new(Route::Waiter(wake.sender())));
@@ -91,12 +91,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         let _ = engine.release(&keys, &grant.token);
         return Ok(report(&LockError::Interrupted(signal), busy));
     }
-    let env = [
-        ("LOCKCTL_NAME", keys.name.clone()),
-        ("LOCKCTL_KEY", keys.key.clone()),
-        ("LOCKCTL_TOKEN", grant.token.clone()),
-        ("LOCKCTL_FENCE", grant.fence.to_string()),
-    ];
+    let env = grant.env();
     let child = match child::spawn(&program, &program_args, &env) {
         Ok(c) => c,
         Err(e) => {

@@ -88,15 +88,32 @@ pub struct Holder {
     pub cmd: String,
 }
 
+/// Longest holder command line stored, in bytes.
+const MAX_HOLDER_CMD: usize = 1024;
+
 impl Holder {
-    /// This host, `pid`, and the command line `cmd`, with the passwords of any URLs in it hidden.
-    pub fn new(pid: u32, cmd: String) -> Holder {
+    /// This host, `pid`, and the command line `cmd`, with the passwords of any URLs in it hidden,
+    /// then cut to [`MAX_HOLDER_CMD`] bytes (redacting the whole line first, so the cut never decides
+    /// what a URL looks like).
+    pub fn new(pid: u32, cmd: &str) -> Holder {
         Holder {
             host: hostname(),
             pid,
-            cmd: crate::config::redact_urls(&cmd),
+            cmd: truncate(crate::config::redact_urls(cmd), MAX_HOLDER_CMD),
         }
     }
+}
+
+/// Cuts a string to at most `max` bytes on a character boundary.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
 }
 
 /// Formats holder fields as shown to people: `host pid 123 (cmd)`.
@@ -131,6 +148,18 @@ pub struct Grant {
     /// Per node, the server's run id when it granted this lock (empty where it did not): a renewal
     /// that finds the key gone from a node whose run id changed knows the node restarted.
     pub run_ids: Vec<String>,
+}
+
+impl Grant {
+    /// What a holder's command is told: `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`, `LOCKCTL_FENCE`.
+    pub fn env(&self) -> [(&'static str, String); 4] {
+        [
+            ("LOCKCTL_NAME", self.keys.name.clone()),
+            ("LOCKCTL_KEY", self.keys.key.clone()),
+            ("LOCKCTL_TOKEN", self.token.clone()),
+            ("LOCKCTL_FENCE", self.fence.to_string()),
+        ]
+    }
 }
 
 /// Why an attempt did not win.
@@ -203,6 +232,16 @@ impl Engine {
         quorum::quorum(self.nodes.len())
     }
 
+    /// "Redis unavailable": only `reachable` nodes answered, or too few to decide.
+    fn unavailable(&self, reachable: usize, detail: String) -> LockError {
+        LockError::Unavailable {
+            nodes: self.nodes.len(),
+            reachable,
+            quorum: self.quorum(),
+            detail,
+        }
+    }
+
     /// The time a lease may be trusted less than its TTL: `TTL * drift + 2ms`.
     pub fn drift(&self, ttl: Duration) -> Duration {
         ttl.mul_f64(self.drift_factor) + Duration::from_millis(2)
@@ -240,12 +279,7 @@ impl Engine {
                 }
                 Err(refusal) if refusal.answered < self.quorum() => {
                     waiter.finish();
-                    return Err(LockError::Unavailable {
-                        nodes: self.nodes.len(),
-                        reachable: refusal.answered,
-                        quorum: self.quorum(),
-                        detail: refusal.failures.join("; "),
-                    });
+                    return Err(self.unavailable(refusal.answered, refusal.failures.join("; ")));
                 }
                 Err(refusal) => {
                     let holder = refusal.holder.clone().or_else(|| {
@@ -269,12 +303,7 @@ impl Engine {
                         wait::Verdict::GiveUp => {
                             if let (None, Some(slow)) = (&holder, refusal.too_slow) {
                                 // Nobody holds it; Redis was too slow to grant it in time.
-                                return Err(LockError::Unavailable {
-                                    nodes: self.nodes.len(),
-                                    reachable: refusal.answered,
-                                    quorum: self.quorum(),
-                                    detail: slow,
-                                });
+                                return Err(self.unavailable(refusal.answered, slow));
                             }
                             return Err(LockError::Busy {
                                 name: keys.name.clone(),
@@ -542,25 +571,18 @@ impl Engine {
         if held >= quorum {
             Ok(())
         } else if answered < quorum {
-            Err(LockError::Unavailable {
-                nodes: self.nodes.len(),
-                reachable: answered,
-                quorum,
-                detail: failures.join("; "),
-            })
+            Err(self.unavailable(answered, failures.join("; ")))
         } else if held + unanswered >= quorum {
             // Nodes that did not answer may still hold our token: nothing says the lease is lost,
             // only that this call could not confirm it (a renewal is retried until its deadline).
-            Err(LockError::Unavailable {
-                nodes: self.nodes.len(),
-                reachable: answered,
-                quorum,
-                detail: format!(
+            Err(self.unavailable(
+                answered,
+                format!(
                     "our token is on {held} of them and the {unanswered} that did not answer \
                      decide; {}",
                     failures.join("; ")
                 ),
-            })
+            ))
         } else {
             let mut detail = "it expired, was broken, or was taken by another holder".to_string();
             if self.nodes.len() > 1 {

@@ -90,11 +90,7 @@ impl Node {
         let started = Instant::now();
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let conn = connect(&self.client, self.timeout, &mut pending)
-            .and_then(|c| {
-                c.set_read_timeout(Some(self.timeout))?;
-                c.set_write_timeout(Some(self.timeout))?;
-                Ok(c)
-            })
+            .and_then(|c| bounded(c, self.timeout))
             .map_err(|e| NodeFailure {
                 reason: self.describe(&e, "cannot connect"),
                 maybe_applied: false,
@@ -320,6 +316,13 @@ pub fn connect(
             }
         }
     }
+}
+
+/// The connection with its reads and writes bounded by `timeout`.
+pub fn bounded(conn: Connection, timeout: Duration) -> RedisResult<Connection> {
+    conn.set_read_timeout(Some(timeout))?;
+    conn.set_write_timeout(Some(timeout))?;
+    Ok(conn)
 }
 
 fn ms(since: Instant) -> f64 {

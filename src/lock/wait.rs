@@ -278,11 +278,9 @@ fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>, over: &
         let spawned = thread::Builder::new()
             .stack_size(128 * 1024)
             .spawn(move || {
-                let conn = client.get_connection_with_timeout(timeout).and_then(|c| {
-                    c.set_read_timeout(Some(timeout))?;
-                    c.set_write_timeout(Some(timeout))?;
-                    Ok(c)
-                });
+                let conn = client
+                    .get_connection_with_timeout(timeout)
+                    .and_then(|c| super::node::bounded(c, timeout));
                 let mut conn = match conn {
                     Ok(c) => c,
                     Err(e) => {
