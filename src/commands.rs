@@ -22,8 +22,8 @@ pub fn wait_policy(args: &WaitArgs) -> (WaitPolicy, Exit) {
     (policy, busy)
 }
 
-/// Prints a lock failure (busy only as a diagnostic, since `-n` in cron makes it routine) and gives
-/// its exit status.
+/// Prints a lock failure (busy only as a diagnostic, since `-n` in cron makes it routine; a refusal
+/// by the restart quarantine always, since it is not) and gives its exit status.
 pub fn report(err: &LockError, busy: Exit) -> Exit {
     match err {
         LockError::Busy { .. } | LockError::Interrupted(_) => say!("{err}"),

@@ -57,12 +57,16 @@ pub enum LockError {
     /// Bad input, found before any Redis call.
     #[error("{0}")]
     Usage(String),
-    /// Not acquired: the lock is held elsewhere (or its nodes are in restart quarantine).
+    /// Not acquired: the lock is held elsewhere.
     #[error("lock '{name}' is busy{}", holder_suffix(.holder))]
     Busy {
         name: String,
         holder: Option<String>,
     },
+    /// Not acquired: too few nodes may vote yet, because they started too recently (the restart
+    /// quarantine). Exits like busy, but is never a routine refusal that `-q` hides.
+    #[error("lock '{name}' not acquired, because of the {detail}")]
+    Quarantined { name: String, detail: String },
     /// Fewer nodes than a quorum answered.
     #[error("Redis unavailable: {reachable} of {nodes} node(s) answered, a quorum needs {quorum}{}", detail_suffix(.detail))]
     Unavailable {
@@ -99,7 +103,7 @@ impl LockError {
     pub fn exit(&self, busy: Exit) -> Exit {
         match self {
             LockError::Usage(_) => Exit::Usage,
-            LockError::Busy { .. } => busy,
+            LockError::Busy { .. } | LockError::Quarantined { .. } => busy,
             LockError::Unavailable { .. } => Exit::Unavailable,
             LockError::Lost { .. } => Exit::Lost,
             LockError::Interrupted(signal) => Exit::from_signal(*signal),

@@ -737,3 +737,67 @@ fn an_attempt_too_slow_for_its_ttl_is_unavailable_not_busy() {
         );
     }
 }
+
+/// Runs `acquire` over `urls` and checks it is refused as a usage error that names the two URLs of
+/// one server, with no lock left on it.
+fn one_server_twice(s: &Server, urls: &[String], named: (&str, &str)) {
+    let o = run(lockctl()
+        .env("LOCKCTL_REDIS", urls.join(","))
+        .args(["acquire", "twice", "-n", "--format", "json"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{urls:?}: {}{err}", stdout(&o));
+    assert_eq!(stdout(&o), "", "{urls:?}: no grant");
+    assert!(
+        err.contains(named.0) && err.contains(named.1),
+        "{urls:?}: {err}"
+    );
+    assert!(err.contains("same server"), "{urls:?}: {err}");
+    assert!(err.contains("list each server once"), "{urls:?}: {err}");
+    // Rolled back: no lock and no holder record. The fencing counter that round 1 raised stays, as
+    // every counter does (lockctl never lowers one; a skipped value is harmless).
+    let left: Vec<String> = s
+        .keys()
+        .into_iter()
+        .filter(|k| *k != fence_key("twice"))
+        .collect();
+    assert!(left.is_empty(), "{urls:?}: left {left:?}");
+}
+
+/// Issue 10 item 4: one server reached through two spellings counted as two votes. The run id in
+/// every round-1 reply tells them apart, whatever the spelling.
+#[test]
+fn one_server_through_two_spellings_is_a_usage_error() {
+    let s = Server::start_tcp();
+    let port = s.port.unwrap();
+    let other = Server::start();
+    let ip = format!("redis://127.0.0.1:{port}");
+    let localhost = format!("redis://localhost:{port}");
+    let short = format!("redis://127.1:{port}");
+    let socket = format!("unix://{}", s.socket().display());
+    for (a, b) in [(&localhost, &ip), (&short, &ip), (&socket, &ip)] {
+        // With a third, independent node the two spellings are a quorum on their own.
+        one_server_twice(&s, &[a.clone(), b.clone(), other.url()], (a, b));
+        assert_eq!(other.get(&key("twice")), None, "rolled back");
+    }
+    // Three spellings of one server: not `"nodes":3,"quorum":2`.
+    one_server_twice(
+        &s,
+        &[localhost.clone(), ip.clone(), socket],
+        (&localhost, &ip),
+    );
+
+    // Busy and quarantined answers carry the run id too: the same verdict while the lock is held, and
+    // while the server is in quarantine (it has been up for less than 60 s).
+    let g = acquire_json(&mut lockctl_on(&s), "twice", &["--ttl", "60s"]);
+    let o = run(lockctl()
+        .env("LOCKCTL_REDIS", format!("{localhost},{ip}"))
+        .args(["acquire", "twice", "-n"]));
+    assert_eq!(code(&o), 2, "held: {}", stderr(&o));
+    assert_eq!(s.get(&key("twice")), Some(token(&g)));
+    let _: i64 = s.cmd(&["DEL", &key("twice")]);
+    let o = run(lockctl()
+        .env("LOCKCTL_REDIS", format!("{localhost},{ip}"))
+        .args(["acquire", "twice", "-n", "--quarantine", "60s"]));
+    assert_eq!(code(&o), 2, "quarantined: {}", stderr(&o));
+    assert_eq!(s.get(&key("twice")), None);
+}

@@ -31,10 +31,18 @@
 //! A node restarted without its data has forgotten the locks it granted. `acquire.lua` reads the node's
 //! uptime in the same script (no extra round trip) and refuses to vote while it is below the
 //! quarantine (default: the TTL), by which time every lease it could have granted has expired or been
-//! renewed elsewhere: Redlock's delayed-restart rule, enforced by the client.
+//! renewed elsewhere: Redlock's delayed-restart rule, enforced by the client. A node that provably
+//! kept its data is spared (see `quarantine.rs`).
+//!
+//! # One server, one vote
+//!
+//! Every round-1 reply carries the server's run id. Two nodes of one attempt that answer with the same
+//! run id are one server reached through two spellings (`localhost` and `127.0.0.1`, a socket and a
+//! port), which would count one vote twice: the attempt is rolled back and fails as a usage error.
 
 pub mod keys;
 pub mod node;
+pub mod quarantine;
 pub mod quorum;
 pub mod wait;
 
@@ -49,6 +57,7 @@ use crate::exit::LockError;
 use crate::trace;
 pub use keys::LockKeys;
 use node::{Node, NodeFailure};
+use quarantine::Quarantined;
 pub use wait::{WaitPolicy, Wake, Wakeup};
 
 pub(crate) const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
@@ -167,20 +176,35 @@ impl Grant {
 struct Refusal {
     /// Nodes that answered at all.
     answered: usize,
+    /// Nodes that granted in round 1 (the attempt was rolled back).
+    wins: usize,
     /// The current holder, as one node described it.
     holder: Option<String>,
     /// The shortest time after which a node may change its answer (a holder's TTL, a quarantine).
     retry_in: Option<Duration>,
-    quarantined: usize,
+    /// Per node: it answered "held by someone else", so a release there may let a retry win.
+    busy: Vec<bool>,
+    /// The nodes that refused to vote because they started too recently.
+    quarantined: Vec<Quarantined>,
     /// The attempt won a quorum but took longer than the TTL allows.
     too_slow: Option<String>,
     failures: Vec<String>,
+    /// A mistake in the setup that no retry can fix.
+    fatal: Option<LockError>,
 }
 
 enum Round1 {
     Won(u64, String),
-    Busy { pttl: i64, holder: Option<String> },
-    Quarantined(u64),
+    Busy {
+        pttl: i64,
+        holder: Option<String>,
+        run_id: String,
+    },
+    Quarantined {
+        remaining_ms: u64,
+        uptime_s: Option<u64>,
+        run_id: String,
+    },
 }
 
 /// The engine over a set of nodes.
@@ -189,6 +213,8 @@ pub struct Engine {
     prefix: String,
     drift_factor: f64,
     quarantine: Option<Duration>,
+    /// Per node, once asked: whether it fsyncs every write (see `quarantine.rs`).
+    keeps_data: Vec<Option<bool>>,
 }
 
 impl Engine {
@@ -200,6 +226,7 @@ impl Engine {
             .map(|spec| Node::new(spec, &settings.tls, settings.node_timeout))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Engine {
+            keeps_data: vec![None; nodes.len()],
             nodes,
             prefix: settings.prefix.clone(),
             drift_factor: settings.drift_factor,
@@ -256,7 +283,7 @@ impl Engine {
         holder: &Holder,
         wake: &Wakeup,
     ) -> Result<Grant, LockError> {
-        let mut waiter = wait::Waiter::new(keys, policy);
+        let mut waiter = wait::Waiter::new(keys, policy, self.nodes.len());
         loop {
             if let Some(signal) = wake.pending_signal() {
                 waiter.finish();
@@ -277,39 +304,37 @@ impl Engine {
                     }
                     return Ok(grant);
                 }
-                Err(refusal) if refusal.answered < self.quorum() => {
-                    waiter.finish();
-                    return Err(self.unavailable(refusal.answered, refusal.failures.join("; ")));
-                }
                 Err(refusal) => {
-                    let holder = refusal.holder.clone().or_else(|| {
-                        (refusal.quarantined > 0).then(|| {
-                            format!(
-                                "nobody known: {} node(s) restarted recently and are in quarantine",
-                                refusal.quarantined
-                            )
-                        })
-                    });
-                    let shown = holder.clone().or_else(|| {
-                        refusal
-                            .too_slow
-                            .as_ref()
-                            .map(|_| "nobody (the nodes answered too slowly)".into())
-                    });
-                    let verdict =
-                        waiter.wait(&self.nodes, shown.as_deref(), refusal.retry_in, wake);
-                    match verdict {
+                    let mut refusal = *refusal;
+                    if let Some(fatal) = refusal.fatal.take() {
+                        waiter.finish();
+                        return Err(fatal);
+                    }
+                    if self.prove_kept_data(&refusal.quarantined) {
+                        // The same attempt again, now telling the script which nodes kept their data.
+                        continue;
+                    }
+                    let quorum = self.quorum();
+                    let (pause, reason) = if refusal.answered < quorum {
+                        (wait::Pause::Outage, self.unavailable_detail(&refusal))
+                    } else if let Some(until) =
+                        quarantine::unblocked_in(self.nodes.len(), quorum, &refusal.quarantined)
+                    {
+                        (
+                            wait::Pause::Quarantine(until),
+                            self.quarantine_detail(&refusal),
+                        )
+                    } else {
+                        let pause = wait::Pause::Busy {
+                            busy: &refusal.busy,
+                            retry_in: refusal.retry_in,
+                        };
+                        (pause, self.busy_detail(&refusal))
+                    };
+                    let loud = self.refused_by_quarantine(&refusal);
+                    match waiter.wait(&self.nodes, pause, &reason, loud, wake) {
                         wait::Verdict::Retry => {}
-                        wait::Verdict::GiveUp => {
-                            if let (None, Some(slow)) = (&holder, refusal.too_slow) {
-                                // Nobody holds it; Redis was too slow to grant it in time.
-                                return Err(self.unavailable(refusal.answered, slow));
-                            }
-                            return Err(LockError::Busy {
-                                name: keys.name.clone(),
-                                holder,
-                            });
-                        }
+                        wait::Verdict::GiveUp => return Err(self.refused(keys, refusal)),
                         wait::Verdict::Signal(signal) => {
                             return Err(LockError::Interrupted(signal))
                         }
@@ -319,13 +344,120 @@ impl Engine {
         }
     }
 
+    /// The error for an attempt that was refused at the deadline: unavailable when too few nodes
+    /// answered, the quarantine when it stood between us and a quorum, busy otherwise.
+    fn refused(&self, keys: &LockKeys, refusal: Refusal) -> LockError {
+        if refusal.answered < self.quorum() {
+            return self.unavailable(refusal.answered, refusal.failures.join("; "));
+        }
+        if self.refused_by_quarantine(&refusal) {
+            return LockError::Quarantined {
+                name: keys.name.clone(),
+                detail: self.quarantine_detail(&refusal),
+            };
+        }
+        if let (None, Some(slow)) = (&refusal.holder, refusal.too_slow) {
+            // Nobody holds it; Redis was too slow to grant it in time.
+            return self.unavailable(refusal.answered, slow);
+        }
+        LockError::Busy {
+            name: keys.name.clone(),
+            holder: refusal.holder,
+        }
+    }
+
+    /// True when the attempt would have won a quorum but for the nodes in quarantine.
+    fn refused_by_quarantine(&self, refusal: &Refusal) -> bool {
+        let q = refusal.quarantined.len();
+        q > 0 && (refusal.wins + q >= self.quorum() || self.nodes.len() - q < self.quorum())
+    }
+
+    /// `held by HOLDER`, for wait lines.
+    fn busy_detail(&self, refusal: &Refusal) -> String {
+        let mut s = match (&refusal.holder, &refusal.too_slow) {
+            (Some(h), _) => format!("held by {h}"),
+            (None, Some(_)) => "held by nobody (the nodes answered too slowly)".into(),
+            (None, None) => "held by an unknown holder".into(),
+        };
+        if !refusal.quarantined.is_empty() {
+            s.push_str(&format!(
+                "; {}",
+                quarantine::describe(&self.nodes, &refusal.quarantined, self.quorum())
+            ));
+        }
+        s
+    }
+
+    /// What the quarantine holds up, who (if anyone) holds the lock, and how to lift it.
+    fn quarantine_detail(&self, refusal: &Refusal) -> String {
+        let holder = match &refusal.holder {
+            Some(h) => format!("the nodes that vote say it is held by {h}"),
+            None if refusal.busy.iter().any(|&b| b) => {
+                "a node that votes says it is held by an unknown holder".into()
+            }
+            None => "no node says it is held".into(),
+        };
+        format!(
+            "{}; {holder}. A node that started recently may have forgotten locks it granted \
+             before, so it does not vote until they have all expired; {}",
+            quarantine::describe(&self.nodes, &refusal.quarantined, self.quorum()),
+            quarantine::LIFT
+        )
+    }
+
+    /// How many nodes answered and why the others did not.
+    fn unavailable_detail(&self, refusal: &Refusal) -> String {
+        format!(
+            "{} of {} node(s) answered, a quorum needs {}: {}",
+            refusal.answered,
+            self.nodes.len(),
+            self.quorum(),
+            refusal.failures.join("; ")
+        )
+    }
+
+    /// Asks the quarantined nodes not asked before whether they keep their data; true when one does,
+    /// so that an attempt that tells the script so may win at once.
+    fn prove_kept_data(&mut self, quarantined: &[Quarantined]) -> bool {
+        let ask: Vec<bool> = (0..self.nodes.len())
+            .map(|i| self.keeps_data[i].is_none() && quarantined.iter().any(|q| q.node == i))
+            .collect();
+        if !ask.iter().any(|&a| a) {
+            return false;
+        }
+        let answers = quorum::each(
+            &mut self.nodes,
+            |i| ask[i],
+            |_, node| quarantine::keeps_data(node),
+        );
+        let mut proven = false;
+        for (i, a) in answers.into_iter().enumerate() {
+            if let Some(keeps) = a {
+                trace!(
+                    "{}: {}",
+                    self.nodes[i].display,
+                    if keeps {
+                        "fsyncs every write to its AOF: spared from the quarantine for locks it \
+                         has a fencing counter of"
+                    } else {
+                        "not proven to keep its data (no AOF with appendfsync always and \
+                         no-appendfsync-on-rewrite no, or CONFIG refused): quarantined"
+                    }
+                );
+                self.keeps_data[i] = Some(keeps);
+                proven |= keeps;
+            }
+        }
+        proven
+    }
+
     /// One attempt at the lock, rolled back where it did not win.
     fn attempt(
         &mut self,
         keys: &LockKeys,
         ttl: Duration,
         holder: &Holder,
-    ) -> Result<Grant, Refusal> {
+    ) -> Result<Grant, Box<Refusal>> {
         let n = self.nodes.len();
         let quorum = self.quorum();
         let token = new_token();
@@ -333,22 +465,33 @@ impl Engine {
         let quarantine_ms = self.quarantine.unwrap_or(ttl).as_millis().to_string();
         let pid = holder.pid.to_string();
         let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
-        let args = [
-            token.as_str(),
-            ttl_ms.as_str(),
-            quarantine_ms.as_str(),
-            holder.host.as_str(),
-            pid.as_str(),
-            holder.cmd.as_str(),
-        ];
+        let keeps_data = &self.keeps_data;
 
         let started = Stamp::now();
-        let round1 = quorum::all(&mut self.nodes, |_, node| {
+        let round1 = quorum::all(&mut self.nodes, |i, node| {
+            let kept = if keeps_data[i] == Some(true) {
+                "1"
+            } else {
+                "0"
+            };
+            let args = [
+                token.as_str(),
+                ttl_ms.as_str(),
+                quarantine_ms.as_str(),
+                holder.host.as_str(),
+                pid.as_str(),
+                holder.cmd.as_str(),
+                kept,
+            ];
             node.eval("acquire", &ACQUIRE, &key_list, &args)
                 .and_then(|v| parse_round1(v, &node.display))
         });
 
-        let mut refusal = Refusal::default();
+        let mut refusal = Refusal {
+            busy: vec![false; n],
+            ..Refusal::default()
+        };
+        let mut servers: Vec<String> = vec![String::new(); n];
         let mut won: Vec<Option<u64>> = vec![None; n];
         let mut run_ids = vec![String::new(); n];
         let mut maybe_applied = vec![false; n];
@@ -356,11 +499,19 @@ impl Engine {
             match r {
                 Ok(Round1::Won(fence, run_id)) => {
                     refusal.answered += 1;
+                    refusal.wins += 1;
                     won[i] = Some(fence);
+                    servers[i] = run_id.clone();
                     run_ids[i] = run_id;
                 }
-                Ok(Round1::Busy { pttl, holder }) => {
+                Ok(Round1::Busy {
+                    pttl,
+                    holder,
+                    run_id,
+                }) => {
                     refusal.answered += 1;
+                    refusal.busy[i] = true;
+                    servers[i] = run_id;
                     if pttl >= 0 {
                         refusal.retry_in =
                             min_opt(refusal.retry_in, Duration::from_millis(pttl as u64));
@@ -369,16 +520,43 @@ impl Engine {
                         refusal.holder = holder;
                     }
                 }
-                Ok(Round1::Quarantined(ms)) => {
+                Ok(Round1::Quarantined {
+                    remaining_ms,
+                    uptime_s,
+                    run_id,
+                }) => {
                     refusal.answered += 1;
-                    refusal.quarantined += 1;
-                    refusal.retry_in = min_opt(refusal.retry_in, Duration::from_millis(ms));
+                    servers[i] = run_id;
+                    let remaining = Duration::from_millis(remaining_ms);
+                    refusal.retry_in = min_opt(refusal.retry_in, remaining);
+                    refusal.quarantined.push(Quarantined {
+                        node: i,
+                        remaining,
+                        uptime_s,
+                    });
                 }
                 Err(fail) => {
                     maybe_applied[i] = fail.maybe_applied;
                     refusal.failures.push(fail.reason);
                 }
             }
+        }
+
+        if let Some((a, b)) = same_server(&servers) {
+            let touched: Vec<bool> = (0..n)
+                .map(|i| won[i].is_some() || maybe_applied[i])
+                .collect();
+            if touched.iter().any(|&t| t) {
+                self.rollback(keys, &token, &touched);
+            }
+            refusal.fatal = Some(LockError::Usage(format!(
+                "invalid --redis: {} and {} reach the same server (run id {}), which would count \
+                 its vote twice; list each server once",
+                self.nodes[a].display,
+                self.nodes[b].display,
+                &servers[a][..servers[a].len().min(12)]
+            )));
+            return Err(Box::new(refusal));
         }
 
         let mut fence = won.iter().flatten().copied().max().unwrap_or(0);
@@ -437,7 +615,7 @@ impl Engine {
                         ttl.as_millis()
                     ));
                 }
-                Err(refusal)
+                Err(Box::new(refusal))
             }
         }
     }
@@ -645,10 +823,25 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         Some(0) => Ok(Round1::Busy {
             pttl: int(1).unwrap_or(-1),
             holder: describe_holder(&text(2), &text(3), &text(4)),
+            run_id: text(5),
         }),
-        Some(2) => Ok(Round1::Quarantined(int(1).unwrap_or(0).max(0) as u64)),
+        Some(2) => Ok(Round1::Quarantined {
+            remaining_ms: int(1).unwrap_or(0).max(0) as u64,
+            run_id: text(2),
+            uptime_s: int(3).and_then(|u| u64::try_from(u).ok()),
+        }),
         _ => Err(bad()),
     }
+}
+
+/// The first two nodes that answered with the same run id: one server reached twice.
+fn same_server(run_ids: &[String]) -> Option<(usize, usize)> {
+    run_ids.iter().enumerate().find_map(|(b, id)| {
+        let a = run_ids[..b]
+            .iter()
+            .position(|other| !id.is_empty() && other == id)?;
+        Some((a, b))
+    })
 }
 
 fn min_opt(a: Option<Duration>, b: Duration) -> Option<Duration> {

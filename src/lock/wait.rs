@@ -1,24 +1,35 @@
 //! Waiting for a busy lock without polling.
 //!
-//! The release script publishes on the lock's channel. After the first refused attempt the waiter
-//! subscribes on every node and only then retries, so a release that happens between the refusal and
-//! the subscription is not missed: it either lets the retry win or arrives as a message. Between
-//! attempts the waiter sleeps on a channel that three things can wake: a release message (retry at
-//! once), a signal (give up cleanly), or the end of the sleep. The sleep backs off exponentially with
-//! uniform random jitter, which breaks Redlock split votes, and never outlasts the holder's remaining
-//! TTL or a node's remaining quarantine, so an expiry is noticed when it happens. When the server
-//! publishes keyspace notifications (`notify-keyspace-events`), a `del`, `expired` or `evicted` event on the key
-//! wakes the waiter too, which covers clients that release without publishing.
+//! The release script publishes on the lock's channel. After the first attempt refused by a holder the
+//! waiter subscribes on every node and only then retries, so a release that happens between the
+//! refusal and the subscription is not missed: it either lets the retry win or arrives as a message.
+//! Between attempts the waiter sleeps on a channel that three things can wake: a release message
+//! (retry at once), a signal (give up cleanly), or the end of the sleep. The sleep backs off
+//! exponentially with uniform random jitter, which breaks Redlock split votes, and never outlasts the
+//! holder's remaining TTL or a node's remaining quarantine, so an expiry is noticed when it happens.
+//! When the server publishes keyspace notifications (`notify-keyspace-events`), a `del`, `expired` or
+//! `evicted` event on the key wakes the waiter too, which covers clients that release without
+//! publishing. A subscription that drops (the node restarted) wakes the waiter, which subscribes again.
+//!
+//! Only a release on a node that refused us can change the next answer, so releases elsewhere (other
+//! waiters rolling back a split vote) are ignored. Two refusals have no release to wait for:
+//! - the restart quarantine leaves too few nodes to form a quorum: the waiter sleeps until the
+//!   quarantine that unblocks one ends, whatever is released meanwhile (every waiter's rollback
+//!   publishes, and waking on them made waiters storm the nodes);
+//! - too few nodes answered (Redis unavailable): the waiter retries with a capped, jittered backoff
+//!   until its deadline, and says since when Redis is unavailable. `-n` gives up at once.
 //!
 //! While waiting, a terminal gets a spinner on stderr; a log (cron, CI) gets one line when the wait
-//! starts and one every 30 seconds; `-q` silences both.
+//! starts, one whenever the reason changes (a holder, the quarantine, an outage) and one every 30
+//! seconds; `-q` silences them, except that one line says so when the quarantine is what holds the
+//! wait up, since that is not the routine busy `-q` is meant for.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -33,6 +44,12 @@ const LINE_EVERY: Duration = Duration::from_secs(30);
 const BACKOFF_START: Duration = Duration::from_millis(10);
 /// Largest sleep between attempts when no release, expiry or quarantine end is known to come sooner.
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// First backoff ceiling while Redis is unavailable; it doubles per attempt up to [`BACKOFF_MAX`].
+const OUTAGE_BACKOFF_START: Duration = Duration::from_millis(100);
+/// Added at random to a sleep until a quarantine ends, so that waiters do not all retry at once.
+const QUARANTINE_JITTER: Duration = Duration::from_millis(100);
+/// Least time between two attempts to subscribe on nodes whose subscription failed or dropped.
+const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(5);
 /// How often an idle subscriber thread checks whether its wait is over, so that it closes its
 /// connection soon after the lock is won instead of holding it while an `exec` child runs.
 const SUBSCRIBER_IDLE_CHECK: Duration = Duration::from_secs(10);
@@ -51,8 +68,8 @@ pub enum WaitPolicy {
 /// What wakes a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wake {
-    /// A release (or expiry) was announced on some node.
-    Released,
+    /// A release (or expiry) was announced on node `.0`, or its subscription dropped.
+    Released(usize),
     /// A terminating signal arrived.
     Signal(i32),
 }
@@ -104,6 +121,30 @@ pub(crate) enum Verdict {
     Signal(i32),
 }
 
+/// Why the last attempt was refused, as far as waiting goes.
+pub(crate) enum Pause<'a> {
+    /// Held elsewhere: wait for a release on one of the `busy` nodes, an expiry (`retry_in`) or the
+    /// end of the backoff.
+    Busy {
+        busy: &'a [bool],
+        retry_in: Option<Duration>,
+    },
+    /// No quorum can vote until a quarantine ends, in this long.
+    Quarantine(Duration),
+    /// Too few nodes answered.
+    Outage,
+}
+
+impl Pause<'_> {
+    fn kind(&self) -> u8 {
+        match self {
+            Pause::Busy { .. } => 0,
+            Pause::Quarantine(_) => 1,
+            Pause::Outage => 2,
+        }
+    }
+}
+
 /// The state of one wait.
 pub(crate) struct Waiter {
     name: String,
@@ -111,18 +152,27 @@ pub(crate) struct Waiter {
     key: String,
     deadline: Option<Stamp>,
     started: Stamp,
-    subscribed: bool,
+    /// Per node: its subscription is confirmed and has not dropped.
+    subscribed: Vec<Arc<AtomicBool>>,
+    last_subscribe: Option<Stamp>,
     /// Set when the wait is over; the subscriber threads then close their connections.
     over: Arc<AtomicBool>,
     backoff: Duration,
+    outage_backoff: Duration,
+    /// When the current run of "unavailable" refusals began (wall clock, for people).
+    outage_since: Option<(Stamp, SystemTime)>,
     spinner: Option<ProgressBar>,
     next_line: Option<Stamp>,
+    /// The kind of pause the last line described.
+    last_kind: Option<u8>,
+    /// The quarantine line was written despite `-q`.
+    told_quiet: bool,
     /// When the attempt now being answered began: the last return of `Retry` (or the start).
     attempt_started: Stamp,
 }
 
 impl Waiter {
-    pub fn new(keys: &LockKeys, policy: WaitPolicy) -> Waiter {
+    pub fn new(keys: &LockKeys, policy: WaitPolicy, nodes: usize) -> Waiter {
         let now = Stamp::now();
         // One attempt is a deadline that has already passed when the attempt ends.
         let deadline = match policy {
@@ -136,11 +186,18 @@ impl Waiter {
             key: keys.key.clone(),
             deadline,
             started: now,
-            subscribed: false,
+            subscribed: (0..nodes)
+                .map(|_| Arc::new(AtomicBool::new(false)))
+                .collect(),
+            last_subscribe: None,
             over: Arc::new(AtomicBool::new(false)),
             backoff: BACKOFF_START,
+            outage_backoff: OUTAGE_BACKOFF_START,
+            outage_since: None,
             spinner: None,
             next_line: None,
+            last_kind: None,
+            told_quiet: false,
             attempt_started: now,
         }
     }
@@ -150,12 +207,14 @@ impl Waiter {
         Verdict::Retry
     }
 
-    /// Called after a refused attempt: sleeps until it is worth trying again.
+    /// Called after a refused attempt: sleeps until it is worth trying again. `reason` says what
+    /// the wait is for; `loud` lines are shown even with `-q`.
     pub fn wait(
         &mut self,
         nodes: &[Node],
-        holder: Option<&str>,
-        retry_in: Option<Duration>,
+        pause: Pause<'_>,
+        reason: &str,
+        loud: bool,
         wake: &Wakeup,
     ) -> Verdict {
         let last_attempt = self.attempt_started.elapsed();
@@ -163,20 +222,33 @@ impl Waiter {
             self.finish();
             return Verdict::GiveUp;
         }
-        if !self.subscribed {
-            self.subscribed = true;
-            subscribe(nodes, &self.channel, &self.key, wake.sender(), &self.over);
+        if matches!(pause, Pause::Outage) {
+            self.outage_since
+                .get_or_insert_with(|| (Stamp::now(), SystemTime::now()));
+        } else {
+            self.outage_since = None;
+            self.outage_backoff = OUTAGE_BACKOFF_START;
+        }
+        if matches!(pause, Pause::Busy { .. }) && self.subscribe_missing(nodes, wake) {
             // Subscribed before retrying: no release can now go unnoticed.
             return self.retry();
         }
-        self.progress(holder);
+        self.progress(&pause, reason, loud);
 
-        let ceiling = self.backoff;
-        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
-        let mut sleep = ceiling.mul_f64(0.5 + fastrand::f64() * 0.5);
-        if let Some(r) = retry_in {
-            sleep = sleep.min(r + Duration::from_millis(1));
-        }
+        let mut sleep = match pause {
+            Pause::Busy { retry_in, .. } => {
+                let ceiling = self.backoff;
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                let sleep = ceiling.mul_f64(0.5 + fastrand::f64() * 0.5);
+                retry_in.map_or(sleep, |r| sleep.min(r + Duration::from_millis(1)))
+            }
+            Pause::Quarantine(until) => until + QUARANTINE_JITTER.mul_f64(fastrand::f64()),
+            Pause::Outage => {
+                let ceiling = self.outage_backoff;
+                self.outage_backoff = (self.outage_backoff * 2).min(BACKOFF_MAX);
+                ceiling.mul_f64(0.5 + fastrand::f64() * 0.5)
+            }
+        };
         if let Some(d) = self.deadline {
             sleep = sleep.min(d.remaining());
         }
@@ -188,42 +260,100 @@ impl Waiter {
             sleep.as_secs_f64() * 1000.0,
             self.name
         );
-        match wake.recv_timeout(sleep) {
-            Some(Wake::Signal(s)) => {
-                self.finish();
-                Verdict::Signal(s)
-            }
-            Some(Wake::Released) => {
-                trace!("woken by a release of '{}'", self.name);
-                if nodes.len() > 1 {
-                    // One release wakes every waiter. Retrying in lockstep splits the votes again,
-                    // and each split holds the others off for a whole attempt (a stopped node makes
-                    // that a node timeout), then wakes them all again with its rollback: a livelock.
-                    // So each waits a random part of two attempts' time, Redlock's random delay.
-                    let spread = (last_attempt * 2).max(Duration::from_millis(2));
-                    let mut pause = spread.mul_f64(fastrand::f64());
-                    if let Some(d) = self.deadline {
-                        pause = pause.min(d.remaining());
-                    }
-                    let until = Stamp::now().add(pause);
-                    while !until.passed() {
-                        if let Some(Wake::Signal(s)) = wake.recv_timeout(until.remaining()) {
-                            self.finish();
-                            return Verdict::Signal(s);
-                        }
-                    }
+        let until = Stamp::now().add(sleep);
+        loop {
+            match wake.recv_timeout(until.remaining()) {
+                None => return self.retry(),
+                Some(Wake::Signal(s)) => {
+                    self.finish();
+                    return Verdict::Signal(s);
                 }
-                self.retry()
+                Some(Wake::Released(i)) => {
+                    let Pause::Busy { busy, .. } = pause else {
+                        continue;
+                    };
+                    if !busy.get(i).copied().unwrap_or(false) {
+                        // Someone else's key on a node that granted us: not our holder.
+                        continue;
+                    }
+                    trace!("woken by a release of '{}'", self.name);
+                    return self.after_release(nodes.len(), last_attempt, wake);
+                }
             }
-            None => self.retry(),
         }
     }
 
-    fn progress(&mut self, holder: Option<&str>) {
+    /// After a release: at once with one node; with several, after a random pause.
+    fn after_release(&mut self, nodes: usize, last_attempt: Duration, wake: &Wakeup) -> Verdict {
+        if nodes > 1 {
+            // One release wakes every waiter. Retrying in lockstep splits the votes again, and each
+            // split holds the others off for a whole attempt (a stopped node makes that a node
+            // timeout), then wakes them all again with its rollback: a livelock. So each waits a
+            // random part of two attempts' time, Redlock's random delay.
+            let spread = (last_attempt * 2).max(Duration::from_millis(2));
+            let mut pause = spread.mul_f64(fastrand::f64());
+            if let Some(d) = self.deadline {
+                pause = pause.min(d.remaining());
+            }
+            let until = Stamp::now().add(pause);
+            while !until.passed() {
+                if let Some(Wake::Signal(s)) = wake.recv_timeout(until.remaining()) {
+                    self.finish();
+                    return Verdict::Signal(s);
+                }
+            }
+        }
+        self.retry()
+    }
+
+    /// Subscribes on the nodes without a live subscription, at most every [`RESUBSCRIBE_EVERY`];
+    /// true when it tried.
+    fn subscribe_missing(&mut self, nodes: &[Node], wake: &Wakeup) -> bool {
+        let missing: Vec<bool> = self
+            .subscribed
+            .iter()
+            .map(|s| !s.load(Ordering::Relaxed))
+            .collect();
+        if !missing.iter().any(|&m| m)
+            || self
+                .last_subscribe
+                .is_some_and(|t| t.elapsed() < RESUBSCRIBE_EVERY)
+        {
+            return false;
+        }
+        self.last_subscribe = Some(Stamp::now());
+        subscribe(
+            nodes,
+            &missing,
+            &self.subscribed,
+            &self.channel,
+            &self.key,
+            wake.sender(),
+            &self.over,
+        );
+        true
+    }
+
+    fn progress(&mut self, pause: &Pause<'_>, reason: &str, loud: bool) {
+        let what = match (pause, self.outage_since) {
+            (Pause::Busy { .. }, _) => format!("waiting for lock '{}' {reason}", self.name),
+            (Pause::Outage, Some((since, wall))) => format!(
+                "waiting for lock '{}': Redis unavailable since {} ({} ago): {reason}",
+                self.name,
+                humantime::format_rfc3339_seconds(wall),
+                humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()))
+            ),
+            _ => format!("waiting for lock '{}': {reason}", self.name),
+        };
+        let kind = pause.kind();
+        let changed = self.last_kind.replace(kind) != Some(kind);
         if !log::enabled() {
+            if loud && !self.told_quiet {
+                self.told_quiet = true;
+                crate::log::line(format_args!("lockctl: {what}"));
+            }
             return;
         }
-        let holder = holder.unwrap_or("an unknown holder");
         let waited =
             humantime::format_duration(Duration::from_secs(self.started.elapsed().as_secs()));
         if std::io::stderr().is_terminal() {
@@ -236,12 +366,9 @@ impl Waiter {
                 pb.enable_steady_tick(Duration::from_millis(120));
                 pb
             });
-            spinner.set_message(format!("waiting for lock '{}' held by {holder}", self.name));
-        } else if self.next_line.is_none_or(Stamp::passed) {
-            crate::log::line(format_args!(
-                "lockctl: waiting for lock '{}' held by {holder} (waited {waited})",
-                self.name
-            ));
+            spinner.set_message(what);
+        } else if changed || self.next_line.is_none_or(Stamp::passed) {
+            crate::log::line(format_args!("lockctl: {what} (waited {waited})"));
             self.next_line = Some(Stamp::now().add(LINE_EVERY));
         }
     }
@@ -261,12 +388,27 @@ impl Drop for Waiter {
     }
 }
 
-/// Subscribes to the release channel (and the key's keyspace events) on every node, each on a
+/// Subscribes to the release channel (and the key's keyspace events) on the `picked` nodes, each on a
 /// connection of its own served by a thread, and returns once every subscription is confirmed or has
-/// failed (bounded by the node timeout). The threads end within [`SUBSCRIBER_IDLE_CHECK`] of `over`.
-fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>, over: &Arc<AtomicBool>) {
+/// failed (bounded by the node timeout). `alive[i]` is true while node i's subscription stands; a
+/// subscription that drops wakes the waiter. The threads end within [`SUBSCRIBER_IDLE_CHECK`] of
+/// `over`.
+fn subscribe(
+    nodes: &[Node],
+    picked: &[bool],
+    alive: &[Arc<AtomicBool>],
+    channel: &str,
+    key: &str,
+    tx: Sender<Wake>,
+    over: &Arc<AtomicBool>,
+) {
     let (ready_tx, ready_rx) = mpsc::channel::<bool>();
-    for node in nodes {
+    let count = picked.iter().filter(|&&p| p).count();
+    for (i, node) in nodes.iter().enumerate() {
+        if !picked[i] {
+            continue;
+        }
+        let alive = Arc::clone(&alive[i]);
         let client = node.client().clone();
         let timeout = node.timeout();
         let db = client.get_connection_info().redis_settings().db();
@@ -295,6 +437,7 @@ fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>, over: &
                     let _ = ready_tx.send(false);
                     return;
                 }
+                alive.store(true, Ordering::Relaxed);
                 let _ = ready_tx.send(true);
                 drop(ready_tx);
                 if pubsub
@@ -312,12 +455,18 @@ fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>, over: &
                                     payload.as_str(),
                                     "del" | "expired" | "evicted" | "unlink"
                                 );
-                            if relevant && tx.send(Wake::Released).is_err() {
+                            if relevant && tx.send(Wake::Released(i)).is_err() {
                                 break;
                             }
                         }
                         Err(e) if e.is_timeout() => {}
-                        Err(_) => break,
+                        Err(e) => {
+                            trace!("{display}: subscription dropped: {e}");
+                            alive.store(false, Ordering::Relaxed);
+                            // A release may have gone unseen: the waiter retries and subscribes again.
+                            let _ = tx.send(Wake::Released(i));
+                            break;
+                        }
                     }
                 }
                 // Closing the socket is all the server needs; an UNSUBSCRIBE round trip is not.
@@ -333,12 +482,9 @@ fn subscribe(nodes: &[Node], channel: &str, key: &str, tx: Sender<Wake>, over: &
     // server whose accept queue is full, which has no timeout (see `node.rs`): never wait past both.
     let limit = nodes.iter().map(Node::timeout).max().unwrap_or_default() * 2;
     let deadline = Stamp::now().add(limit);
-    let subscribed = (0..nodes.len())
+    let subscribed = (0..count)
         .map_while(|_| ready_rx.recv_timeout(deadline.remaining()).ok())
         .filter(|&ok| ok)
         .count();
-    trace!(
-        "subscribed to releases on {subscribed}/{} node(s)",
-        nodes.len()
-    );
+    trace!("subscribed to releases on {subscribed}/{count} node(s)");
 }
