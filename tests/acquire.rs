@@ -533,3 +533,144 @@ fn busy_names_only_the_current_holder() {
         "the old holder must not be named: {err}"
     );
 }
+
+// ------------------------------------------------------------------ the restart quarantine (issue 13)
+
+/// A lockctl command with the default restart quarantine (the harness turns it off).
+fn quarantined_on(s: &Server) -> Command {
+    let mut c = lockctl_on(s);
+    c.env_remove("LOCKCTL_QUARANTINE");
+    c
+}
+
+/// A refusal by the quarantine says so, names the node, since when and for how much longer, how to
+/// lift it, and that nobody holds the lock; `-q` does not hide it (it is not the routine busy).
+fn assert_quarantine_message(err: &str, s: &Server) {
+    assert!(err.contains("restart quarantine"), "{err}");
+    assert!(err.contains(&s.url()), "names the node: {err}");
+    assert!(
+        err.contains("started") && err.contains("ago"),
+        "since when: {err}"
+    );
+    assert!(err.contains("votes in"), "how much longer: {err}");
+    assert!(err.contains("--quarantine 0"), "how to lift it: {err}");
+    assert!(
+        err.contains("LOCKCTL_QUARANTINE=0"),
+        "how to lift it: {err}"
+    );
+    assert!(
+        !err.contains("restarted"),
+        "a first start looks the same: {err}"
+    );
+}
+
+#[test]
+fn a_refusal_by_the_quarantine_is_named_and_not_silenced() {
+    let mut s = Server::start_tcp();
+    let a = acquire(&s, "cron", &["--ttl", "1s"]);
+    let o = run(lockctl_on(&s).args(["release", "cron", "--token", &a]));
+    assert_eq!(code(&o), 0);
+    s.restart_empty();
+
+    for quiet in [false, true] {
+        let mut c = quarantined_on(&s);
+        if quiet {
+            c.arg("-q");
+        }
+        // The README's cron line.
+        let o = run(c.args(["exec", "cron", "-n", "--", "true"]));
+        let err = stderr(&o);
+        assert_eq!(code(&o), 75, "{err}");
+        assert_quarantine_message(&err, &s);
+        assert!(
+            err.contains("no node says it is held"),
+            "not a holder: {err}"
+        );
+        assert!(!err.contains("is busy"), "{err}");
+    }
+    let o = run(quarantined_on(&s).args(["acquire", "cron", "-n", "-E", "9"]));
+    assert_eq!(code(&o), 9, "-E replaces the code: {}", stderr(&o));
+
+    // The wait line says it too, and under -q once.
+    let o = run(quarantined_on(&s).args(["acquire", "cron", "-w", "500ms"]));
+    let err = stderr(&o);
+    let line = err
+        .lines()
+        .find(|l| l.contains("waiting for lock 'cron'"))
+        .unwrap_or_else(|| panic!("no wait line: {err}"));
+    assert_quarantine_message(line, &s);
+    let o = run(quarantined_on(&s).args(["-q", "acquire", "cron", "-w", "500ms"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains("waiting")).count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        s.keys().iter().all(|k| !k.ends_with("cron")),
+        "{:?}",
+        s.keys()
+    );
+
+    // A routine busy stays silent under -q.
+    let o = run(lockctl_on(&s).args(["acquire", "cron", "--ttl", "60s"]));
+    assert_eq!(
+        code(&o),
+        0,
+        "quarantine off for this server: {}",
+        stderr(&o)
+    );
+    let o = run(quarantined_on(&s).args(["-q", "acquire", "cron", "-n", "--quarantine", "0"]));
+    assert_eq!((code(&o), stderr(&o)), (75, String::new()));
+}
+
+/// A server with an AOF that fsyncs every write, killed and started again on its own data: the
+/// name it has a fencing counter of is granted at once, with the next fence; a name it never granted
+/// keeps the quarantine; the same server without `appendfsync always`, or refusing CONFIG, stays in
+/// quarantine.
+#[test]
+fn a_node_that_provably_kept_its_data_votes_at_once() {
+    let cases: [(&[&str], bool); 3] = [
+        (&["--appendonly", "yes", "--appendfsync", "always"], true),
+        (&["--appendonly", "yes", "--appendfsync", "everysec"], false),
+        (
+            &[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--rename-command",
+                "CONFIG",
+                "",
+            ],
+            false,
+        ),
+    ];
+    for (args, spared) in cases {
+        let mut s = Server::with_args(args);
+        let a = acquire(&s, "kept", &["--ttl", "30s"]);
+        let o = run(lockctl_on(&s).args(["release", "kept", "--token", &a]));
+        assert_eq!(code(&o), 0);
+        s.restart_in_place();
+        assert!(
+            s.cmd::<i64>(&["EXISTS", "{lockctl:kept}\u{1f}fence"]) == 1,
+            "{args:?}: the AOF was loaded"
+        );
+
+        let o = run(quarantined_on(&s).args(["acquire", "kept", "-n", "--format", "json"]));
+        let err = stderr(&o);
+        if spared {
+            assert_eq!(code(&o), 0, "{args:?}: {err}");
+            let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+            assert_eq!(g["fence"], 2, "{args:?}: the counter was loaded");
+            let o = run(quarantined_on(&s).args(["acquire", "never", "-n"]));
+            assert_eq!(code(&o), 75, "{args:?}: a name never granted there");
+            assert_quarantine_message(&stderr(&o), &s);
+        } else {
+            assert_eq!(code(&o), 75, "{args:?}: {err}");
+            assert_quarantine_message(&err, &s);
+            assert_eq!(s.get("lockctl:kept"), None, "{args:?}");
+        }
+    }
+}

@@ -1,4 +1,5 @@
-//! An unreachable node gives 69 (Redis unavailable) within about the node timeout, never a hang.
+//! An unreachable node gives 69 (Redis unavailable) within about the node timeout, never a hang;
+//! a waiting `acquire` retries through the outage until its deadline.
 //!
 //! Two real faults: a loopback port nobody listens on (connection refused at once), and a
 //! redis-server stopped with SIGSTOP, which keeps its socket open so that connecting may succeed and
@@ -12,12 +13,10 @@ use support::*;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
-/// Runs the three commands against `url` and checks each exits 69 within `bound`.
+/// Runs the commands that do not wait against `url` and checks each exits 69 within `bound`.
 fn all_unavailable(url: &str, bound: Duration) {
-    let cases: [&[&str]; 5] = [
+    let cases: [&[&str]; 3] = [
         &["acquire", "job", "-n"],
-        &["acquire", "job"],
-        &["acquire", "job", "-w", "30s"],
         &["release", "job", "--token", TOKEN],
         &["renew", "job", "--token", TOKEN],
     ];
@@ -85,4 +84,74 @@ fn the_default_node_timeout_also_bounds_a_stopped_server() {
     assert_eq!(code(&o), 69, "{}", stderr(&o));
     assert!(stderr(&o).contains("node timeout"), "{}", stderr(&o));
     assert!(took < Duration::from_secs(6), "took {took:?}");
+}
+
+/// Issue 13 item 3: a waiting `acquire` used to give up on an outage at once (69 after 3 ms of a
+/// `-w 10s`). Within the wait, "no quorum answered" is retried with backoff.
+#[test]
+fn a_wait_outlasts_a_server_that_starts_late() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut waiter = lockctl()
+        .args(["-r", &url, "acquire", "late", "-w", "3s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = collect_stderr(waiter.stderr.take().unwrap());
+    std::thread::sleep(Duration::from_secs(1));
+    // A server this test has just started: the harness's quarantine 0 (LOCKCTL_QUARANTINE=0) lets it
+    // vote at once; nothing can have been granted on it before.
+    let s = Server::tcp_on(port);
+    let o = wait_output(waiter, Duration::from_secs(60));
+    let err = err.join().unwrap();
+    assert_eq!(code(&o), 0, "{err}");
+    assert_eq!(s.get("lockctl:late"), Some(stdout(&o)));
+    assert!(
+        err.contains("Redis unavailable since"),
+        "the wait line says why: {err}"
+    );
+}
+
+#[test]
+fn a_wait_outlasts_a_stopped_server() {
+    let s = Server::start_tcp();
+    s.pause();
+    let waiter = lockctl_on(&s)
+        .args(["--node-timeout", "300ms", "acquire", "paused", "-w", "3s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    s.resume();
+    let o = wait_output(waiter, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // The attempts that timed out were rolled back: the one lock is the one printed.
+    assert_eq!(s.get("lockctl:paused"), Some(stdout(&o)));
+    let o = run(lockctl_on(&s).args(["acquire", "paused", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+}
+
+#[test]
+fn a_wait_on_a_dead_server_ends_with_69_after_the_wait() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let t = Instant::now();
+    let o = run(lockctl().args(["-r", &url, "acquire", "dead", "-w", "1s"]));
+    let took = t.elapsed();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "gave up after {took:?}: {err}"
+    );
+    assert!(err.contains("Redis unavailable since"), "{err}");
+    assert!(err.contains("is redis-server running there?"), "{err}");
+
+    // -q: the wait is silent, the verdict is not.
+    let o = run(lockctl().args(["-q", "-r", &url, "acquire", "dead", "-w", "500ms"]));
+    assert_eq!(code(&o), 69);
+    let err = stderr(&o);
+    assert!(!err.contains("waiting"), "{err}");
+    assert!(err.contains("Redis unavailable: 0 of 1"), "{err}");
 }

@@ -101,7 +101,7 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> anyhow::Result<Exit> {
 
     let mut findings = setup_findings(settings, args.ttl, &probes, quorum);
     for p in &probes {
-        findings.extend(node_findings(p, settings.node_timeout, args.ttl));
+        findings.extend(node_findings(p, settings, args.ttl));
     }
     let failures = findings.iter().filter(|f| f.level == Level::Fail).count();
     let warnings = findings.iter().filter(|f| f.level == Level::Warn).count();
@@ -343,11 +343,15 @@ fn setup_findings(
             ),
             Some("leave --quarantine unset (it follows the TTL), or at least the TTL"),
         ),
-        _ => add(
+        q => add(
             "quarantine",
             Level::Ok,
-            "a restarted node does not vote until it has been up for the quarantine (default: the TTL)"
-                .into(),
+            format!(
+                "a node up for less than {} ({}) does not vote: by then every lease it may have \
+                 forgotten in a restart has ended",
+                humantime::format_duration(q.unwrap_or(ttl)),
+                if q.is_some() { "--quarantine" } else { "the TTL, the default" }
+            ),
             None,
         ),
     }
@@ -381,7 +385,8 @@ fn setup_findings(
 }
 
 /// Findings about one node.
-fn node_findings(p: &Probe, node_timeout: Duration, ttl: Duration) -> Vec<Finding> {
+fn node_findings(p: &Probe, settings: &Settings, ttl: Duration) -> Vec<Finding> {
+    let (node_timeout, quarantine) = (settings.node_timeout, settings.quarantine);
     let mut out = Vec::new();
     let mut add = |check, level, found: String, advice: Option<String>| {
         out.push(Finding {
@@ -517,20 +522,35 @@ fn node_findings(p: &Probe, node_timeout: Duration, ttl: Duration) -> Vec<Findin
 
     add_persistence(p, &mut add);
 
+    let quarantine = quarantine.unwrap_or(ttl);
     match p.info("uptime_in_seconds").and_then(|s| s.parse::<u64>().ok()) {
+        Some(up) if !crate::lock::quarantine::remaining(quarantine, up).is_zero() => add(
+            "uptime",
+            Level::Warn,
+            format!(
+                "started {} ago: in lockctl's restart quarantine (length {}) for another {}, it \
+                 does not vote, since it may have forgotten locks it granted before it started",
+                humantime::format_duration(Duration::from_secs(up)),
+                humantime::format_duration(quarantine),
+                human_ms(crate::lock::quarantine::remaining(quarantine, up).as_millis() as i64)
+            ),
+            Some(format!(
+                "wait; {}; a node with appendonly yes, appendfsync always and \
+                 no-appendfsync-on-rewrite no votes at once for locks whose fencing counter it kept",
+                crate::lock::quarantine::LIFT
+            )),
+        ),
         Some(up) if Duration::from_secs(up) < ttl => add(
             "uptime",
             Level::Warn,
             format!(
-                "up for {}, less than the TTL {}: a recent restart may have lost locks it granted",
+                "started {} ago, less than the TTL {}: if it lost its data, it may have forgotten \
+                 locks that are still held, and the quarantine ({}) no longer keeps it from voting",
                 humantime::format_duration(Duration::from_secs(up)),
-                humantime::format_duration(ttl)
+                humantime::format_duration(ttl),
+                humantime::format_duration(quarantine)
             ),
-            Some(
-                "find out why it restarted; lockctl keeps it out of quorums until it has been up for \
-                 the quarantine (default: the TTL)"
-                    .into(),
-            ),
+            Some("leave --quarantine unset (it follows the TTL), or at least the TTL".into()),
         ),
         Some(up) => add(
             "uptime",

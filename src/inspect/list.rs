@@ -250,6 +250,7 @@ fn read_batch(c: &mut Connection, keys: &[LockKeys]) -> redis::RedisResult<Vec<N
                 pttl: int(&r[1]).unwrap_or(-2),
                 counter: None,
                 server_ms: now,
+                uptime_s: None,
                 token,
             }
         })

@@ -82,6 +82,8 @@ pub(crate) struct NodeView {
     pub holder: Option<HolderRecord>,
     /// The node's clock (TIME), in Unix milliseconds.
     pub server_ms: Option<i64>,
+    /// How long the node has been up (`status` only).
+    pub uptime_s: Option<u64>,
 }
 
 impl NodeView {
@@ -111,6 +113,10 @@ impl NodeView {
             counter: items.get(2).and_then(text).and_then(|s| s.parse().ok()),
             holder,
             server_ms: items.get(4).and_then(server_ms),
+            uptime_s: items
+                .get(5)
+                .and_then(int)
+                .and_then(|u| u64::try_from(u).ok()),
             token,
         })
     }

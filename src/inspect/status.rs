@@ -4,6 +4,13 @@
 //! record and the node's own TIME), all nodes in parallel. The holder's age is the node's TIME minus
 //! the grant time the node itself wrote, so it does not depend on this host's clock. The exit status
 //! answers the question scripts ask: 0 held, 1 free, 69 when too few nodes answered to tell.
+//!
+//! The script also reads each node's uptime, so `status` shows which nodes are in the restart
+//! quarantine that `acquire` would apply (`--quarantine`, or the default TTL's), since when and for how
+//! much longer, and whether it keeps a free lock from being granted: otherwise a lock that nobody can
+//! take reads as plainly "free". A node that provably keeps its data is checked as `acquire` checks it.
+
+use std::time::Duration;
 
 use serde_json::{json, Value as Json};
 
@@ -12,19 +19,83 @@ use crate::cli::{ReportFormat, StatusArgs};
 use crate::config::{check_name, Settings};
 use crate::exit::{Exit, LockError};
 use crate::lock::keys::LockKeys;
+use crate::lock::quarantine::{self, Quarantined};
 use crate::lock::Engine;
 use crate::output::human_ms;
+
+/// The TTL `acquire` and `exec` use by default, whose quarantine `status` shows without
+/// `--quarantine`.
+const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The restart quarantine as `acquire` would meet it now.
+struct Quarantine {
+    /// Its length.
+    length: Duration,
+    /// The nodes in it.
+    nodes: Vec<Quarantined>,
+    /// Per node: up for less than the quarantine, but spared because it provably kept this lock's data.
+    spared: Vec<bool>,
+    /// How long until a quorum can vote, when the quarantine stands in the way.
+    blocks: Option<Duration>,
+}
+
+impl Quarantine {
+    fn of(engine: &mut Engine, m: &Merged, length: Duration) -> Quarantine {
+        let mut nodes = Vec::new();
+        let mut spared = vec![false; m.views.len()];
+        for (i, v) in m.views.iter().enumerate() {
+            let Some(up) = v.as_ref().ok().and_then(|v| v.uptime_s) else {
+                continue;
+            };
+            let remaining = quarantine::remaining(length, up);
+            if remaining.is_zero() {
+                continue;
+            }
+            let has_counter = v.as_ref().is_ok_and(|v| v.counter.is_some());
+            if has_counter && quarantine::keeps_data(&mut engine.nodes_mut()[i]) {
+                spared[i] = true;
+                continue;
+            }
+            nodes.push(Quarantined {
+                node: i,
+                remaining,
+                uptime_s: Some(up),
+            });
+        }
+        let blocks = quarantine::unblocked_in(m.views.len(), m.quorum, &nodes);
+        Quarantine {
+            length,
+            nodes,
+            spared,
+            blocks,
+        }
+    }
+
+    fn remaining_ms(&self, node: usize, view: &NodeView) -> Option<u64> {
+        view.uptime_s?;
+        Some(
+            self.nodes
+                .iter()
+                .find(|q| q.node == node)
+                .map_or(0, |q| q.remaining.as_millis() as u64),
+        )
+    }
+}
 
 pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
     check_name(&args.name)?;
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
     let merged = survey(&mut engine, &keys);
+    let length = settings.quarantine.unwrap_or(DEFAULT_TTL);
+    let q = Quarantine::of(&mut engine, &merged, length);
     let names: Vec<String> = engine.nodes().iter().map(|n| n.display.clone()).collect();
     match args.format {
-        ReportFormat::Plain => crate::output::emit(&plain(&keys, &merged, &names))?,
+        ReportFormat::Plain => {
+            crate::output::emit(&plain(&keys, &merged, &q, engine.nodes(), &names))?
+        }
         ReportFormat::Json => {
-            crate::output::emit(&format!("{}\n", to_json(&keys, &merged, &names)))?
+            crate::output::emit(&format!("{}\n", to_json(&keys, &merged, &q, &names)))?
         }
     }
     Ok(match merged.state {
@@ -44,7 +115,13 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
 }
 
 /// Key-value lines, then one line per node in Redlock mode.
-fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
+fn plain(
+    keys: &LockKeys,
+    m: &Merged,
+    q: &Quarantine,
+    nodes: &[crate::lock::node::Node],
+    names: &[String],
+) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut kv = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
     kv("lock", keys.name.clone());
@@ -60,6 +137,13 @@ fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
             m.answered
         ),
         other => other.as_str().to_string(),
+    };
+    let state = match (m.state, q.blocks) {
+        (State::Free, Some(d)) => format!(
+            "{state}, but no quorum can vote for another {}: restart quarantine",
+            human_ms(d.as_millis() as i64)
+        ),
+        _ => state,
     };
     kv("state", state);
     if let Some(token) = &m.token {
@@ -82,6 +166,28 @@ fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
         kv("token", token.clone());
     }
     kv("counter", counter_line(m));
+    if !q.nodes.is_empty() {
+        kv(
+            "quarantine",
+            format!(
+                "{} (length {}); {}",
+                quarantine::describe(nodes, &q.nodes, m.quorum),
+                humantime::format_duration(q.length),
+                quarantine::LIFT
+            ),
+        );
+    }
+    for (i, _) in q.spared.iter().enumerate().filter(|(_, &s)| s) {
+        kv(
+            "quarantine",
+            format!(
+                "{} started less than {} ago but fsyncs every write to its AOF and has this \
+                 lock's counter: it votes",
+                names[i],
+                humantime::format_duration(q.length)
+            ),
+        );
+    }
     if n > 1 {
         kv(
             "quorum",
@@ -94,7 +200,7 @@ fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
     let mut out = table(&rows);
     if n > 1 || m.answered == 0 {
         let mut node_rows = Vec::new();
-        for (name, view) in names.iter().zip(&m.views) {
+        for (i, (name, view)) in names.iter().zip(&m.views).enumerate() {
             node_rows.push(match view {
                 Ok(v) => vec![
                     format!("  {name}"),
@@ -105,6 +211,17 @@ fn plain(keys: &LockKeys, m: &Merged, names: &[String]) -> String {
                         "counter {}",
                         v.counter.map_or("-".into(), |c| c.to_string())
                     ),
+                    match (v.uptime_s, q.remaining_ms(i, v)) {
+                        (Some(up), Some(left)) if left > 0 => format!(
+                            "up {}, in quarantine for {}",
+                            humantime::format_duration(Duration::from_secs(up)),
+                            human_ms(left as i64)
+                        ),
+                        (Some(up), _) => {
+                            format!("up {}", humantime::format_duration(Duration::from_secs(up)))
+                        }
+                        _ => "up -".into(),
+                    },
                 ],
                 Err(e) => vec![format!("  {name}"), "error".into(), e.reason.clone()],
             });
@@ -138,13 +255,14 @@ fn short_token(t: &str) -> String {
     }
 }
 
-fn to_json(keys: &LockKeys, m: &Merged, names: &[String]) -> Json {
+fn to_json(keys: &LockKeys, m: &Merged, q: &Quarantine, names: &[String]) -> Json {
     let holder = m.holder();
     let per_node: Vec<Json> = m
         .views
         .iter()
         .zip(names)
-        .map(|(v, name)| match v {
+        .enumerate()
+        .map(|(i, (v, name))| match v {
             Ok(v) => json!({
                 "node": name,
                 "answered": true,
@@ -156,6 +274,9 @@ fn to_json(keys: &LockKeys, m: &Merged, names: &[String]) -> Json {
                 "fence_counter": v.counter,
                 "holder": v.holder.as_ref().map(|h| h.json()),
                 "age_ms": v.age_ms(),
+                "uptime_s": v.uptime_s,
+                "quarantine_remaining_ms": q.remaining_ms(i, v),
+                "quarantine_spared": q.spared[i],
             }),
             Err(e) => json!({
                 "node": name,
@@ -168,6 +289,9 @@ fn to_json(keys: &LockKeys, m: &Merged, names: &[String]) -> Json {
                 "fence_counter": null,
                 "holder": null,
                 "age_ms": null,
+                "uptime_s": null,
+                "quarantine_remaining_ms": null,
+                "quarantine_spared": null,
             }),
         })
         .collect();
@@ -188,6 +312,9 @@ fn to_json(keys: &LockKeys, m: &Merged, names: &[String]) -> Json {
         "answered": m.answered,
         "agree": m.agree,
         "quorum_agrees": m.agree >= m.quorum,
+        "quarantine_ms": q.length.as_millis() as u64,
+        "quarantined": q.nodes.len(),
+        "quorum_votes_in_ms": q.blocks.map_or(0, |d| d.as_millis() as u64),
         "per_node": per_node,
     })
 }

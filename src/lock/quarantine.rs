@@ -48,7 +48,11 @@ impl Quarantined {
     /// `redis://a started 3s ago and votes in 27s`.
     pub fn describe(&self, display: &str) -> String {
         let since = match self.uptime_s {
-            Some(s) => format!("started {} ago", human_ms(s as i64 * 1000)),
+            Some(0) => "started less than 1s ago".into(),
+            Some(s) => format!(
+                "started {} ago",
+                humantime::format_duration(Duration::from_secs(s))
+            ),
             None => "started recently".into(),
         };
         format!(
@@ -56,6 +60,12 @@ impl Quarantined {
             human_ms(self.remaining.as_millis() as i64)
         )
     }
+}
+
+/// How much longer a node up for `uptime_s` stays in a quarantine of length `quarantine`, by the rule
+/// `acquire.lua` applies.
+pub fn remaining(quarantine: Duration, uptime_s: u64) -> Duration {
+    quarantine.saturating_sub(Duration::from_secs(uptime_s))
 }
 
 /// When `quarantined` leaves fewer than `quorum` of `n` nodes able to vote, the time until enough of

@@ -338,7 +338,7 @@ impl Waiter {
         let what = match (pause, self.outage_since) {
             (Pause::Busy { .. }, _) => format!("waiting for lock '{}' {reason}", self.name),
             (Pause::Outage, Some((since, wall))) => format!(
-                "waiting for lock '{}': Redis unavailable since {} ({} ago): {reason}",
+                "waiting for lock '{}': Redis unavailable since {} ({}): {reason}",
                 self.name,
                 humantime::format_rfc3339_seconds(wall),
                 humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()))

@@ -47,6 +47,11 @@ impl Server {
         Self::build(Some(free_port()), &[])
     }
 
+    /// A server on the given loopback TCP port (one a client was already pointed at).
+    pub fn tcp_on(port: u16) -> Server {
+        Self::build(Some(port), &[])
+    }
+
     /// A server on a free loopback TCP port with extra arguments.
     pub fn tcp_with_args(extra: &[&str]) -> Server {
         Self::build(Some(free_port()), extra)
@@ -191,6 +196,13 @@ impl Server {
 
     /// kill -9, then start again on the same socket/port with no data.
     pub fn restart_empty(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// kill -9, then start again on the same socket/port and directory: a server with an AOF loads
+    /// it, as a real one does after a crash.
+    pub fn restart_in_place(&mut self) {
         self.kill();
         self.launch();
     }
