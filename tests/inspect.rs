@@ -945,6 +945,15 @@ fn status_and_doctor_show_the_quarantine() {
         assert!(u.contains("--quarantine 0"), "{u}");
         assert!(!u.contains("restarted"), "{u}");
     }
+    let mut c = servers.lockctl();
+    c.env_remove("LOCKCTL_QUARANTINE");
+    let j = json_of(&run(c.args(["doctor", "--format", "json"])));
+    for srv in j["servers"].as_array().unwrap() {
+        assert!(
+            srv["quarantine_remaining_ms"].as_u64().unwrap() > 20_000,
+            "{j}"
+        );
+    }
 }
 
 /// A node that fsyncs every write and kept this lock's counter is shown as voting.

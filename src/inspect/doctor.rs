@@ -132,7 +132,10 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> anyhow::Result<Exit> {
                 "failures": failures,
                 "warnings": warnings,
                 "findings": findings.iter().map(finding_json).collect::<Vec<_>>(),
-                "servers": probes.iter().map(server_json).collect::<Vec<_>>(),
+                "servers": probes
+                    .iter()
+                    .map(|p| server_json(p, settings.quarantine.unwrap_or(args.ttl)))
+                    .collect::<Vec<_>>(),
             });
             crate::output::emit(&format!("{doc}\n"))?;
         }
@@ -709,8 +712,11 @@ fn finding_json(f: &Finding) -> Json {
     })
 }
 
-fn server_json(p: &Probe) -> Json {
+fn server_json(p: &Probe, quarantine: Duration) -> Json {
     let reachable = p.unreachable.is_none();
+    let uptime = p
+        .info("uptime_in_seconds")
+        .and_then(|s| s.parse::<u64>().ok());
     json!({
         "node": p.node,
         "reachable": reachable,
@@ -718,7 +724,9 @@ fn server_json(p: &Probe) -> Json {
         "version": p.info("redis_version"),
         "role": p.role.as_ref().map(|r| r.0.clone()),
         "replicas": p.role.as_ref().map(|r| r.1),
-        "uptime_s": p.info("uptime_in_seconds").and_then(|s| s.parse::<u64>().ok()),
+        "uptime_s": uptime,
+        "quarantine_remaining_ms": uptime
+            .map(|up| crate::lock::quarantine::remaining(quarantine, up).as_millis() as u64),
         "latency_ms": reachable.then_some(p.rtt.as_secs_f64() * 1000.0),
         "clock_offset_ms": p.clock.map(|c| c.0),
         "clock_error_ms": p.clock.map(|c| c.1),

@@ -322,7 +322,7 @@ impl Engine {
                     {
                         (
                             wait::Pause::Quarantine(until),
-                            self.quarantine_detail(&refusal),
+                            self.quarantine_note(&refusal),
                         )
                     } else {
                         let pause = wait::Pause::Busy {
@@ -380,12 +380,18 @@ impl Engine {
             (None, None) => "held by an unknown holder".into(),
         };
         if !refusal.quarantined.is_empty() {
-            s.push_str(&format!(
-                "; {}",
-                quarantine::describe(&self.nodes, &refusal.quarantined, self.quorum())
-            ));
+            s.push_str(&format!("; {}", self.quarantine_note(refusal)));
         }
         s
+    }
+
+    /// The nodes in quarantine and how to lift it, for wait lines.
+    fn quarantine_note(&self, refusal: &Refusal) -> String {
+        format!(
+            "{}; {}",
+            quarantine::describe(&self.nodes, &refusal.quarantined, self.quorum()),
+            quarantine::LIFT
+        )
     }
 
     /// What the quarantine holds up, who (if anyone) holds the lock, and how to lift it.
