@@ -70,3 +70,30 @@ fn node_timeout_from_the_environment() {
     );
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
+
+#[test]
+fn spinner_names_the_restart_quarantine() {
+    let s = Server::start();
+    // The server started a moment ago: a quarantine of a minute keeps it from voting.
+    let (rc, screen) = on_a_terminal(&s, "acquire fresh -w 1s --quarantine 1m");
+    assert_eq!(rc, 75, "{screen}");
+    assert!(screen.contains("restart quarantine"), "{screen}");
+    assert!(screen.contains("votes in"), "{screen}");
+    assert!(
+        screen.contains("not acquired, because of the restart quarantine"),
+        "{screen}"
+    );
+
+    // -q: no spinner, but the quarantine is said once, and the refusal.
+    let (rc, screen) = on_a_terminal(&s, "-q acquire fresh -w 1s --quarantine 1m");
+    assert_eq!(rc, 75, "{screen}");
+    assert_eq!(
+        screen.matches("lockctl: waiting for lock 'fresh'").count(),
+        1,
+        "{screen}"
+    );
+    assert!(
+        screen.contains("not acquired, because of the restart quarantine"),
+        "{screen}"
+    );
+}

@@ -497,8 +497,8 @@ impl Engine {
             busy: vec![false; n],
             ..Refusal::default()
         };
-        let mut servers: Vec<String> = vec![String::new(); n];
         let mut won: Vec<Option<u64>> = vec![None; n];
+        // Every node's run id, from every kind of answer; the grant keeps those of the nodes won.
         let mut run_ids = vec![String::new(); n];
         let mut maybe_applied = vec![false; n];
         for (i, r) in round1.into_iter().enumerate() {
@@ -507,7 +507,6 @@ impl Engine {
                     refusal.answered += 1;
                     refusal.wins += 1;
                     won[i] = Some(fence);
-                    servers[i] = run_id.clone();
                     run_ids[i] = run_id;
                 }
                 Ok(Round1::Busy {
@@ -517,7 +516,7 @@ impl Engine {
                 }) => {
                     refusal.answered += 1;
                     refusal.busy[i] = true;
-                    servers[i] = run_id;
+                    run_ids[i] = run_id;
                     if pttl >= 0 {
                         refusal.retry_in =
                             min_opt(refusal.retry_in, Duration::from_millis(pttl as u64));
@@ -532,7 +531,7 @@ impl Engine {
                     run_id,
                 }) => {
                     refusal.answered += 1;
-                    servers[i] = run_id;
+                    run_ids[i] = run_id;
                     let remaining = Duration::from_millis(remaining_ms);
                     refusal.retry_in = min_opt(refusal.retry_in, remaining);
                     refusal.quarantined.push(Quarantined {
@@ -548,7 +547,7 @@ impl Engine {
             }
         }
 
-        if let Some((a, b)) = same_server(&servers) {
+        if let Some((a, b)) = same_server(&run_ids) {
             let touched: Vec<bool> = (0..n)
                 .map(|i| won[i].is_some() || maybe_applied[i])
                 .collect();
@@ -560,7 +559,7 @@ impl Engine {
                  its vote twice; list each server once",
                 self.nodes[a].display,
                 self.nodes[b].display,
-                &servers[a][..servers[a].len().min(12)]
+                &run_ids[a][..run_ids[a].len().min(12)]
             )));
             return Err(Box::new(refusal));
         }
