@@ -136,6 +136,7 @@ pub(crate) enum Pause<'a> {
 }
 
 impl Pause<'_> {
+    /// Which of the three reasons, so that a wait line is written when the reason changes.
     fn kind(&self) -> u8 {
         match self {
             Pause::Busy { .. } => 0,
