@@ -395,11 +395,7 @@ impl Drop for Resume<'_> {
 
 #[test]
 fn list_with_a_stopped_node_costs_about_one_node_timeout() {
-    let s = Servers(
-        (0..3)
-            .map(|_| Server::with_args(&["--enable-debug-command", "yes"]))
-            .collect(),
-    );
+    let s = Servers((0..3).map(|_| Server::with_debug_command()).collect());
     for name in ["alpha", "beta", "gamma"] {
         acquire_json(&mut s.lockctl(), name, &["--ttl", "10m"]);
     }
@@ -473,7 +469,7 @@ fn list_with_a_stopped_node_costs_about_one_node_timeout() {
 
 #[test]
 fn list_scans_300k_keys_quickly_with_bounded_memory() {
-    let s = Server::with_args(&["--enable-debug-command", "yes"]);
+    let s = Server::with_debug_command();
     let _: () = s.cmd(&["DEBUG", "POPULATE", "300000"]);
     for name in ["job-1", "job-2"] {
         acquire_json(&mut lockctl_on(&s), name, &["--ttl", "10m"]);
@@ -497,7 +493,7 @@ fn list_scans_300k_keys_quickly_with_bounded_memory() {
 
 #[test]
 fn list_streams_300k_matching_locks_with_bounded_memory() {
-    let s = Server::with_args(&["--enable-debug-command", "yes"]);
+    let s = Server::with_debug_command();
     // 300k keys under the prefix: each is a lock key as far as any client can tell.
     let _: () = s.cmd(&["DEBUG", "POPULATE", "300000", "lockctl:bulk"]);
     let m = run_measured(

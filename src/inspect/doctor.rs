@@ -33,6 +33,14 @@ use crate::output::human_ms;
 /// Clock offset above which a node's clock is reported: far beyond NTP's error, far below a lease.
 pub const CLOCK_WARN: Duration = Duration::from_secs(1);
 
+/// The oldest Redis lockctl supports: 6.2 brought the ACL channel rules (`&pattern`, `resetchannels`)
+/// of the minimal ACL in docs/security.md, and is the oldest release the test suite runs on.
+const MIN_REDIS: (u32, u32) = (6, 2);
+const MIN_REDIS_TEXT: &str = "Redis 6.2";
+/// Valkey began as Redis 7.2.4, so every Valkey release qualifies.
+const MIN_VALKEY: (u32, u32) = (7, 2);
+const MIN_VALKEY_TEXT: &str = "Valkey 7.2";
+
 /// The CONFIG parameters the checks read.
 const CONFIG_KEYS: [&str; 4] = ["maxmemory-policy", "appendonly", "appendfsync", "save"];
 
@@ -238,6 +246,58 @@ fn unix_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The server's family and version from INFO. Valkey says `server_name:valkey` and `valkey_version`,
+/// and keeps `redis_version:7.2.4` whatever its release, for clients that compare it.
+#[derive(Clone, Copy)]
+struct ServerVersion<'a> {
+    family: &'static str,
+    version: &'a str,
+}
+
+impl<'a> ServerVersion<'a> {
+    fn of(p: &'a Probe) -> Option<Self> {
+        if p.info("server_name") == Some("valkey") || p.info("valkey_version").is_some() {
+            let version = p.info("valkey_version")?;
+            Some(ServerVersion {
+                family: "valkey",
+                version,
+            })
+        } else {
+            let version = p.info("redis_version")?;
+            Some(ServerVersion {
+                family: "redis",
+                version,
+            })
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("{} {}", self.family, self.version)
+    }
+
+    fn minimum(&self) -> &'static str {
+        if self.family == "valkey" {
+            MIN_VALKEY_TEXT
+        } else {
+            MIN_REDIS_TEXT
+        }
+    }
+
+    /// Compares major.minor with the minimum; a version that does not parse counts as older.
+    fn supported(&self) -> bool {
+        let min = if self.family == "valkey" {
+            MIN_VALKEY
+        } else {
+            MIN_REDIS
+        };
+        let mut parts = self.version.split('.').map(|n| n.parse::<u32>().ok());
+        match (parts.next().flatten(), parts.next().flatten()) {
+            (Some(major), Some(minor)) => (major, minor) >= min,
+            _ => false,
+        }
+    }
+}
+
 /// `key:value` lines of INFO.
 fn parse_info(text: &str) -> HashMap<String, String> {
     text.lines()
@@ -409,13 +469,48 @@ fn node_findings(p: &Probe, settings: &Settings, ttl: Duration) -> Vec<Finding> 
         );
         return out;
     }
-    let version = p.info("redis_version").unwrap_or("unknown version");
+    let server = ServerVersion::of(p);
     add(
         "reachable",
         Level::Ok,
-        format!("redis {version}, answered PING"),
+        format!(
+            "{}, answered PING",
+            server.map_or("unknown server".into(), |s| s.name())
+        ),
         None,
     );
+    match server {
+        Some(s) if s.supported() => add(
+            "version",
+            Level::Ok,
+            format!("{} (supported: {} or later)", s.name(), s.minimum()),
+            None,
+        ),
+        Some(s) => add(
+            "version",
+            Level::Fail,
+            format!(
+                "{} is older than {}, the oldest release lockctl supports and tests",
+                s.name(),
+                s.minimum()
+            ),
+            Some(format!(
+                "upgrade to {} or later (see docs/compatibility.md)",
+                s.minimum()
+            )),
+        ),
+        None => add(
+            "version",
+            Level::Warn,
+            format!(
+                "could not check: {}",
+                p.info_error.as_deref().unwrap_or("no version in INFO")
+            ),
+            Some(format!(
+                "make sure the server is {MIN_REDIS_TEXT} or later, or Valkey"
+            )),
+        ),
+    }
 
     let rtt_ms = p.rtt.as_secs_f64() * 1000.0;
     if p.rtt * 4 > node_timeout {
@@ -721,7 +816,8 @@ fn server_json(p: &Probe, quarantine: Duration) -> Json {
         "node": p.node,
         "reachable": reachable,
         "error": p.unreachable,
-        "version": p.info("redis_version"),
+        "family": ServerVersion::of(p).map(|s| s.family),
+        "version": ServerVersion::of(p).map(|s| s.version),
         "role": p.role.as_ref().map(|r| r.0.clone()),
         "replicas": p.role.as_ref().map(|r| r.1),
         "uptime_s": uptime,

@@ -29,6 +29,8 @@ pub struct Server {
     dir: tempfile::TempDir,
     pub port: Option<u16>,
     extra: Vec<String>,
+    /// Another binary than `REDIS_SERVER` ([`Server::of_binary`]).
+    bin: Option<String>,
 }
 
 impl Server {
@@ -67,6 +69,7 @@ impl Server {
             dir,
             port,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            bin: None,
         };
         s.launch();
         s
@@ -97,7 +100,8 @@ impl Server {
 
     fn launch(&mut self) {
         let _ = std::fs::remove_file(self.socket());
-        let mut cmd = Command::new(redis_server_bin());
+        let bin = self.bin.clone().unwrap_or_else(redis_server_bin);
+        let mut cmd = Command::new(bin);
         cmd.arg("--port")
             .arg(self.port.unwrap_or(0).to_string())
             .arg("--bind")
@@ -220,6 +224,71 @@ impl Drop for Server {
             unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
         }
         self.kill();
+    }
+}
+
+/// The `--version` banner of a server binary (`Redis server v=7.0.15 sha=...`), or a failing test.
+pub fn server_banner(bin: &str) -> String {
+    let o = Command::new(bin)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("run {bin} --version: {e}"));
+    assert!(o.status.success(), "{bin} --version failed: {o:?}");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The family and version a banner names: `("redis", "7.0.15")`, `("valkey", "8.1.8")`.
+pub fn server_family_version(banner: &str) -> (String, String) {
+    let family = banner
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_lowercase();
+    let version = banner
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .unwrap_or_else(|| panic!("no v= in the server banner {banner:?}"));
+    (family, version.to_string())
+}
+
+/// The major version of the redis-server under test (Valkey counts its own: 8 for Valkey 8).
+pub fn server_major_version() -> u32 {
+    let (_, version) = server_family_version(&server_banner(&redis_server_bin()));
+    version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("unparsable server version {version:?}"))
+}
+
+impl Server {
+    /// A server on a unix socket that runs DEBUG (POPULATE, SLEEP). Redis 7 refuses DEBUG unless
+    /// started with `--enable-debug-command yes`, an option that older servers reject at start-up.
+    pub fn with_debug_command() -> Server {
+        if server_major_version() >= 7 {
+            Self::with_args(&["--enable-debug-command", "yes"])
+        } else {
+            Self::start()
+        }
+    }
+
+    /// A server of another binary than `REDIS_SERVER` (an older or other family's redis-server), on
+    /// a unix socket, with extra arguments.
+    pub fn of_binary(bin: &str, extra: &[&str]) -> Server {
+        server_banner(bin);
+        let dir = tempfile::Builder::new()
+            .prefix("lockctl-redis-")
+            .tempdir()
+            .unwrap();
+        let mut s = Server {
+            child: None,
+            dir,
+            port: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            bin: Some(bin.to_string()),
+        };
+        s.launch();
+        s
     }
 }
 
