@@ -401,7 +401,7 @@ fn list_with_a_stopped_node_costs_about_one_node_timeout() {
     }
     // Several SCAN batches of lock keys on the remaining quorum (3000 replies per batch).
     for i in [0, 1] {
-        let _: () = s[i].cmd(&["DEBUG", "POPULATE", "2500", "lockctl:bulk"]);
+        s[i].populate(2500, Some("lockctl:bulk"));
     }
     s[2].pause();
     let _resume = Resume(&s[2]);
@@ -470,7 +470,7 @@ fn list_with_a_stopped_node_costs_about_one_node_timeout() {
 #[test]
 fn list_scans_300k_keys_quickly_with_bounded_memory() {
     let s = Server::with_debug_command();
-    let _: () = s.cmd(&["DEBUG", "POPULATE", "300000"]);
+    s.populate(300_000, None);
     for name in ["job-1", "job-2"] {
         acquire_json(&mut lockctl_on(&s), name, &["--ttl", "10m"]);
     }
@@ -495,7 +495,7 @@ fn list_scans_300k_keys_quickly_with_bounded_memory() {
 fn list_streams_300k_matching_locks_with_bounded_memory() {
     let s = Server::with_debug_command();
     // 300k keys under the prefix: each is a lock key as far as any client can tell.
-    let _: () = s.cmd(&["DEBUG", "POPULATE", "300000", "lockctl:bulk"]);
+    s.populate(300_000, Some("lockctl:bulk"));
     let m = run_measured(
         lockctl_on(&s).args(["list", "bulk:*"]),
         Duration::from_secs(300),

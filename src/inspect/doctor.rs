@@ -4,7 +4,7 @@
 //! one bounded by the node timeout, and each hazard becomes one finding: `ok`, `warn` or `fail`, what
 //! was found and what to do. `fail` is for setups that break locks outright (a replica, an
 //! `allkeys-*` eviction policy that can evict the fencing counter, an unreachable node, two URLs that
-//! reach one server); `warn` for the ones that can lose a lock in a failure (asynchronous replication,
+//! reach one server, a server older than the supported minimum); `warn` for the ones that can lose a lock in a failure (asynchronous replication,
 //! `volatile-*` eviction, persistence that loses recent writes, a recent restart, a skewed clock, an
 //! even node count). Managed services often rename or refuse CONFIG: the affected checks then say
 //! "could not check" (a warning: an unknown hazard is not an absent one) and the rest go on.

@@ -272,6 +272,25 @@ impl Server {
         }
     }
 
+    /// `DEBUG POPULATE count [prefix]` (a server from [`Server::with_debug_command`]). Filling
+    /// hundreds of thousands of keys takes seconds on a busy machine, long enough for the read to
+    /// end in EINTR or the harness's read timeout (a socket read with a timeout is not restarted after
+    /// the process is stopped and resumed, signal(7)). POPULATE skips the keys that exist, so an I/O
+    /// failure is retried on a new connection.
+    pub fn populate(&self, count: usize, prefix: Option<&str>) {
+        for attempt in 1..=5 {
+            let mut cmd = redis::cmd("DEBUG");
+            cmd.arg("POPULATE").arg(count).arg(prefix);
+            match cmd.query::<()>(&mut self.conn()) {
+                Ok(()) => return,
+                Err(e) if e.is_io_error() && attempt < 5 => {
+                    eprintln!("test support: DEBUG POPULATE {count}: {e}; sending it again")
+                }
+                Err(e) => panic!("DEBUG POPULATE {count}: {e}"),
+            }
+        }
+    }
+
     /// A server of another binary than `REDIS_SERVER` (an older or other family's redis-server), on
     /// a unix socket, with extra arguments.
     pub fn of_binary(bin: &str, extra: &[&str]) -> Server {
