@@ -619,6 +619,7 @@ const MINIMAL_ACL: &[&str] = &[
     "+publish",
     "+info",
     "+time",
+    "+exists",
     "+scan",
     "+ping",
     "+role",
