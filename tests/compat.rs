@@ -7,7 +7,8 @@
 //!   than the supported minimum: a real Redis 5.0.6 (`OLD_REDIS_SERVER`).
 //! - The ACL recipe of docs/security.md, read from the document itself so that the two cannot drift,
 //!   is given to a user on the server under test, and every command runs as that user with the
-//!   server's `ACL LOG` staying empty.
+//!   server's `ACL LOG` staying empty, including the script path that spares a quarantined node
+//!   that fsyncs every write.
 
 mod support;
 
