@@ -4,10 +4,11 @@
 //! one bounded by the node timeout, and each hazard becomes one finding: `ok`, `warn` or `fail`, what
 //! was found and what to do. `fail` is for setups that break locks outright (a replica, an
 //! `allkeys-*` eviction policy that can evict the fencing counter, an unreachable node, two URLs that
-//! reach one server, a server older than the supported minimum); `warn` for the ones that can lose a lock in a failure (asynchronous replication,
-//! `volatile-*` eviction, persistence that loses recent writes, a recent restart, a skewed clock, an
-//! even node count). Managed services often rename or refuse CONFIG: the affected checks then say
-//! "could not check" (a warning: an unknown hazard is not an absent one) and the rest go on.
+//! reach one server, a server older than the supported minimum); `warn` for the ones that can lose a
+//! lock in a failure (asynchronous replication, `volatile-*` eviction, persistence that loses recent
+//! writes, a recent restart, a skewed clock, an even node count). Managed services often rename or
+//! refuse CONFIG: the affected checks then say "could not check" (a warning: an unknown hazard is not
+//! an absent one) and the rest go on.
 //!
 //! Clock offset: the node's TIME is compared with the midpoint of this host's wall clock before and
 //! after the call, so the measurement error is at most half the round trip. lockctl itself times
