@@ -227,7 +227,7 @@ fn password_from_redis_file_reaches_no_argv_log_output_or_holder() {
         "ready",
         Duration::from_secs(30),
     );
-    let waiter = lockctl()
+    let mut waiter = lockctl()
         .env("LOCKCTL_REDIS_FILE", f)
         .args(["-v", "acquire", "job", "-w", "60s"])
         .stdout(std::process::Stdio::piped())
@@ -235,7 +235,7 @@ fn password_from_redis_file_reaches_no_argv_log_output_or_holder() {
         .spawn()
         .unwrap();
     let waiter_pid = waiter.id() as i32;
-    let waiter_err = collect_stderr(waiter.stderr.unwrap());
+    let waiter_err = collect_stderr(waiter.stderr.take().unwrap());
     // The waiter is waiting (it said so) and its command line holds no password.
     std::thread::sleep(Duration::from_millis(500));
     assert!(alive(waiter_pid));
@@ -270,6 +270,7 @@ fn password_from_redis_file_reaches_no_argv_log_output_or_holder() {
     kill(holder.id() as i32, libc::SIGTERM);
     holder.wait().unwrap();
     kill(waiter_pid, libc::SIGTERM);
+    waiter.wait().unwrap();
     let logs = format!(
         "{}{}",
         holder_err.join().unwrap(),
