@@ -290,15 +290,25 @@ fn misspelt(url: &str) -> Option<String> {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
         });
-        return Some(if url.starts_with('/') && !url.contains(['?', '@']) {
-            format!("no scheme; for a unix socket write unix://{url}")
-        } else if plain {
-            format!("no scheme; write redis://{url} (or rediss://{url} for TLS)")
-        } else {
-            "no scheme; write redis://[user:password@]host:port, rediss:// for TLS or \
-             unix:///path/to/redis.sock"
-                .into()
-        });
+        let scheme = url.split_once(':').map_or("", |(s, _)| s);
+        return Some(
+            if ["redis", "rediss", "unix", "redis+unix"].contains(&scheme) {
+                let example = if scheme.contains("unix") {
+                    "/path/to/redis.sock"
+                } else {
+                    "host:port"
+                };
+                format!("'{scheme}:' must be followed by '//'; write {scheme}://{example}")
+            } else if url.starts_with('/') && !url.contains(['?', '@']) {
+                format!("no scheme; for a unix socket write unix://{url}")
+            } else if plain {
+                format!("no scheme; write redis://{url} (or rediss://{url} for TLS)")
+            } else {
+                "no scheme; write redis://[user:password@]host:port, rediss:// for TLS or \
+                 unix:///path/to/redis.sock"
+                    .into()
+            },
+        );
     };
     // The host part ends at the first `/`, `?` or `#`: an `@` after one means a password holds it.
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
