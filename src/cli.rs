@@ -30,8 +30,8 @@ use crate::parse::{
 /// One Redis URL is a single instance; several URLs are Redlock over independent masters with a
 /// majority quorum. Every grant carries a fencing token that strictly increases.
 ///
-/// Every option can also be set by its environment variable (shown with each option); an empty
-/// variable counts as unset, and a flag on the command line wins over the environment.
+/// Options can also be set by the environment variable shown with each; an empty variable counts as
+/// unset, and a flag on the command line wins over the environment.
 #[derive(Debug, Parser)]
 #[command(
     name = "lockctl",
