@@ -23,6 +23,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
         'lockctl' {
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -59,6 +60,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output: plain prints the token; env prints `export` lines for eval; json prints an object')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -79,9 +81,10 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             break
         }
         'lockctl;release' {
-            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'The token that acquire printed')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'The token that acquire printed [default: $LOCKCTL_TOKEN, when $LOCKCTL_NAME is unset or NAME]')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -100,10 +103,11 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             break
         }
         'lockctl;renew' {
-            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'The token that acquire printed')
-            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New time to live from now')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'The token that acquire printed [default: $LOCKCTL_TOKEN, when $LOCKCTL_NAME is unset or NAME]')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New time to live from now [default: the TTL of the grant; 30s for a lock lockctl did not grant]')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -132,6 +136,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run COMMAND with `sh -c`')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -155,6 +160,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -176,6 +182,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -196,6 +203,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
         'lockctl;break' {
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -220,6 +228,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')
@@ -240,6 +249,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
         'lockctl;completions' {
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
+            [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Key prefix for lock keys')
             [CompletionResult]::new('--node-timeout', '--node-timeout', [CompletionResultType]::ParameterName, 'Bound on connecting to, and on each command to, one node')
             [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'CA certificate (PEM) to verify rediss:// servers instead of the system roots')

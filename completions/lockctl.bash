@@ -83,7 +83,7 @@ _lockctl() {
 
     case "${cmd}" in
         lockctl)
-            opts="-r -q -v -h -V --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version acquire release renew exec status list break doctor completions help"
+            opts="-r -q -v -h -V --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version acquire release renew exec status list break doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,6 +94,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -133,7 +137,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__acquire)
-            opts="-w -n -E -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --format --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-w -n -E -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --format --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -168,6 +172,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -207,7 +215,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__break)
-            opts="-y -r -q -v -h -V --yes --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-y -r -q -v -h -V --yes --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -218,6 +226,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -257,7 +269,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__completions)
-            opts="-r -q -v -h -V --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version bash elvish fish powershell zsh"
+            opts="-r -q -v -h -V --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -268,6 +280,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -307,7 +323,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__doctor)
-            opts="-r -q -v -h -V --ttl --format --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-r -q -v -h -V --ttl --format --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -326,6 +342,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -365,7 +385,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__exec)
-            opts="-w -n -E -c -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --kill-after --command --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-w -n -E -c -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --kill-after --command --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -408,6 +428,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -601,7 +625,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__list)
-            opts="-r -q -v -h -V --format --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-r -q -v -h -V --format --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -616,6 +640,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -655,7 +683,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__release)
-            opts="-r -q -v -h -V --token --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-r -q -v -h -V --token --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -670,6 +698,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -709,7 +741,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__renew)
-            opts="-r -q -v -h -V --token --ttl --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-r -q -v -h -V --token --ttl --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -728,6 +760,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -767,7 +803,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__status)
-            opts="-r -q -v -h -V --format --redis --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-r -q -v -h -V --format --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -782,6 +818,10 @@ _lockctl() {
                     return 0
                     ;;
                 -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockctl_global_optspecs
-    string join \n r/redis= prefix= node-timeout= tls-ca= tls-cert= tls-key= drift-factor= quarantine= q/quiet v/verbose h/help V/version
+    string join \n r/redis= redis-file= prefix= node-timeout= tls-ca= tls-cert= tls-key= drift-factor= quarantine= q/quiet v/verbose h/help V/version
 end
 
 function __fish_lockctl_needs_command
@@ -25,6 +25,7 @@ function __fish_lockctl_using_subcommand
 end
 
 complete -c lockctl -n "__fish_lockctl_needs_command" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_needs_command" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_needs_command" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_needs_command" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_needs_command" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -53,6 +54,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l format -d 'O
 env\t'Shell `export` lines, for eval'
 json\t'One JSON object'"
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -65,8 +67,9 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s q -l quiet -
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s v -l verbose -d 'Log each step with its timing on stderr'
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s V -l version -d 'Print version'
-complete -c lockctl -n "__fish_lockctl_using_subcommand release" -l token -d 'The token that acquire printed' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand release" -l token -d 'The token that acquire printed [default: $LOCKCTL_TOKEN, when $LOCKCTL_NAME is unset or NAME]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand release" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand release" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand release" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand release" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand release" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -78,9 +81,10 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand release" -s q -l quiet -
 complete -c lockctl -n "__fish_lockctl_using_subcommand release" -s v -l verbose -d 'Log each step with its timing on stderr'
 complete -c lockctl -n "__fish_lockctl_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockctl -n "__fish_lockctl_using_subcommand release" -s V -l version -d 'Print version'
-complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -l token -d 'The token that acquire printed' -r
-complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -l ttl -d 'New time to live from now' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -l token -d 'The token that acquire printed [default: $LOCKCTL_TOKEN, when $LOCKCTL_NAME is unset or NAME]' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -l ttl -d 'New time to live from now [default: the TTL of the grant; 30s for a lock lockctl did not grant]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -98,6 +102,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s E -l conflict-e
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l kill-after -d 'After SIGTERM, wait this long before SIGKILL' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s c -l command -d 'Run COMMAND with `sh -c`' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -113,6 +118,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s V -l version -d
 complete -c lockctl -n "__fish_lockctl_using_subcommand status" -l format -d 'Output format' -r -f -a "plain\t'Aligned text for people'
 json\t'JSON for programs'"
 complete -c lockctl -n "__fish_lockctl_using_subcommand status" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand status" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand status" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand status" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand status" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -127,6 +133,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand status" -s V -l version 
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -l format -d 'Output format' -r -f -a "plain\t'Aligned text for people'
 json\t'JSON for programs'"
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand list" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -139,6 +146,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand list" -s v -l verbose -d
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -s V -l version -d 'Print version'
 complete -c lockctl -n "__fish_lockctl_using_subcommand break" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand break" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand break" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand break" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand break" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -155,6 +163,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -l ttl -d 'The l
 complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -l format -d 'Output format' -r -f -a "plain\t'Aligned text for people'
 json\t'JSON for programs'"
 complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F
@@ -167,6 +176,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -s v -l verbose 
 complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockctl -n "__fish_lockctl_using_subcommand doctor" -s V -l version -d 'Print version'
 complete -c lockctl -n "__fish_lockctl_using_subcommand completions" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand completions" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand completions" -l prefix -d 'Key prefix for lock keys' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand completions" -l node-timeout -d 'Bound on connecting to, and on each command to, one node' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand completions" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers instead of the system roots' -r -F

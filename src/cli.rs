@@ -2,15 +2,26 @@
 //!
 //! Values that need more than a type (URLs, lock names, the combination of flags) are checked in
 //! [`crate::config`], which turns these structs into validated options before any Redis call; no other
-//! module depends on clap. Durations are parsed here already, through [`crate::config::parse_positive_duration`]
-//! and friends, so that clap's message names the offending flag.
+//! module depends on clap. Durations are parsed here already, through the leaf module
+//! [`crate::parse`], so that clap's message names the offending flag.
+//!
+//! Every option that configures lockctl has an environment variable `LOCKCTL_<OPTION>`, so a crontab,
+//! a systemd unit or a CI job can set it once. Two rules make that predictable: an empty variable
+//! counts as unset (`LOCKCTL_QUARANTINE=` in a unit file must not break every command), and a flag on
+//! the command line beats a variable that says the opposite (`-n` wins over an exported
+//! `LOCKCTL_WAIT`). Clap knows neither rule, so [`parse`] applies them around it. Two options have no
+//! variable on purpose: `exec -c COMMAND` (what to run is not a setting) and `break --yes` (an
+//! override must be asked for where it is used). `LOCKCTL_TOKEN` is read by `release` and `renew`
+//! themselves, because it counts only for the lock named by `LOCKCTL_NAME`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::BoolishValueParser;
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::config::{
+use crate::parse::{
     parse_drift_factor, parse_duration_or_zero, parse_positive_duration, parse_ttl,
 };
 
@@ -18,6 +29,9 @@ use crate::config::{
 ///
 /// One Redis URL is a single instance; several URLs are Redlock over independent masters with a
 /// majority quorum. Every grant carries a fencing token that strictly increases.
+///
+/// Options can also be set by the environment variable shown with each; an empty variable counts as
+/// unset, and a flag on the command line wins over the environment.
 #[derive(Debug, Parser)]
 #[command(
     name = "lockctl",
@@ -25,10 +39,22 @@ use crate::config::{
     propagate_version = true,
     max_term_width = 100
 )]
-#[command(
-    after_long_help = "Exit codes: 0 success, 1 failure (status: free), 2 usage error, \
-69 Redis unavailable, 75 busy, 76 lease lost / not the owner; exec passes the child's status through."
-)]
+#[command(after_long_help = "Exit status:
+  0    success (status: the lock is held)
+  1    status: free; doctor: a failure found; any other error
+  2    usage error: a bad flag, value, name or URL; nothing was changed in Redis
+  69   Redis unavailable: no quorum of nodes answered
+  75   busy: not acquired in time (-E N replaces it)
+  76   lease lost, or the token does not hold the lock
+  exec passes the command's status through (128+N if signal N killed it).
+
+Examples:
+  # Skip a cron run while the previous one still holds the lock
+  lockctl exec nightly-report -n -q -- /usr/local/bin/nightly-report
+  # Keep the passwords out of ps, crontabs and CI logs: one URL per line, mode 600
+  lockctl --redis-file /etc/lockctl/redis.conf status nightly-report
+  # Redlock over three independent masters
+  lockctl -r redis://10.0.0.1 -r redis://10.0.0.2 -r redis://10.0.0.3 exec deploy -- ./deploy.sh")]
 pub struct Cli {
     #[command(flatten)]
     pub connection: ConnectionArgs,
@@ -48,7 +74,9 @@ pub struct ConnectionArgs {
     ///
     /// redis://[user:password@]host[:port][/db], rediss:// for TLS, or unix:///path/to/socket
     /// (also redis+unix://). One URL is a single instance; N URLs need a quorum of N/2+1.
-    /// Passwords are never printed. Example: -r redis://10.0.0.1 -r redis://10.0.0.2 -r redis://10.0.0.3
+    /// Percent-encode '@', '/', '?' and '#' in a password (%40, %2F, %3F, %23). Passwords are
+    /// never printed. Example: -r redis://10.0.0.1 -r redis://10.0.0.2 -r redis://10.0.0.3
+    /// [default: redis://127.0.0.1:6379]
     #[arg(
         short = 'r',
         long = "redis",
@@ -59,6 +87,14 @@ pub struct ConnectionArgs {
         hide_env_values = true
     )]
     pub redis: Vec<String>,
+
+    /// File with the node URLs, one per line, instead of --redis
+    ///
+    /// Keeps passwords out of crontabs, CI logs and `ps`. Blank lines and lines starting with `#`
+    /// are skipped. Make it readable by its owner only (chmod 600): lockctl warns otherwise.
+    /// Example: --redis-file /etc/lockctl/redis.conf
+    #[arg(long, value_name = "FILE", env = "LOCKCTL_REDIS_FILE", global = true)]
+    pub redis_file: Option<PathBuf>,
 
     /// Key prefix for lock keys
     ///
@@ -113,14 +149,15 @@ pub struct TimingArgs {
     /// Clock drift allowance as a fraction of the TTL
     ///
     /// validity = TTL - elapsed - (TTL * drift-factor + 2ms).
-    #[arg(long, value_name = "F", default_value = "0.01", value_parser = parse_drift_factor,
-        allow_negative_numbers = true, global = true)]
+    #[arg(long, value_name = "F", env = "LOCKCTL_DRIFT_FACTOR", default_value = "0.01",
+        value_parser = parse_drift_factor, allow_negative_numbers = true, global = true)]
     pub drift_factor: f64,
 
     /// Nodes up for less than this do not vote [default: the TTL]
     ///
     /// The delayed-restart rule: a node that restarted may have lost a lock it granted, so it counts
-    /// toward no quorum until every lease it could have held has expired. 0 disables the rule.
+    /// toward no quorum until every lease it could have held has expired. Set it to the longest TTL
+    /// in use. 0 disables the rule: only for a test server you just started yourself.
     #[arg(long, value_name = "DUR", env = "LOCKCTL_QUARANTINE", value_parser = parse_duration_or_zero,
         allow_hyphen_values = true,
           global = true)]
@@ -132,11 +169,13 @@ pub struct TimingArgs {
 #[command(next_help_heading = "Output")]
 pub struct OutputArgs {
     /// No diagnostics on stderr (results and errors still print)
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    #[arg(short, long, global = true, env = "LOCKCTL_QUIET", action = ArgAction::SetTrue,
+        value_parser = BoolishValueParser::new())]
     pub quiet: bool,
 
     /// Log each step with its timing on stderr
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, env = "LOCKCTL_VERBOSE", action = ArgAction::SetTrue,
+        value_parser = BoolishValueParser::new())]
     pub verbose: bool,
 }
 
@@ -145,53 +184,140 @@ pub enum Command {
     /// Acquire a lock and print its token
     ///
     /// Waits until the lock is free (like flock), or -w DUR, or -n for one attempt. The lease lasts
-    /// --ttl; keep it with `renew`, end it with `release`.
-    ///
-    /// Example: eval "$(lockctl acquire backup --ttl 5m --format env)"
+    /// --ttl; keep it with `renew`, end it with `release`. Keep the output in a variable before
+    /// eval, so that a busy or unreachable lock stops the script (a shell ignores the status of a
+    /// command substitution inside eval, even under set -e).
+    #[command(after_long_help = "Exit status:
+  0    acquired; the token (or the env lines, or the JSON) is on stdout
+  69   Redis unavailable: no quorum of nodes answered
+  75   busy: not acquired within -w, or at once with -n (-E N replaces it)
+  2    usage error; nothing was changed in Redis
+
+Examples:
+  # In a script: stop if the lock is not acquired, then use its variables
+  lock=$(lockctl acquire backup --ttl 10m -w 5m --format env) || exit
+  eval \"$lock\"
+  trap 'lockctl release backup' EXIT
+  # The token alone
+  token=$(lockctl acquire backup -n) || exit")]
     Acquire(AcquireArgs),
 
     /// Release a lock, only if TOKEN still holds it
     ///
-    /// Exit 0 when the token held the lock on a quorum, 76 when it did not (expired, broken, taken).
-    /// A lock held by another token is never touched.
-    ///
-    /// Example: lockctl release backup --token "$LOCKCTL_TOKEN"
+    /// A lock held by another token is never touched. The token is --token, or LOCKCTL_TOKEN when
+    /// LOCKCTL_NAME is unset or names this lock (as after `eval` of `acquire --format env`, or
+    /// inside `exec`).
+    #[command(after_long_help = "Exit status:
+  0    released: the token held the lock on a quorum of nodes
+  76   the token does not hold the lock (expired, broken, or taken by another holder)
+  69   Redis unavailable: too few nodes answered to tell
+  2    usage error (no token, bad name); nothing was changed in Redis
+
+Examples:
+  lockctl release backup --token \"$token\"
+  # After eval of acquire --format env: LOCKCTL_TOKEN is used
+  lockctl release backup")]
     Release(ReleaseArgs),
 
     /// Extend a lease, only if TOKEN still holds the lock; prints the new validity in ms
     ///
-    /// Example: lockctl renew backup --ttl 5m
+    /// Without --ttl the lease gets the TTL it was granted with again (30s for a lock that lockctl
+    /// did not grant, such as a redis-py Lock's). The token is --token, or LOCKCTL_TOKEN when
+    /// LOCKCTL_NAME is unset or names this lock.
+    #[command(after_long_help = "Exit status:
+  0    renewed; the new validity in milliseconds is on stdout
+  76   the token does not hold the lock any more
+  69   Redis unavailable: too few nodes answered to tell
+  2    usage error (no token, bad name or TTL); nothing was changed in Redis
+
+Examples:
+  # Between two long steps of a script that acquired with --ttl 10m: 10 more minutes
+  lockctl renew backup
+  lockctl renew backup --ttl 1h --token \"$token\"")]
     Renew(RenewArgs),
 
     /// Run a command while holding the lock, renewing it, and release it afterwards
     ///
-    /// The child gets LOCKCTL_NAME, LOCKCTL_KEY, LOCKCTL_TOKEN and LOCKCTL_FENCE. If the lease is lost
-    /// the child's process group gets SIGTERM, then SIGKILL after --kill-after, and lockctl exits 76.
-    /// Otherwise lockctl exits with the child's status (128+N for signal N).
-    ///
-    /// Example (cron): lockctl exec nightly-report -n -- /usr/local/bin/report --full
+    /// The command gets LOCKCTL_NAME, LOCKCTL_KEY, LOCKCTL_TOKEN and LOCKCTL_FENCE. If the lease is
+    /// lost its process group gets SIGTERM, then SIGKILL after --kill-after, and lockctl exits 76.
+    /// Otherwise lockctl exits with the command's status (128+N for signal N).
+    #[command(
+        override_usage = "lockctl exec [OPTIONS] <NAME> (-c <COMMAND> | -- <PROGRAM> [ARGS]...)",
+        after_long_help = "Exit status:
+  N    the command's exit status, or 128+N if signal N killed it
+  75   busy: not acquired within -w, or at once with -n (-E N replaces it); the command did not run
+  69   Redis unavailable: no quorum of nodes answered; the command did not run
+  76   the lease was lost (the command was stopped, or the release found the lock gone)
+  2    usage error; nothing was run and nothing was changed in Redis
+
+Examples:
+  # cron: skip this run while the previous one is still going
+  lockctl exec nightly-report -n -q -- /usr/local/bin/nightly-report --full
+  # CI: one deployment at a time, wait up to 30 minutes
+  lockctl exec deploy-production -w 30m --ttl 2m -- ./deploy.sh
+  # A shell command line
+  lockctl exec cache-rebuild -c 'rebuild --all && touch /var/run/rebuilt'"
+    )]
     Exec(ExecArgs),
 
     /// Show who holds a lock (exit 0 held, 1 free)
+    #[command(after_long_help = "Exit status:
+  0    the lock is held
+  1    the lock is free
+  69   Redis unavailable: too few nodes answered to tell
+
+Examples:
+  lockctl status deploy-production
+  lockctl status deploy-production --format json")]
     Status(StatusArgs),
 
     /// List held locks whose name matches a glob
+    #[command(after_long_help = "Exit status:
+  0    listed (also when nothing matches)
+  69   Redis unavailable: fewer than a quorum of nodes could be scanned
+  2    usage error (an empty pattern)
+
+Examples:
+  lockctl list
+  lockctl list 'deploy-*' --format json")]
     List(ListArgs),
 
     /// Delete a lock whoever holds it (operator override)
     ///
     /// The fencing counter is kept, so the broken holder's token stays stale for fenced storage.
+    #[command(after_long_help = "Exit status:
+  0    the lock was broken
+  1    the lock was free, or the answer was no
+  69   fewer than a quorum of nodes answered (deleted where possible)
+  2    no terminal to ask on and no --yes
+
+Examples:
+  lockctl break deploy-production
+  lockctl break deploy-production --yes")]
     Break(BreakArgs),
 
     /// Check the nodes for hazards that break locks
     ///
     /// Replication and failover, eviction policy, persistence, recent restarts, clock offset, latency,
     /// node count. Each finding is ok, warn or fail, with what to do.
+    #[command(after_long_help = "Exit status:
+  0    no failure found
+  1    at least one failure found
+  69   fewer than a quorum of nodes reachable
+
+Examples:
+  lockctl doctor --ttl 10m
+  lockctl -r redis://10.0.0.1 -r redis://10.0.0.2 -r redis://10.0.0.3 doctor --format json")]
     Doctor(DoctorArgs),
 
     /// Print a shell completion script
-    ///
-    /// Example: lockctl completions bash > /etc/bash_completion.d/lockctl
+    #[command(after_long_help = "Exit status:
+  0    the script was printed
+  2    unknown shell
+
+Examples:
+  lockctl completions bash > /etc/bash_completion.d/lockctl
+  lockctl completions zsh > \"${fpath[1]}/_lockctl\"")]
     Completions(CompletionsArgs),
 }
 
@@ -199,22 +325,28 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct WaitArgs {
     /// Lease time to live
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl,
-        allow_hyphen_values = true)]
+    ///
+    /// How long the lock outlives a holder that dies without releasing it. `exec` renews it every
+    /// TTL/3, so it need not cover the whole job. Example: --ttl 2m
+    #[arg(long, value_name = "DUR", env = "LOCKCTL_TTL", default_value = "30s",
+        value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: std::time::Duration,
 
     /// Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]
-    #[arg(short = 'w', long = "wait", value_name = "DUR", value_parser = parse_duration_or_zero,
-        allow_hyphen_values = true)]
+    #[arg(short = 'w', long = "wait", value_name = "DUR", env = "LOCKCTL_WAIT",
+        value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub wait: Option<std::time::Duration>,
 
     /// One attempt: fail at once if the lock is busy
-    #[arg(short = 'n', long = "no-wait", conflicts_with = "wait")]
+    #[arg(short = 'n', long = "no-wait", env = "LOCKCTL_NO_WAIT", action = ArgAction::SetTrue,
+        value_parser = BoolishValueParser::new())]
     pub no_wait: bool,
 
     /// Exit code when the lock is busy, instead of 75
+    ///
+    /// Example: -E 0 makes a skipped cron run a success.
     #[arg(short = 'E', long = "conflict-exit-code", value_name = "N",
-          value_parser = clap::value_parser!(u8),
+        env = "LOCKCTL_CONFLICT_EXIT_CODE", value_parser = clap::value_parser!(u8),
         allow_negative_numbers = true)]
     pub conflict_exit_code: Option<u8>,
 }
@@ -226,7 +358,7 @@ pub struct AcquireArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
     /// Output: plain prints the token; env prints `export` lines for eval; json prints an object
-    #[arg(long, value_enum, default_value_t = GrantFormat::Plain)]
+    #[arg(long, value_enum, env = "LOCKCTL_FORMAT", default_value_t = GrantFormat::Plain)]
     pub format: GrantFormat,
 }
 
@@ -234,13 +366,8 @@ pub struct AcquireArgs {
 pub struct ReleaseArgs {
     /// Lock name
     pub name: String,
-    /// The token that acquire printed
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "LOCKCTL_TOKEN",
-        hide_env_values = true
-    )]
+    /// The token that acquire printed [default: $LOCKCTL_TOKEN, when $LOCKCTL_NAME is unset or NAME]
+    #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
 }
 
@@ -248,18 +375,13 @@ pub struct ReleaseArgs {
 pub struct RenewArgs {
     /// Lock name
     pub name: String,
-    /// The token that acquire printed
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "LOCKCTL_TOKEN",
-        hide_env_values = true
-    )]
+    /// The token that acquire printed [default: $LOCKCTL_TOKEN, when $LOCKCTL_NAME is unset or NAME]
+    #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
-    /// New time to live from now
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl,
+    /// New time to live from now [default: the TTL of the grant; 30s for a lock lockctl did not grant]
+    #[arg(long, value_name = "DUR", env = "LOCKCTL_TTL", value_parser = parse_ttl,
         allow_hyphen_values = true)]
-    pub ttl: std::time::Duration,
+    pub ttl: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -269,8 +391,8 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
     /// After SIGTERM, wait this long before SIGKILL
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_positive_duration,
-        allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", env = "LOCKCTL_KILL_AFTER", default_value = "10s",
+        value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub kill_after: std::time::Duration,
     /// Run COMMAND with `sh -c`
     #[arg(
@@ -295,7 +417,7 @@ pub struct StatusArgs {
     /// Lock name
     pub name: String,
     /// Output format
-    #[arg(long, value_enum, default_value_t = ReportFormat::Plain)]
+    #[arg(long, value_enum, env = "LOCKCTL_FORMAT", default_value_t = ReportFormat::Plain)]
     pub format: ReportFormat,
 }
 
@@ -305,7 +427,7 @@ pub struct ListArgs {
     #[arg(default_value = "*")]
     pub pattern: String,
     /// Output format
-    #[arg(long, value_enum, default_value_t = ReportFormat::Plain)]
+    #[arg(long, value_enum, env = "LOCKCTL_FORMAT", default_value_t = ReportFormat::Plain)]
     pub format: ReportFormat,
 }
 
@@ -321,11 +443,11 @@ pub struct BreakArgs {
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// The lease TTL your jobs use (uptime and latency are judged against it)
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl,
-        allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", env = "LOCKCTL_TTL", default_value = "30s",
+        value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: std::time::Duration,
     /// Output format
-    #[arg(long, value_enum, default_value_t = ReportFormat::Plain)]
+    #[arg(long, value_enum, env = "LOCKCTL_FORMAT", default_value_t = ReportFormat::Plain)]
     pub format: ReportFormat,
 }
 
@@ -361,7 +483,108 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
-/// Parses the process's arguments; exits 2 with clap's message on a usage error.
+/// Parses the process's arguments and environment; exits 2 with clap's message on a usage error.
 pub fn parse() -> Cli {
-    <Cli as Parser>::parse()
+    let mut cmd = without_empty_env(command());
+    let matches = cmd.get_matches_mut();
+    let settled = Cli::from_arg_matches(&matches).and_then(|mut cli| {
+        settle_conflicts(&mut cli, &matches)?;
+        Ok(cli)
+    });
+    settled.unwrap_or_else(|e| {
+        // The usage line of the command that was given, as clap's own errors show it.
+        match matches
+            .subcommand_name()
+            .and_then(|n| cmd.find_subcommand_mut(n))
+        {
+            Some(sub) => e.format(sub).exit(),
+            None => e.format(&mut cmd).exit(),
+        }
+    })
+}
+
+/// `cmd` with the variables that are set but empty forgotten, so that they count as unset.
+fn without_empty_env(cmd: clap::Command) -> clap::Command {
+    fn forget_empty(arg: clap::Arg) -> clap::Arg {
+        let empty = arg
+            .get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|v| v.is_empty());
+        if empty {
+            arg.env(None)
+        } else {
+            arg
+        }
+    }
+    cmd.mut_args(forget_empty)
+        .mut_subcommands(|sub| sub.mut_args(forget_empty))
+}
+
+/// Pairs of options that exclude each other: given both on the command line (or both in the
+/// environment) they are a usage error; given one on the command line and the other in the
+/// environment, the command line wins.
+fn settle_conflicts(cli: &mut Cli, matches: &ArgMatches) -> Result<(), clap::Error> {
+    if let Some(drop) = winner(
+        matches,
+        ("redis", "--redis"),
+        ("redis_file", "--redis-file"),
+    )? {
+        match drop {
+            Side::First => cli.connection.redis.clear(),
+            Side::Second => cli.connection.redis_file = None,
+        }
+    }
+    if let Some(drop) = winner(matches, ("quiet", "--quiet"), ("verbose", "--verbose"))? {
+        match drop {
+            Side::First => cli.output.quiet = false,
+            Side::Second => cli.output.verbose = false,
+        }
+    }
+    let (wait, sub) = match (&mut cli.command, matches.subcommand()) {
+        (Command::Acquire(a), Some((_, sub))) => (&mut a.wait, sub),
+        (Command::Exec(a), Some((_, sub))) => (&mut a.wait, sub),
+        _ => return Ok(()),
+    };
+    if let Some(drop) = winner(sub, ("wait", "--wait"), ("no_wait", "--no-wait"))? {
+        match drop {
+            Side::First => wait.wait = None,
+            Side::Second => wait.no_wait = false,
+        }
+    }
+    Ok(())
+}
+
+/// Which of two conflicting options to ignore.
+enum Side {
+    First,
+    Second,
+}
+
+/// Decides a pair of conflicting options by where each came from (see [`settle_conflicts`]).
+fn winner(m: &ArgMatches, a: (&str, &str), b: (&str, &str)) -> Result<Option<Side>, clap::Error> {
+    let given = |id: &str| match m.value_source(id) {
+        Some(ValueSource::CommandLine) => Some(true),
+        Some(ValueSource::EnvVariable) => Some(false),
+        _ => None,
+    };
+    let env_name = |flag: &str| format!("LOCKCTL_{}", flag[2..].replace('-', "_").to_uppercase());
+    match (given(a.0), given(b.0)) {
+        (Some(true), Some(false)) => Ok(Some(Side::Second)),
+        (Some(false), Some(true)) => Ok(Some(Side::First)),
+        (Some(true), Some(true)) => Err(clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!("{} cannot be used with {}; give one of them", a.1, b.1),
+        )),
+        (Some(false), Some(false)) => Err(clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "{} and {} are both set, but {} cannot be used with {}; unset one of them",
+                env_name(a.1),
+                env_name(b.1),
+                a.1,
+                b.1
+            ),
+        )),
+        _ => Ok(None),
+    }
 }

@@ -1,9 +1,14 @@
 //! `acquire`, `release`, `renew` and `completions`: thin layers over the engine.
+//!
+//! `release` and `renew` take their token from `--token`, or else from `$LOCKCTL_TOKEN`, but only
+//! when `$LOCKCTL_NAME` is unset or names the same lock: inside `exec outer` (or after `eval` of one
+//! lock's variables) the inherited token belongs to that lock, and spending it on another one would
+//! fail as "not the owner" (76) instead of saying that no token was given.
 
 use anyhow::Context;
 
 use crate::cli::{AcquireArgs, GrantFormat, ReleaseArgs, RenewArgs, WaitArgs};
-use crate::config::{check_name, check_token, Settings};
+use crate::config::{check_name, check_token, Settings, DEFAULT_TTL};
 use crate::exit::{Exit, LockError};
 use crate::lock::{Engine, Holder, WaitPolicy, Wake, Wakeup};
 use crate::{output, say, signals};
@@ -76,9 +81,25 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
     Ok(Exit::Success)
 }
 
+/// The token for `release` or `renew` of `name` (see the module docs).
+fn token_for(name: &str, given: &Option<String>) -> Result<String, LockError> {
+    if given.is_some() {
+        return check_token(given.clone());
+    }
+    // An empty variable counts as unset, as every LOCKCTL_ variable does.
+    let var = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+    match (var("LOCKCTL_TOKEN"), var("LOCKCTL_NAME")) {
+        (Some(_), Some(owner)) if owner != name => Err(LockError::Usage(format!(
+            "no token for lock '{name}': LOCKCTL_TOKEN holds the token of lock '{owner}' \
+             (LOCKCTL_NAME); pass --token TOKEN with the token that acquire printed for '{name}'"
+        ))),
+        (inherited, _) => check_token(inherited),
+    }
+}
+
 pub fn release(settings: &Settings, args: &ReleaseArgs) -> anyhow::Result<Exit> {
     check_name(&args.name)?;
-    let token = check_token(args.token.clone())?;
+    let token = token_for(&args.name, &args.token)?;
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
     Ok(match engine.release(&keys, &token) {
@@ -89,10 +110,14 @@ pub fn release(settings: &Settings, args: &ReleaseArgs) -> anyhow::Result<Exit> 
 
 pub fn renew(settings: &Settings, args: &RenewArgs) -> anyhow::Result<Exit> {
     check_name(&args.name)?;
-    let token = check_token(args.token.clone())?;
+    let token = token_for(&args.name, &args.token)?;
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
-    Ok(match engine.renew(&keys, &token, args.ttl, None) {
+    let renewed = match args.ttl {
+        Some(ttl) => engine.renew(&keys, &token, ttl, None),
+        None => engine.renew_keeping_ttl(&keys, &token, DEFAULT_TTL),
+    };
+    Ok(match renewed {
         Ok(validity) => {
             output::emit(&format!("{}\n", validity.as_millis()))?;
             Exit::Success

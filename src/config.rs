@@ -4,93 +4,21 @@
 //! message that names the option and says how to fix it. Secrets are handled here too: URLs are kept
 //! whole for connecting but only ever shown through [`redact`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::{ConnectionArgs, TimingArgs};
 use crate::exit::LockError;
+pub use crate::parse::{
+    parse_drift_factor, parse_duration_or_zero, parse_positive_duration, parse_ttl, DEFAULT_TTL,
+    MIN_TTL,
+};
 
 /// The default node when neither `-r` nor `LOCKCTL_REDIS` is given.
 pub const DEFAULT_REDIS: &str = "redis://127.0.0.1:6379";
 
-/// Longest accepted duration: anything beyond a year is a typo, not a lease.
-const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
-
 /// Longest lock name, in bytes.
 pub const MAX_NAME_BYTES: usize = 512;
-
-/// Parses `250ms`, `30s`, `1h30m` (humantime) or a bare, possibly fractional, number of seconds.
-/// Zero is allowed here; see [`parse_positive_duration`].
-pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
-    let s = text.trim();
-    if s.is_empty() {
-        return Err("empty duration; use e.g. 250ms, 30s, 2m, 1h30m or seconds like 0.5".into());
-    }
-    if s.starts_with('-') {
-        return Err("a duration cannot be negative".into());
-    }
-    let d = if s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        let secs: f64 = s
-            .parse()
-            .map_err(|_| format!("'{s}' is not a number of seconds; use e.g. 10, 0.5 or 30s"))?;
-        if secs > MAX_DURATION.as_secs_f64() {
-            return Err(too_long());
-        }
-        Duration::from_secs_f64(secs)
-    } else {
-        humantime::parse_duration(s)
-            .map_err(|e| format!("{e}; use e.g. 250ms, 30s, 2m, 1h30m or seconds like 0.5"))?
-    };
-    if d > MAX_DURATION {
-        return Err(too_long());
-    }
-    Ok(d)
-}
-
-fn too_long() -> String {
-    "longer than a year; that is surely a typo".into()
-}
-
-/// A duration of at least one millisecond (TTL, node timeout): Redis counts in milliseconds.
-pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
-    let d = parse_duration_or_zero(text)?;
-    if d.is_zero() {
-        return Err("must be greater than zero".into());
-    }
-    if d < Duration::from_millis(1) {
-        return Err("must be at least 1ms".into());
-    }
-    Ok(d)
-}
-
-/// Shortest lease worth asking for: the fixed clock-drift allowance alone is 2 ms, so a shorter TTL
-/// could never be granted and would only ever look busy.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-
-/// A lease TTL: at least [`MIN_TTL`].
-pub fn parse_ttl(text: &str) -> Result<Duration, String> {
-    let d = parse_positive_duration(text)?;
-    if d < MIN_TTL {
-        return Err(
-            "must be at least 10ms: the clock-drift allowance alone is 2ms, so a shorter lease \
-             could never be granted"
-                .into(),
-        );
-    }
-    Ok(d)
-}
-
-/// The Redlock clock-drift factor: a fraction of the TTL in [0, 0.5).
-pub fn parse_drift_factor(text: &str) -> Result<f64, String> {
-    let f: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number; use a fraction such as 0.01"))?;
-    if !(0.0..0.5).contains(&f) {
-        return Err("must be at least 0 and below 0.5 (0.01 is the usual value)".into());
-    }
-    Ok(f)
-}
 
 /// Checks a lock name: non-empty UTF-8, no control characters, at most 512 bytes.
 pub fn check_name(name: &str) -> Result<(), LockError> {
@@ -184,14 +112,19 @@ impl Settings {
     /// Validates the global options.
     pub fn from_args(conn: &ConnectionArgs, timing: &TimingArgs) -> Result<Settings, LockError> {
         check_prefix(&conn.prefix)?;
-        let urls: Vec<&str> = if conn.redis.is_empty() {
-            vec![DEFAULT_REDIS]
+        let mut nodes = Vec::new();
+        if let Some(path) = &conn.redis_file {
+            for (line, url) in read_redis_file(path)? {
+                nodes.push(check_url(&url).map_err(|e| {
+                    LockError::Usage(format!("{}, line {line}: {e}", path.display()))
+                })?);
+            }
+        } else if conn.redis.is_empty() {
+            nodes.push(check_url(DEFAULT_REDIS)?);
         } else {
-            conn.redis.iter().map(|s| s.trim()).collect()
-        };
-        let mut nodes = Vec::with_capacity(urls.len());
-        for url in urls {
-            nodes.push(check_url(url)?);
+            for url in &conn.redis {
+                nodes.push(check_url(url.trim())?);
+            }
         }
         // The same server twice (another spelling, another db, another user) is not an independent
         // node: counting it twice would let one server decide a quorum.
@@ -224,6 +157,49 @@ impl Settings {
     }
 }
 
+/// The URLs in a `--redis-file`, with their line numbers: one per line; blank lines and lines
+/// starting with `#` are skipped. The file exists to keep passwords out of command lines, so one that
+/// others can read draws a warning (not an error: the operator may have reasons, and a lock job that
+/// stops running is worse).
+fn read_redis_file(path: &Path) -> Result<Vec<(usize, String)>, LockError> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        LockError::Usage(format!(
+            "cannot read --redis-file {shown}: {e}; create it with one Redis URL per line \
+             (chmod 600), or give the nodes with --redis URL"
+        ))
+    })?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o044 != 0 {
+            crate::complain!(
+                "warning: --redis-file {shown} is readable by {} (mode {mode:03o}) and may hold \
+                 passwords; make it private: chmod 600 {shown}",
+                if mode & 0o004 != 0 {
+                    "everyone"
+                } else {
+                    "its group"
+                }
+            );
+        }
+    }
+    let urls: Vec<(usize, String)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| (i + 1, line.trim()))
+        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
+        .map(|(n, line)| (n, line.to_string()))
+        .collect();
+    if urls.is_empty() {
+        return Err(LockError::Usage(format!(
+            "--redis-file {shown} lists no URL; put one Redis URL per line, such as \
+             redis://:PASSWORD@10.0.0.5:6379"
+        )));
+    }
+    Ok(urls)
+}
+
 /// The server a URL points at (`host:port` or the socket path), whatever its user, password or db.
 fn server_of(url: &str) -> Option<String> {
     use redis::ConnectionAddr;
@@ -245,6 +221,9 @@ pub fn check_url(url: &str) -> Result<NodeSpec, LockError> {
         return Err(LockError::Usage(
             "invalid --redis: empty URL; use e.g. redis://127.0.0.1:6379".into(),
         ));
+    }
+    if let Some(why) = misspelt(url) {
+        return Err(bad(why));
     }
     let parsed = url::Url::parse(url).map_err(|e| {
         bad(format!(
@@ -296,6 +275,52 @@ pub fn check_url(url: &str) -> Result<NodeSpec, LockError> {
         display,
         tls,
     })
+}
+
+/// What is wrong with a URL written the way people often mistype one, and how to write it.
+fn misspelt(url: &str) -> Option<String> {
+    let Some((_, rest)) = url.split_once("://") else {
+        // `127.0.0.1:6379`, `/run/redis.sock`: no scheme. The text is repeated only when it looks
+        // like a host and port, or a path, never a password pasted in the wrong place.
+        let plain = url.rsplit_once(':').is_some_and(|(host, port)| {
+            !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (host == "localhost" || host.contains(['.', ']']))
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        });
+        let scheme = url.split_once(':').map_or("", |(s, _)| s);
+        return Some(
+            if ["redis", "rediss", "unix", "redis+unix"].contains(&scheme) {
+                let example = if scheme.contains("unix") {
+                    "/path/to/redis.sock"
+                } else {
+                    "host:port"
+                };
+                format!("'{scheme}:' must be followed by '//'; write {scheme}://{example}")
+            } else if url.starts_with('/') && !url.contains(['?', '@']) {
+                format!("no scheme; for a unix socket write unix://{url}")
+            } else if plain {
+                format!("no scheme; write redis://{url} (or rediss://{url} for TLS)")
+            } else {
+                "no scheme; write redis://[user:password@]host:port, rediss:// for TLS or \
+                 unix:///path/to/redis.sock"
+                    .into()
+            },
+        );
+    };
+    // The host part ends at the first `/`, `?` or `#`: an `@` after one means a password holds it.
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if url.starts_with("redis") && !url.contains("unix") && rest[end..].contains('@') {
+        return Some(
+            "the password seems to contain '/', '?' or '#', which end the host part of a URL; \
+             percent-encode them in the password ('/' as %2F, '?' as %3F, '#' as %23, '@' as %40, \
+             '%' as %25)"
+                .into(),
+        );
+    }
+    None
 }
 
 /// Query parameters shown as they are: none of them can hold a secret.
@@ -415,29 +440,6 @@ pub fn redact_urls(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(
-            parse_duration_or_zero("1.5").unwrap(),
-            Duration::from_millis(1500)
-        );
-        assert_eq!(
-            parse_duration_or_zero("250ms").unwrap(),
-            Duration::from_millis(250)
-        );
-        assert_eq!(
-            parse_duration_or_zero("1h30m").unwrap(),
-            Duration::from_secs(5400)
-        );
-        assert!(parse_positive_duration("0").is_err());
-        assert!(parse_positive_duration("0s").is_err());
-        assert!(parse_duration_or_zero("-1").is_err());
-        assert!(parse_duration_or_zero("abc").is_err());
-        assert!(parse_duration_or_zero("1e400").is_err());
-        assert!(parse_duration_or_zero("100y").is_err());
-        assert!(parse_duration_or_zero("nan").is_err());
-    }
 
     #[test]
     fn redaction() {

@@ -38,6 +38,7 @@ pub mod inspect;
 pub mod lock;
 pub mod log;
 pub mod output;
+pub mod parse;
 pub mod signals;
 
 use cli::{Cli, Command};

@@ -211,3 +211,157 @@ fn unknown_commands_and_flags() {
         &["--quiet", "--verbose"],
     );
 }
+
+/// A lockctl with a live server holding `held` in the environment, for messages about other nodes.
+fn with_lock_env(s: &Server, args: &[&str]) -> std::process::Output {
+    run(lockctl_on(s).args(args))
+}
+
+#[test]
+fn url_without_scheme_says_what_to_write() {
+    let (s, t) = server_with_a_lock();
+    rejects(
+        &s,
+        &t,
+        &["-r", "127.0.0.1:16379", "acquire", "new", "-n"],
+        &["--redis", "no scheme", "redis://127.0.0.1:16379"],
+    );
+    rejects(
+        &s,
+        &t,
+        &["-r", "/run/redis/redis.sock", "status", "held"],
+        &["unix:///run/redis/redis.sock"],
+    );
+    // Through the environment too.
+    let o = run(lockctl()
+        .env("LOCKCTL_REDIS", "localhost:6379")
+        .args(["acquire", "new", "-n"]));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("redis://localhost:6379"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(s.get("lockctl:new"), None);
+}
+
+#[test]
+fn password_with_slash_says_to_percent_encode() {
+    let (s, t) = server_with_a_lock();
+    for url in [
+        "redis://:pa/ss@127.0.0.1:6379",
+        "redis://user:p@ss/word@127.0.0.1:6379/0",
+        "redis://:pa?ss@127.0.0.1:6379",
+    ] {
+        rejects(
+            &s,
+            &t,
+            &["-r", url, "acquire", "new", "-n"],
+            &["--redis", "percent-encode", "%2F", "%40"],
+        );
+        let o = with_lock_env(&s, &["-r", url, "acquire", "new", "-n"]);
+        for secret in ["pa/ss", "p@ss", "pa?ss"] {
+            assert!(!stderr(&o).contains(secret), "{}", stderr(&o));
+        }
+    }
+}
+
+#[test]
+fn a_port_that_is_not_redis_says_so() {
+    let (s, t) = server_with_a_lock();
+    // A minimal HTTP server on a loopback port: it answers every connection with a 400.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut conn = conn;
+            let _ = std::io::Write::write_all(
+                &mut conn,
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}");
+    for args in [
+        &["acquire", "new", "-n"][..],
+        &["status", "new"],
+        &["release", "held", "--token", &t],
+    ] {
+        let keys = s.keys();
+        let o = run(lockctl().args(["-r", &url]).args(args));
+        let err = stderr(&o);
+        assert_eq!(code(&o), 69, "{args:?}: {err}");
+        assert!(
+            err.contains("does not look like a Redis server") && err.contains("host and port"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("Unexpected"), "{err}");
+        assert_eq!(s.keys(), keys);
+    }
+    assert_eq!(s.get("lockctl:held").as_deref(), Some(t.as_str()));
+}
+
+#[test]
+fn exec_without_a_command_shows_a_usage_without_redis() {
+    let (s, t) = server_with_a_lock();
+    rejects(&s, &t, &["exec", "mylock"], &["--command", "PROGRAM"]);
+    let o = with_lock_env(&s, &["exec", "mylock"]);
+    let usage = stderr(&o)
+        .lines()
+        .find(|l| l.starts_with("Usage:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        usage.contains("-c <COMMAND>") && usage.contains("-- <PROGRAM>"),
+        "{usage}"
+    );
+    assert!(!usage.contains("--redis"), "{usage}");
+    assert_eq!(s.get("lockctl:mylock"), None);
+}
+
+#[test]
+fn acquire_help_shows_only_the_safe_eval_pattern() {
+    let o = run(lockctl().args(["acquire", "--help"]));
+    let help = stdout(&o);
+    assert!(!help.contains("eval \"$(lockctl"), "{help}");
+    assert!(help.contains("lock=$(lockctl acquire"), "{help}");
+    assert!(help.contains("|| exit"), "{help}");
+    assert!(help.contains("eval \"$lock\""), "{help}");
+    for page in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/man")).unwrap() {
+        let text = std::fs::read_to_string(page.unwrap().path()).unwrap();
+        assert!(
+            !text.contains("eval \"$(lockctl"),
+            "a man page shows the unsafe form"
+        );
+    }
+}
+
+#[test]
+fn redis_file_missing_empty_or_bad() {
+    let (s, t) = server_with_a_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.conf");
+    let empty = dir.path().join("empty.conf");
+    std::fs::write(&empty, "# nothing yet\n\n   \n").unwrap();
+    let bad = dir.path().join("bad.conf");
+    std::fs::write(&bad, format!("{}\n# next\nhttp://u:Secr3tPw@x\n", s.url())).unwrap();
+    for (file, words) in [
+        (
+            &missing,
+            &["--redis-file", "missing.conf", "cannot read"][..],
+        ),
+        (&empty, &["--redis-file", "empty.conf", "lists no URL"]),
+        (&bad, &["bad.conf, line 3", "--redis", "unknown scheme"]),
+    ] {
+        let f = file.to_str().unwrap();
+        rejects(&s, &t, &["--redis-file", f, "acquire", "new", "-n"], words);
+        rejects(
+            &s,
+            &t,
+            &["--redis-file", f, "release", "held", "--token", &t],
+            words,
+        );
+    }
+    let o = run(lockctl().args(["--redis-file", bad.to_str().unwrap(), "status", "held"]));
+    assert!(!stderr(&o).contains("Secr3tPw"), "{}", stderr(&o));
+}

@@ -8,6 +8,7 @@
 mod support;
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use support::*;
 
@@ -163,4 +164,214 @@ fn bad_urls_with_passwords_are_redacted() {
         assert_eq!(code(&o), 2, "{url}: {}", stderr(&o));
         assert!(stderr(&o).contains("--redis"), "{}", stderr(&o));
     }
+}
+
+/// A private `--redis-file` naming `url`, in `dir`.
+fn redis_file(dir: &std::path::Path, url: &str, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let file = dir.join("redis.conf");
+    std::fs::write(&file, format!("# lock nodes\n\n{url}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+    file
+}
+
+/// Every value stored on the server (strings and hashes), as one text.
+fn everything_stored(s: &Server) -> String {
+    let mut c = redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{}", s.port.unwrap()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    let mut all = keys.join("\n");
+    for k in keys {
+        let t: String = redis::cmd("TYPE").arg(&k).query(&mut c).unwrap();
+        let v: Vec<String> = match t.as_str() {
+            "hash" => redis::cmd("HGETALL").arg(&k).query(&mut c).unwrap(),
+            "string" => vec![redis::cmd("GET").arg(&k).query(&mut c).unwrap()],
+            _ => vec![],
+        };
+        all.push('\n');
+        all.push_str(&v.join("\n"));
+    }
+    all
+}
+
+#[test]
+fn password_from_redis_file_reaches_no_argv_log_output_or_holder() {
+    let s = server_with_password();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", s.port.unwrap());
+    let file = redis_file(dir.path(), &url, 0o600);
+    let f = file.to_str().unwrap();
+
+    // A holder through exec, and a waiter through the environment variable, both with -v.
+    let mut holder = lockctl()
+        .args([
+            "-v",
+            "--redis-file",
+            f,
+            "exec",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; sleep 30",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let holder_err = collect_stderr(holder.stderr.take().unwrap());
+    let _ready = wait_for_line(
+        holder.stdout.take().unwrap(),
+        "ready",
+        Duration::from_secs(30),
+    );
+    let mut waiter = lockctl()
+        .env("LOCKCTL_REDIS_FILE", f)
+        .args(["-v", "acquire", "job", "-w", "60s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiter_pid = waiter.id() as i32;
+    let waiter_err = collect_stderr(waiter.stderr.take().unwrap());
+    // The waiter is waiting (it said so) and its command line holds no password.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(alive(waiter_pid));
+    for pid in [waiter_pid, holder.id() as i32] {
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&argv).contains(PASSWORD),
+            "argv of {pid} holds the password"
+        );
+    }
+    // An acquire whose caller's command line (stored as the holder) names the file.
+    let o = run(Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "LOCKCTL_QUARANTINE=0 {} --redis-file {f} acquire second -n; sleep 0.1",
+            env!("CARGO_BIN_EXE_lockctl")
+        ))
+        .env_remove("LOCKCTL_REDIS"));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // Nothing stored in Redis (holder records, command lines) holds it; nor does status.
+    let stored = everything_stored(&s);
+    assert!(
+        stored.contains("--redis-file"),
+        "the holder record names the file: {stored}"
+    );
+    assert!(!stored.contains(PASSWORD), "{stored}");
+    let o = clean(lockctl().args(["-v", "--redis-file", f, "status", "job"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = clean(lockctl().args(["--redis-file", f, "list", "--format", "json"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    kill(holder.id() as i32, libc::SIGTERM);
+    holder.wait().unwrap();
+    kill(waiter_pid, libc::SIGTERM);
+    waiter.wait().unwrap();
+    let logs = format!(
+        "{}{}",
+        holder_err.join().unwrap(),
+        waiter_err.join().unwrap()
+    );
+    assert!(logs.contains("***"), "-v shows the redacted URL: {logs}");
+    assert!(!logs.contains(PASSWORD), "{logs}");
+
+    // Errors: a wrong password in the file, and a node that is down.
+    let wrong = redis_file(
+        dir.path(),
+        &format!("redis://:{WRONG}@127.0.0.1:{}", s.port.unwrap()),
+        0o600,
+    );
+    let o = clean(
+        lockctl()
+            .arg("--redis-file")
+            .arg(&wrong)
+            .args(["-v", "acquire", "x", "-n"]),
+    );
+    assert_ne!(code(&o), 0);
+    let down = redis_file(
+        dir.path(),
+        &format!("redis://:{PASSWORD}@127.0.0.1:{}", free_port()),
+        0o600,
+    );
+    let o = clean(
+        lockctl()
+            .arg("--redis-file")
+            .arg(&down)
+            .args(["-v", "acquire", "x", "-n"]),
+    );
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+}
+
+#[test]
+fn redis_file_readable_by_others_draws_a_warning() {
+    let s = server_with_password();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", s.port.unwrap());
+    for (mode, who) in [(0o644, "everyone"), (0o640, "its group")] {
+        let file = redis_file(dir.path(), &url, mode);
+        // Even with -q: it is about the operator's secrets, not a routine diagnostic.
+        let o = clean(
+            lockctl()
+                .arg("--redis-file")
+                .arg(&file)
+                .args(["-q", "status", "x"]),
+        );
+        assert_eq!(code(&o), 1, "the command still runs: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("warning") && err.contains(who), "{err}");
+        assert!(
+            err.contains(&format!("chmod 600 {}", file.display())),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn password_with_at_and_slash_works_percent_encoded() {
+    let s = Server::start_tcp();
+    let pw = "p@ss/w0rd?#x";
+    let ok: String = s.cmd(&["CONFIG", "SET", "requirepass", pw]);
+    assert_eq!(ok, "OK");
+    let port = s.port.unwrap();
+    // As typed: a usage error that says to percent-encode, without the password.
+    let o = run(lockctl().args([
+        "-r",
+        &format!("redis://:{pw}@127.0.0.1:{port}"),
+        "acquire",
+        "a",
+        "-n",
+    ]));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("%2F") && !stderr(&o).contains("w0rd"),
+        "{}",
+        stderr(&o)
+    );
+    // Percent-encoded as the message says: it authenticates.
+    let encoded = "p%40ss%2Fw0rd%3F%23x";
+    let o = run(lockctl().args([
+        "-r",
+        &format!("redis://:{encoded}@127.0.0.1:{port}"),
+        "acquire",
+        "a",
+        "-n",
+    ]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A password with '@' alone needs no encoding.
+    let s = Server::start_tcp();
+    let ok: String = s.cmd(&["CONFIG", "SET", "requirepass", "at@sign"]);
+    assert_eq!(ok, "OK");
+    let port = s.port.unwrap();
+    let o = run(lockctl().args([
+        "-r",
+        &format!("redis://:at@sign@127.0.0.1:{port}"),
+        "acquire",
+        "b",
+        "-n",
+    ]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
 }

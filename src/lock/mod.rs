@@ -703,7 +703,30 @@ impl Engine {
         ttl: Duration,
         recreate: Option<(&Grant, &Holder)>,
     ) -> Result<Duration, LockError> {
-        let ttl_ms = ttl.as_millis().to_string();
+        self.renew_with(keys, token, Some(ttl), ttl, recreate)
+    }
+
+    /// Like [`Engine::renew`] with the TTL the lock was granted with, which its holder record keeps;
+    /// `fallback` for a key with no record of ours (a canonical client's). Returns the new validity.
+    pub fn renew_keeping_ttl(
+        &mut self,
+        keys: &LockKeys,
+        token: &str,
+        fallback: Duration,
+    ) -> Result<Duration, LockError> {
+        self.renew_with(keys, token, None, fallback, None)
+    }
+
+    fn renew_with(
+        &mut self,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Option<Duration>,
+        fallback: Duration,
+        recreate: Option<(&Grant, &Holder)>,
+    ) -> Result<Duration, LockError> {
+        let ttl_ms = ttl.map_or(String::new(), |t| t.as_millis().to_string());
+        let fallback_ms = fallback.as_millis().to_string();
         let (fence, host, pid, cmd) = match recreate {
             Some((grant, holder)) => (
                 grant.fence.to_string(),
@@ -718,10 +741,28 @@ impl Engine {
         let results = quorum::all(&mut self.nodes, |i, node| {
             let granted_by =
                 recreate.map_or("", |(g, _)| g.run_ids.get(i).map_or("", |r| r.as_str()));
-            let args = [token, &ttl_ms, &fence, granted_by, &host, &pid, &cmd];
+            let args = [
+                token,
+                &ttl_ms,
+                &fence,
+                granted_by,
+                &host,
+                &pid,
+                &cmd,
+                &fallback_ms,
+            ];
             node.eval("renew", &RENEW, &key_list, &args)
         });
         let elapsed = started.elapsed();
+        // Each node answers with the TTL it set; the shortest bounds the lease.
+        let set = results
+            .iter()
+            .filter_map(|r| match r {
+                Ok(Value::Int(ms)) if *ms > 0 => Some(Duration::from_millis(*ms as u64)),
+                _ => None,
+            })
+            .min();
+        let ttl = ttl.or(set).unwrap_or(fallback);
         let (renewed, answered, failures) = tally(results);
         self.verdict(keys, renewed, answered, failures, "renew")?;
         match ttl.checked_sub(elapsed + self.drift(ttl)) {

@@ -233,6 +233,15 @@ impl Node {
                 text = text.replace(pw, "***");
             }
         }
+        if e.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
+            // The reply could not be read as RESP at all: the bytes the parser choked on mean
+            // nothing to the user, the port does.
+            return format!(
+                "{}: {what}: this does not look like a Redis server: it answered with something \
+                 other than the Redis protocol (an HTTP server?); check the host and port",
+                self.display
+            );
+        }
         let hint = hint(e, &text, self.display.starts_with("rediss:"));
         format!("{}: {what}: {text}{hint}", self.display)
     }

@@ -46,6 +46,6 @@ redis.call('INCR', KEYS[2])
 local fence = redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 redis.call('HSET', KEYS[3], 'token', token, 'fence', fence, 'host', ARGV[4], 'pid', ARGV[5],
-  'cmd', ARGV[6], 'acquired_ms', t[1] * 1000 + math.floor(t[2] / 1000))
+  'cmd', ARGV[6], 'acquired_ms', t[1] * 1000 + math.floor(t[2] / 1000), 'ttl_ms', ttl)
 redis.call('PEXPIRE', KEYS[3], ttl)
 return {1, fence, run_id()}

@@ -1,8 +1,9 @@
 -- Compare-and-pexpire: extend the lock only where it still holds our token.
 -- KEYS: lock, fence counter, holder hash
--- ARGV: token, ttl ms, fence T, the node's run id when we won it ('' = never re-create), host, pid,
---       command line
--- Returns 1 renewed, 2 re-created, 0 not ours.
+-- ARGV: token, ttl ms ('' = the grant's, recorded with the holder), fence T, the node's run id when
+--       we won it ('' = never re-create), host, pid, command line, the ttl ms for '' when the holder
+--       record is not ours (a canonical client's key has none)
+-- Returns the ttl ms set (renewed or re-created), 0 not ours.
 --
 -- Re-creation: when the key is missing and the node's run id is no longer the one it had when it
 -- granted us the lock, the node restarted since and lost our key in the restart, not to an operator,
@@ -10,11 +11,15 @@
 -- so we put our key back and raise the fencing counter, which the restart may have lost too, to at
 -- least our token.
 local token, ttl = ARGV[1], ARGV[2]
+if ttl == '' then
+  local h = redis.call('HMGET', KEYS[3], 'token', 'ttl_ms')
+  ttl = (h[1] == token and h[2]) or ARGV[8]
+end
 local current = redis.call('GET', KEYS[1])
 if current == token then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
-  return 1
+  return tonumber(ttl)
 end
 local granted_by = ARGV[4]
 if current or granted_by == '' then
@@ -32,6 +37,6 @@ if #fence < #t or (#fence == #t and fence < t) then
 end
 local now = redis.call('TIME')
 redis.call('HSET', KEYS[3], 'token', token, 'fence', t, 'host', ARGV[5], 'pid', ARGV[6],
-  'cmd', ARGV[7], 'acquired_ms', now[1] * 1000 + math.floor(now[2] / 1000))
+  'cmd', ARGV[7], 'acquired_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'ttl_ms', ttl)
 redis.call('PEXPIRE', KEYS[3], ttl)
-return 2
+return tonumber(ttl)
