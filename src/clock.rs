@@ -52,4 +52,72 @@ impl Stamp {
     pub fn passed(self) -> bool {
         Stamp::now() >= self
     }
+
+    /// The point `since_boot` after boot (for clocks other than the system's, such as a test's).
+    pub fn at(since_boot: Duration) -> Stamp {
+        Stamp(since_boot)
+    }
+
+    /// Time since boot.
+    pub fn since_boot(self) -> Duration {
+        self.0
+    }
+}
+
+/// A clock that deadlines are read from and waited on: the boot-time clock in lockctl, a clock that
+/// can jump (a suspend) in the tests of the code that waits on it.
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Stamp;
+    /// Blocks until `until` or a little later; may return early (a signal), so callers re-read
+    /// [`Clock::now`].
+    fn sleep_until(&self, until: Stamp);
+}
+
+/// `CLOCK_BOOTTIME`, waited on with `clock_nanosleep(TIMER_ABSTIME)`: an absolute wake-up on the
+/// clock that counts suspend, so a sleep that spans a suspend ends as soon as the machine resumes
+/// past its deadline. (`Condvar::wait_timeout` and `thread::sleep` wait on `CLOCK_MONOTONIC`, which
+/// stops during a suspend: they would oversleep by the length of the suspend.)
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Boottime;
+
+impl Clock for Boottime {
+    fn now(&self) -> Stamp {
+        Stamp::now()
+    }
+
+    fn sleep_until(&self, until: Stamp) {
+        let ts = libc::timespec {
+            tv_sec: until.0.as_secs() as libc::time_t,
+            tv_nsec: until.0.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: a valid timespec for the request and no remainder pointer (an absolute sleep
+        // needs none). It returns 0 once the time is reached, or EINTR, after which callers
+        // re-read the clock.
+        unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_BOOTTIME,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boottime_sleeps_until_the_stamp() {
+        let until = Stamp::now().add(Duration::from_millis(30));
+        Boottime.sleep_until(until);
+        assert!(Stamp::now() >= until);
+    }
+
+    #[test]
+    fn sleeping_until_a_passed_stamp_returns() {
+        Boottime.sleep_until(Stamp::at(Duration::ZERO));
+    }
 }

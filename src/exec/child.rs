@@ -1,22 +1,32 @@
 //! The child process: spawned in a process group of its own, tied to lockctl's life, waited for
-//! without being reaped early, and killed as a group.
+//! without being reaped early, and killed as a group. The job is the whole group, not the child alone.
 //!
 //! - **Own process group**: a lease-loss or forwarded signal must reach everything the job started
 //!   (`sh -c 'a | b'`, a script's background helpers), and only that; `killpg` on the child's group does
 //!   it, and lockctl itself stays out of the blast.
-//! - **Parent-death signal**: `PR_SET_PDEATHSIG(SIGKILL)` kills the child if lockctl dies, even by
-//!   SIGKILL, when nobody is left to renew the lease. The kernel sends it when the *thread* that forked
-//!   the child exits, so the child is always spawned from the main thread, which lives until the end.
+//! - **Tied to lockctl's life**: if lockctl dies, even by SIGKILL, nobody renews the lease, so the
+//!   whole group dies: the watcher (`watcher.rs`) kills it, and the child announces its group to the
+//!   watcher before exec. `PR_SET_PDEATHSIG(SIGKILL)` kills the direct child too, should the watcher
+//!   itself be gone. The kernel sends it when the *thread* that forked the child exits, so the child is
+//!   always spawned from the main thread, which lives until the end.
+//! - **The job ends when the group does**: lockctl is the child subreaper (`PR_SET_CHILD_SUBREAPER`),
+//!   so members of the group orphaned by the direct child's exit (`sh -c 'work & exit 0'`) become
+//!   lockctl's children instead of init's. lockctl waits for them with `waitid(P_PGID)` and keeps the
+//!   lease, renewing, until no process of the group is left: like `flock(1)`, whose lock lasts as long
+//!   as any process holding the inherited descriptor. A command that must outlive the job leaves the
+//!   group (`setsid`), and then runs outside the lock.
 //! - **Terminal**: in an interactive shell the child's new group would be a background group and stop on
 //!   its first read of the terminal, so when lockctl owns the terminal's foreground it hands it to the
 //!   child (both sides call `tcsetpgrp`, as shells do, so neither order loses) and takes it back after.
 //!   Ctrl-C then goes straight to the child, as it would without lockctl.
-//! - **Waiting without reaping** (`waitid(WNOWAIT)`): the process-group ID stays reserved while the
-//!   child is an unreaped zombie, so a late `killpg` from the renewal or signal thread can never hit a
-//!   recycled PID. The supervisor marks the child as gone under its lock before reaping it.
+//! - **Waiting without reaping** (`waitid(WNOWAIT)`): the process-group ID stays reserved while any
+//!   member of the group exists, zombies included, so a late `killpg` from the timer, renewal or signal
+//!   thread can never hit a recycled ID. Every member is reaped under the supervisor's lock, which then
+//!   checks whether the group still exists and, if not, marks it gone before anyone may signal it.
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 
@@ -27,8 +37,23 @@ pub enum Ended {
     Signaled(i32),
 }
 
-/// Spawns `program args` in its own process group with the parent-death signal set.
-pub fn spawn(program: &OsString, args: &[OsString], env: &[(&str, String)]) -> io::Result<Child> {
+/// Makes lockctl the subreaper of its descendants (see the module docs).
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with plain integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Spawns `program args` in its own process group with the parent-death signal set; the group is
+/// announced to the watcher on `watcher` before exec.
+pub fn spawn(
+    program: &OsString,
+    args: &[OsString],
+    env: &[(&str, String)],
+    watcher: RawFd,
+) -> io::Result<Child> {
     let mut cmd = Command::new(program);
     cmd.args(args).process_group(0);
     for (k, v) in env {
@@ -38,7 +63,7 @@ pub fn spawn(program: &OsString, args: &[OsString], env: &[(&str, String)]) -> i
     let parent = unsafe { libc::getpid() };
     let take_terminal = owns_terminal();
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // calls (prctl, getppid, kill, getpid, sigprocmask, tcsetpgrp); it allocates nothing.
+    // calls (prctl, getppid, kill, getpid, write, sigprocmask, tcsetpgrp); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(
@@ -55,6 +80,7 @@ pub fn spawn(program: &OsString, args: &[OsString], env: &[(&str, String)]) -> i
                 // lockctl died between fork and prctl: nobody holds the lease for us.
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }
+            super::watcher::announce(watcher)?;
             if take_terminal {
                 set_foreground(libc::getpid());
             }
@@ -107,33 +133,58 @@ pub fn reclaim_terminal() {
     }
 }
 
-/// Blocks until the child has exited, leaving it unreaped (a zombie) so its PID stays reserved.
-pub fn wait_exit(pid: u32) -> io::Result<Ended> {
+/// What to wait for: a member of the job's group, or any child.
+#[derive(Debug, Clone, Copy)]
+pub enum Among {
+    Pid(u32),
+    Group(u32),
+    Any,
+}
+
+/// Finds a child of lockctl that has exited, leaving it unreaped (a zombie) so that its PID, and the
+/// group ID it uses, stay reserved. Blocks unless `block` is false. `Ok(None)`: no such child exists
+/// (or, not blocking, none has exited yet).
+pub fn exited(among: Among, block: bool) -> io::Result<Option<(u32, Ended)>> {
+    let (idtype, id) = match among {
+        Among::Pid(pid) => (libc::P_PID, pid as libc::id_t),
+        Among::Group(pgid) => (libc::P_PGID, pgid as libc::id_t),
+        Among::Any => (libc::P_ALL, 0),
+    };
+    let flags = libc::WEXITED | libc::WNOWAIT | if block { 0 } else { libc::WNOHANG };
     loop {
         // SAFETY: siginfo_t is plain data; waitid writes it.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child with a valid out-pointer.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
+        // SAFETY: waitid with a valid out-pointer.
+        let rc = unsafe { libc::waitid(idtype, id, &mut info, flags) };
         if rc == 0 {
-            // SAFETY: after a successful waitid with WEXITED, si_status is valid.
-            let status = unsafe { info.si_status() };
-            return Ok(match info.si_code {
+            // SAFETY: after a successful waitid with WEXITED, si_pid and si_status are valid (both 0
+            // when WNOHANG found no exited child).
+            let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+            if pid == 0 {
+                return Ok(None);
+            }
+            let ended = match info.si_code {
                 libc::CLD_EXITED => Ended::Exited(status),
                 _ => Ended::Signaled(status),
-            });
+            };
+            return Ok(Some((pid as u32, ended)));
         }
         let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::ECHILD) => return Ok(None),
+            _ => return Err(err),
         }
     }
+}
+
+/// Reaps `pid`, a child that has exited.
+pub fn reap(pid: u32) {
+    let mut status = 0;
+    // SAFETY: waitpid on our own exited child.
+    while unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) } < 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
 }
 
 /// Sends `signal` to the process group `pgid`. Quietly does nothing if the group is gone.

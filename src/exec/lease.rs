@@ -1,13 +1,17 @@
-//! The renewal thread: keeps the lease alive while the child runs, and decides when it is lost.
+//! The renewal thread: keeps the lease alive while the job runs, and decides when it is lost.
 //!
 //! It renews every TTL/3 from the start of the last successful renewal, with the compare-and-pexpire
 //! script on every node. The lease's local deadline is the start of the last successful renewal (or of
 //! the winning attempt) plus the validity it returned, which already subtracts the round trip and the
 //! clock-drift allowance; it is measured on the boot-time clock (`clock.rs`). A failed renewal (a node
-//! timeout, a dropped connection) is retried, each call bounded by the node timeout, until that
-//! deadline. The lease is lost when a quorum answers that the lock is no longer ours, or when the
-//! deadline passes, which includes lockctl itself having been stopped or paused past it: after SIGCONT
-//! the deadline is checked before anything else, and no renewal can revive a lease that already ran out.
+//! timeout, a dropped connection) is retried until that deadline, each call bounded by the node timeout
+//! and by the time left before the deadline, so no call outlives the lease. The lease is lost when a
+//! quorum answers that the lock is no longer ours, or when the deadline passes, which includes lockctl
+//! itself having been stopped, paused or suspended past it.
+//!
+//! The deadline is enforced by a timer of its own (`deadline.rs`), not by this thread between calls:
+//! the child is stopped the moment the deadline passes, whatever renewal call is in flight, and no
+//! renewal can revive a lease that already ran out.
 //!
 //! Between renewals the thread sleeps on a condition variable: no polling, about 0 % CPU.
 
@@ -15,47 +19,94 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::deadline::Deadline;
 use super::supervisor::Supervisor;
-use crate::clock::Stamp;
+use crate::clock::{Boottime, Stamp};
 use crate::exit::LockError;
 use crate::lock::{Engine, Grant, Holder};
 use crate::trace;
 
-/// A running renewal thread.
+/// A running renewal thread and its deadline timer.
 pub struct Lease {
     stop: Arc<(Mutex<bool>, Condvar)>,
+    deadline: Arc<Deadline>,
     handle: JoinHandle<(Engine, Option<String>)>,
 }
 
 impl Lease {
-    /// Starts renewing `grant`; on loss, tells `supervisor`.
+    /// Starts renewing `grant` and the timer of its deadline; on loss, tells `supervisor`.
     pub fn start(
         engine: Engine,
         grant: Grant,
         holder: Holder,
         supervisor: Arc<Supervisor>,
     ) -> std::io::Result<Lease> {
+        let deadline = Deadline::new(Arc::new(Boottime), grant.started.add(grant.validity));
+        let name = grant.keys.name.clone();
+        let sup = Arc::clone(&supervisor);
+        deadline.start(move |at| {
+            lose(&sup, &name, expired(at));
+        })?;
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stop2 = Arc::clone(&stop);
-        let handle = std::thread::Builder::new()
+        let deadline2 = Arc::clone(&deadline);
+        let spawned = std::thread::Builder::new()
             .name("renew".into())
             .stack_size(256 * 1024)
-            .spawn(move || renew_loop(engine, &grant, &holder, &supervisor, &stop2))?;
-        Ok(Lease { stop, handle })
+            .spawn(move || renew_loop(engine, &grant, &holder, &supervisor, &deadline2, &stop2));
+        let handle = match spawned {
+            Ok(h) => h,
+            Err(e) => {
+                deadline.disarm();
+                return Err(e);
+            }
+        };
+        Ok(Lease {
+            stop,
+            deadline,
+            handle,
+        })
     }
 
-    /// Stops renewing; returns the engine and, if the lease was lost (now or before), why.
+    /// Stops renewing and disarms the timer; returns the engine and, if the lease was lost (now or
+    /// before), why.
     pub fn stop(self) -> (Engine, Option<String>) {
+        let passed = self.deadline.disarm();
         {
             let (lock, cond) = &*self.stop;
             *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
             cond.notify_all();
         }
-        self.handle.join().expect("renewal thread panicked")
+        let (mut engine, lost) = self.handle.join().expect("renewal thread panicked");
+        engine.limit_calls(None);
+        (engine, lost.or_else(|| passed.map(expired)))
     }
 }
 
-/// Sleeps until `until` or a stop request; true if stopped.
+/// Stops the command first (nothing, not even a diagnostic, may come before that), then says why,
+/// once.
+fn lose(supervisor: &Arc<Supervisor>, name: &str, reason: String) -> Option<String> {
+    if supervisor.lease_lost(reason.clone()) {
+        crate::say!("lease on '{name}' lost: {reason}; stopping the command");
+    }
+    Some(reason)
+}
+
+/// Why a lease whose deadline was `at` is lost.
+fn expired(at: Stamp) -> String {
+    let late = Stamp::now().elapsed_since(at);
+    if late < Duration::from_millis(1) {
+        "its validity ran out without a successful renewal".into()
+    } else {
+        format!(
+            "its validity ran out {} ago without a successful renewal",
+            humantime::format_duration(Duration::from_millis(late.as_millis() as u64))
+        )
+    }
+}
+
+/// Sleeps until `until` or a stop request; true if stopped. The deadline does not depend on this
+/// sleep (the timer enforces it), so the monotonic clock of the condition variable is good enough.
 fn sleep_until(stop: &(Mutex<bool>, Condvar), until: Stamp) -> bool {
     let (lock, cond) = stop;
     let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -79,43 +130,32 @@ fn renew_loop(
     grant: &Grant,
     holder: &Holder,
     supervisor: &Arc<Supervisor>,
+    deadline: &Deadline,
     stop: &(Mutex<bool>, Condvar),
 ) -> (Engine, Option<String>) {
     let ttl = grant.ttl;
     let interval = ttl / 3;
     let retry_gap = (ttl / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut last = grant.started;
-    let mut deadline = grant.started.add(grant.validity);
-    let lose = |reason: String| {
-        // The command is stopped first: nothing, not even a diagnostic, may come before that.
-        supervisor.lease_lost(reason.clone());
-        crate::say!(
-            "lease on '{}' lost: {reason}; stopping the command",
-            grant.keys.name
-        );
-        Some(reason)
-    };
-    let expired = |deadline: Stamp| {
-        format!(
-            "its validity ran out {} ago without a successful renewal",
-            humantime::format_duration(Duration::from_millis(
-                Stamp::now().elapsed_since(deadline).as_millis() as u64
-            ))
-        )
-    };
+    // Lost for good: the timer has stopped the command and said why (or will in a moment).
+    let ran_out = || deadline.passed().then(|| expired(deadline.at()));
     loop {
         if sleep_until(stop, last.add(interval)) {
-            // Stopped because the child exited: was the lease still valid then?
-            return (engine, deadline.passed().then(|| expired(deadline)));
+            return (engine, None);
         }
         loop {
-            if deadline.passed() {
-                return (engine, lose(expired(deadline)));
+            if let Some(reason) = ran_out() {
+                return (engine, Some(reason));
             }
+            // No call may outlive the lease.
+            engine.limit_calls(Some(deadline.at()));
             let started = Stamp::now();
             match engine.renew(&grant.keys, &grant.token, ttl, Some((grant, holder))) {
                 Ok(validity) => {
-                    deadline = deadline.max(started.add(validity));
+                    if !deadline.extend(started.add(validity)) {
+                        // Answered after the deadline: too late to count.
+                        return (engine, ran_out());
+                    }
                     last = started;
                     trace!(
                         "renewed '{}': valid for {} ms",
@@ -125,16 +165,14 @@ fn renew_loop(
                     break;
                 }
                 Err(LockError::Lost { detail, .. }) => {
-                    return (
-                        engine,
-                        lose(format!("the lock is no longer ours ({detail})")),
-                    );
+                    let reason = format!("the lock is no longer ours ({detail})");
+                    return (engine, lose(supervisor, &grant.keys.name, reason));
                 }
                 Err(e) => {
                     trace!("renewal failed, retrying until the deadline: {e}");
-                    let next = Stamp::now().add(retry_gap).min(deadline);
+                    let next = Stamp::now().add(retry_gap).min(deadline.at());
                     if sleep_until(stop, next) {
-                        return (engine, deadline.passed().then(|| expired(deadline)));
+                        return (engine, None);
                     }
                 }
             }

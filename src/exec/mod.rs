@@ -5,20 +5,25 @@
 //! 1. Signal handling starts before the first attempt, so a SIGINT/SIGTERM/SIGHUP during the wait ends
 //!    it cleanly (a failed attempt is always rolled back, a won one is released) and lockctl exits
 //!    128+N without running the command.
-//! 2. The command is spawned from the main thread (see `child.rs` for the process group, the
-//!    parent-death signal and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN` and
+//! 2. The watcher is forked (`watcher.rs`: it kills the job's group if lockctl dies), then the command
+//!    is spawned from the main thread (see `child.rs` for the process group, the parent-death signal,
+//!    the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN` and
 //!    `LOCKCTL_FENCE` in its environment. From then on, signals are forwarded to its process group
 //!    (`supervisor.rs`).
-//! 3. The renewal thread (`lease.rs`) keeps the lease; when it is lost, the group gets SIGTERM, then
-//!    SIGKILL after `--kill-after`.
-//! 4. When the command exits, renewal stops and the lock is released, on every path.
+//! 3. The renewal thread (`lease.rs`) keeps the lease and a timer enforces its deadline
+//!    (`deadline.rs`); when the lease is lost, the group gets SIGTERM, then SIGKILL after
+//!    `--kill-after`.
+//! 4. When no process of the command's group is left (the command and whatever it left running in
+//!    the background), the watcher stands down, renewal stops and the lock is released, on every path.
 //! 5. Exit status: 76 if the lease was lost at any point (also when the release finds the lock no
 //!    longer ours); otherwise the command's exit code, or 128+N if signal N killed it; 127/126 if it
 //!    could not be started.
 
 mod child;
+mod deadline;
 mod lease;
 mod supervisor;
+mod watcher;
 
 use std::ffi::OsString;
 use std::sync::{mpsc::Sender, Arc, Mutex};
@@ -54,6 +59,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         }
     };
     let (policy, busy) = wait_policy(&args.wait);
+    child::become_subreaper().context("cannot become the subreaper of the command's processes")?;
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
     let command_line = std::iter::once(&program)
@@ -92,9 +98,17 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         return Ok(report(&LockError::Interrupted(signal), busy));
     }
     let env = grant.env();
-    let child = match child::spawn(&program, &program_args, &env) {
+    let watcher = match watcher::Watcher::start() {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = engine.release(&keys, &grant.token);
+            return Err(e).context("cannot start the watcher process; the command did not run");
+        }
+    };
+    let child = match child::spawn(&program, &program_args, &env, watcher.fd()) {
         Ok(c) => c,
         Err(e) => {
+            watcher.done();
             let _ = engine.release(&keys, &grant.token);
             crate::complain!("cannot run {}: {e}", program.to_string_lossy());
             return Ok(Exit::Raw(if e.kind() == std::io::ErrorKind::NotFound {
@@ -120,27 +134,29 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         Err(e) => {
             // No renewal: the command must not run on; the engine went with the thread that never
             // started, so a fresh one gives the lock back.
-            abandon(&supervisor, child);
+            abandon(&supervisor, child, watcher);
             if let Ok(mut engine) = Engine::new(settings) {
                 let _ = engine.release(&keys, &grant.token);
             }
             return Err(e).context("cannot start the renewal thread; the command was killed");
         }
     };
-    let ended = match child::wait_exit(pid) {
+    let ended = match supervisor.wait_job(pid) {
         Ok(ended) => ended,
         Err(e) => {
-            abandon(&supervisor, child);
+            abandon(&supervisor, child, watcher);
             let (mut engine, _) = lease.stop();
             let _ = engine.release(&keys, &grant.token);
             return Err(e).context("cannot wait for the command; it was killed");
         }
     };
-    let lost_while_running = supervisor.mark_exited();
-    let lost_reported = lost_while_running.is_some();
-    reap(child);
+    // Nothing of the job is left: the watcher stands down before anything else (see its docs).
+    watcher.done();
+    drop(child);
     child::reclaim_terminal();
     let (mut engine, lost_by_deadline) = lease.stop();
+    let lost_while_running = supervisor.lost();
+    let lost_reported = lost_while_running.is_some();
     let mut lost = lost_while_running.or(lost_by_deadline);
 
     match engine.release(&keys, &grant.token) {
@@ -173,13 +189,10 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     }
 }
 
-fn reap(mut child: std::process::Child) {
-    let _ = child.wait();
-}
-
 /// Kills the command's process group and reaps the command, on a path where lockctl cannot supervise.
-fn abandon(supervisor: &Supervisor, child: std::process::Child) {
+fn abandon(supervisor: &Supervisor, mut child: std::process::Child, watcher: watcher::Watcher) {
     supervisor.kill_now();
-    reap(child);
+    let _ = child.wait();
+    watcher.done();
     child::reclaim_terminal();
 }

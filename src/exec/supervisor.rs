@@ -1,28 +1,30 @@
 //! Who may signal the child, and when: the stop policy.
 //!
-//! Three threads can want the child stopped: the signal thread (SIGINT, SIGTERM or SIGHUP sent to
-//! lockctl), the lease thread (the lease was lost) and the main thread (which only waits). The policy,
-//! in one place:
+//! Four threads can want the job stopped: the signal thread (SIGINT, SIGTERM or SIGHUP sent to
+//! lockctl), the deadline timer and the renewal thread (the lease was lost), and the main thread
+//! (which only waits and reaps). The job is the child's whole process group. The policy, in one place:
 //!
-//! 1. A first signal sent to lockctl is forwarded as is to the child's process group; a lost lease
+//! 1. A first signal sent to lockctl is forwarded as is to the job's process group; a lost lease
 //!    sends SIGTERM to it.
-//! 2. If the child has not exited `--kill-after` later, its group gets SIGKILL.
+//! 2. If the group has not exited `--kill-after` later, it gets SIGKILL.
 //! 3. A second signal sent to lockctl escalates to SIGKILL at once.
-//! 4. Once the child has exited nothing is sent to it any more: its process-group ID may be reused.
-//!    If the lease was lost, whatever is left of the group then is killed, since no part of the job may
-//!    go on without the lock.
+//! 4. The job is over when no process of the group is left, not when the direct child exits: members
+//!    left behind keep the lease (it is renewed) and, if it is lost, get the same SIGTERM and SIGKILL,
+//!    since no part of the job may go on without the lock. Once the group is gone, nothing is sent to
+//!    it any more: its ID may be reused.
 //!
-//! The main thread marks the child as exited under the same mutex, before reaping it, so a signal is
-//! never sent to a recycled ID (see `child.rs`).
+//! The main thread reaps every member under the same mutex and marks the group gone there as soon as
+//! none is left, so a signal is never sent to a recycled ID (see `child.rs`).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::child::{group_exists, kill_group};
+use super::child::{exited, group_exists, kill_group, reap, Among, Ended};
 use crate::trace;
 
 #[derive(Default)]
 struct State {
+    /// No process of the group is left.
     exited: bool,
     /// A stop signal went out and the SIGKILL timer runs.
     stopping: bool,
@@ -71,19 +73,19 @@ impl Supervisor {
         }
     }
 
-    /// The lease is gone: SIGTERM now, SIGKILL after `--kill-after`.
-    pub fn lease_lost(self: &Arc<Self>, reason: String) {
+    /// The lease is gone: SIGTERM now, SIGKILL after `--kill-after`. True the first time (the caller
+    /// says why; later reports add nothing).
+    pub fn lease_lost(self: &Arc<Self>, reason: String) -> bool {
         let mut st = self.state();
-        if st.lost.is_none() {
+        let first = st.lost.is_none();
+        if first {
             st.lost = Some(reason);
         }
-        if st.exited {
-            return;
-        }
-        if !st.stopping {
+        if !st.exited && !st.stopping {
             kill_group(self.pgid, libc::SIGTERM);
             self.arm_kill_timer(&mut st);
         }
+        first
     }
 
     fn arm_kill_timer(self: &Arc<Self>, st: &mut State) {
@@ -123,15 +125,68 @@ impl Supervisor {
         }
     }
 
-    /// The child has exited (not yet reaped). Returns why the lease was lost, if it was.
-    pub fn mark_exited(&self) -> Option<String> {
+    /// Why the lease was lost, if it was.
+    pub fn lost(&self) -> Option<String> {
+        self.state().lost.clone()
+    }
+
+    /// Reaps `pid`, an exited child, then marks the group gone if nothing of it is left: both under
+    /// the lock, so that no signal can go out between the reap and the check.
+    fn reap(&self, pid: u32) {
         let mut st = self.state();
-        st.exited = true;
-        self.exited.notify_all();
-        if st.lost.is_some() && group_exists(self.pgid) {
-            // The child is an unreaped zombie, so the group ID is still ours.
-            kill_group(self.pgid, libc::SIGKILL);
+        reap(pid);
+        self.check_gone(&mut st);
+    }
+
+    fn check_gone(&self, st: &mut State) -> bool {
+        if !st.exited && !group_exists(self.pgid) {
+            st.exited = true;
+            self.exited.notify_all();
         }
-        st.lost.clone()
+        st.exited
+    }
+
+    /// Waits until no process of the job's group is left, reaping its members and any other adopted
+    /// child that has exited; returns how the direct child `pid` ended.
+    pub fn wait_job(&self, pid: u32) -> std::io::Result<Ended> {
+        let mut ended = None;
+        loop {
+            // Other exited children (orphans that left the group, then ended) are reaped as we go.
+            while let Some((p, how)) = exited(Among::Any, false)? {
+                self.take(p, how, pid, &mut ended);
+            }
+            let gone = self.state().exited;
+            if gone && ended.is_some() {
+                break;
+            }
+            let among = if gone {
+                // The child left its own group (`setpgid`): wait for it alone.
+                Among::Pid(pid)
+            } else {
+                Among::Group(self.pgid)
+            };
+            match exited(among, true)? {
+                Some((p, how)) => self.take(p, how, pid, &mut ended),
+                None => {
+                    // No child of ours is left in the group, yet it exists: members whose parent
+                    // left it. They are not ours to reap; look again shortly.
+                    if !self.check_gone(&mut self.state()) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+        }
+        Ok(ended.expect("the loop ends once the child has ended"))
+    }
+
+    /// Reaps `p`; records its status if it is the direct child `pid`.
+    fn take(&self, p: u32, how: Ended, pid: u32, ended: &mut Option<Ended>) {
+        self.reap(p);
+        if p == pid {
+            *ended = Some(how);
+            if !self.state().exited {
+                trace!("the command exited ({how:?}); waiting for the rest of its process group");
+            }
+        }
     }
 }

@@ -254,6 +254,14 @@ impl Engine {
         &mut self.nodes
     }
 
+    /// Bounds every node call to end by `until` (the end of a lease) as well as within the node
+    /// timeout; `None` leaves the node timeout alone.
+    pub fn limit_calls(&mut self, until: Option<Stamp>) {
+        for node in &mut self.nodes {
+            node.limit(until);
+        }
+    }
+
     /// A majority of the nodes.
     pub fn quorum(&self) -> usize {
         quorum::quorum(self.nodes.len())

@@ -1,7 +1,9 @@
 //! One Redis node: a lazily opened connection with hard timeouts, and scripts sent with EVALSHA.
 //!
-//! Every connect and every command is bounded by the node timeout, so a stopped or black-holed server
-//! costs at most about one timeout and never hangs a command. Scripts go out as EVALSHA and are
+//! One node timeout bounds each call as a whole: the name lookup, the connect, the handshake (TLS,
+//! AUTH, SELECT) and the command together, so a stopped or black-holed server costs at most about one
+//! timeout and never hangs a command. A holder's renewal is bounded by the time left on its lease as
+//! well ([`Node::limit`]), so no renewal call outlives the lease it renews. Scripts go out as EVALSHA and are
 //! reloaded on NOSCRIPT (redis-rs's `Script` does that); should the script be gone again by the retry,
 //! its source goes out with EVAL, so a `SCRIPT FLUSH` or a failover to a server that never saw the
 //! scripts changes nothing.
@@ -17,17 +19,20 @@
 //! smaller harm. A new connection is no safer than an old one: an operator's
 //! `CLIENT KILL TYPE normal` can land between its connect and its first command.
 //!
-//! A unix-socket connect has no timeout of its own (std's `UnixStream::connect` takes none, and
-//! redis-rs applies the timeout only to TCP), and it blocks for as long as the server's accept queue
-//! is full, which a stopped server reaches after a few hundred connects. So such a connect runs on a
-//! helper thread that the caller stops waiting for after the node timeout ([`connect`]); a node keeps
-//! at most one such connect outstanding and picks it up on its next call rather than queueing more.
+//! Opening a connection has parts that no socket timeout bounds, or bounds one by one: the name lookup
+//! (`getaddrinfo` takes no timeout at all), a unix-socket connect (std's `UnixStream::connect` takes
+//! none, and it blocks for as long as a stopped server's accept queue is full), and redis-rs gives the
+//! handshake its own timeout after the connect's. So a connection is opened on a helper thread that the
+//! caller stops waiting for when the call's time is up ([`connect`]); a node keeps at most one such
+//! connect outstanding and picks it up on its next call rather than queueing more.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Connection, ConnectionAddr, RedisError, RedisResult, Script, Value};
+use crate::clock::Stamp;
+
+use redis::{Client, Connection, RedisError, RedisResult, Script, Value};
 
 use crate::config::{NodeSpec, TlsFiles};
 use crate::exit::LockError;
@@ -52,7 +57,9 @@ pub struct Node {
     /// A reply is outstanding on `conn` (the last command timed out).
     stale: bool,
     timeout: Duration,
-    /// A unix-socket connect still blocked after an earlier call gave up on it.
+    /// Calls must also end by then (the end of the lease they renew).
+    until: Option<Stamp>,
+    /// A connect still blocked after an earlier call gave up on it.
     pending: Mutex<Option<Receiver<RedisResult<Connection>>>>,
 }
 
@@ -66,6 +73,7 @@ impl Node {
             conn: None,
             stale: false,
             timeout,
+            until: None,
             pending: Mutex::new(None),
         })
     }
@@ -85,11 +93,27 @@ impl Node {
         self.timeout
     }
 
-    /// Opens a new connection with read and write timeouts set.
+    /// Bounds every later call to end by `until` too (`None`: the node timeout alone).
+    pub fn limit(&mut self, until: Option<Stamp>) {
+        self.until = until;
+    }
+
+    /// The time one call may take from now: the node timeout, or less if the limit is nearer.
+    fn budget(&self) -> Duration {
+        self.until
+            .map_or(self.timeout, |until| self.timeout.min(until.remaining()))
+    }
+
+    /// Opens a new connection, within the node timeout.
     pub fn open(&self) -> Result<Connection, NodeFailure> {
+        self.open_by(Instant::now() + self.budget())
+    }
+
+    /// Opens a new connection by `deadline`, with read and write timeouts set.
+    fn open_by(&self, deadline: Instant) -> Result<Connection, NodeFailure> {
         let started = Instant::now();
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let conn = connect(&self.client, self.timeout, &mut pending)
+        let conn = connect(&self.client, deadline, &mut pending)
             .and_then(|c| bounded(c, self.timeout))
             .map_err(|e| NodeFailure {
                 reason: self.describe(&e, "cannot connect"),
@@ -99,29 +123,46 @@ impl Node {
         Ok(conn)
     }
 
-    /// Runs `f` on this node's connection, opening it if needed.
+    /// Runs `f` on this node's connection, opening it if needed; connecting and `f` together end
+    /// within the node timeout (and by the limit, if one is set).
     pub fn call<T>(
         &mut self,
         what: &str,
         mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, NodeFailure> {
+        let budget = self.budget();
+        let deadline = Instant::now() + budget;
         if self.stale {
             self.conn = None;
             self.stale = false;
         }
+        if budget.is_zero() {
+            return Err(NodeFailure {
+                reason: format!("{}: no time left for {what}", self.display),
+                maybe_applied: false,
+            });
+        }
         if self.conn.is_none() {
-            self.conn = Some(self.open()?);
+            self.conn = Some(self.open_by(deadline)?);
         }
         let started = Instant::now();
-        let result = match f(self.conn.as_mut().expect("connection just opened")) {
+        let result = match run_by(
+            self.conn.as_mut().expect("connection just opened"),
+            deadline,
+            &mut f,
+        ) {
             Err(e) if !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
                 trace!("{}: connection dropped ({e}); reconnecting", self.display);
                 self.conn = None;
-                self.conn = Some(self.open().map_err(|mut fail| {
+                self.conn = Some(self.open_by(deadline).map_err(|mut fail| {
                     fail.maybe_applied = true;
                     fail
                 })?);
-                f(self.conn.as_mut().expect("connection just opened"))
+                run_by(
+                    self.conn.as_mut().expect("connection just opened"),
+                    deadline,
+                    &mut f,
+                )
             }
             other => other,
         };
@@ -131,7 +172,7 @@ impl Node {
                 Ok(v)
             }
             Err(e) => {
-                let fail = self.failure(&e, what);
+                let fail = self.failure(&e, what, budget);
                 trace!(
                     "{}: {what} failed after {:.3} ms: {}",
                     self.display,
@@ -189,14 +230,21 @@ impl Node {
         self.stale = false;
     }
 
-    fn failure(&mut self, e: &RedisError, what: &str) -> NodeFailure {
+    fn failure(&mut self, e: &RedisError, what: &str, budget: Duration) -> NodeFailure {
         if e.is_timeout() {
             self.stale = true;
+            let within = if budget < self.timeout {
+                format!("the time left on the lease ({} ms)", budget.as_millis())
+            } else {
+                format!(
+                    "the node timeout ({})",
+                    humantime::format_duration(self.timeout)
+                )
+            };
             NodeFailure {
                 reason: format!(
-                    "{}: no answer to {what} within the node timeout ({}){}",
+                    "{}: no answer to {what} within {within}{}",
                     self.display,
-                    humantime::format_duration(self.timeout),
                     if self.display.starts_with("rediss:") {
                         " (a stopped server, or a port that does not speak TLS?)"
                     } else {
@@ -280,17 +328,37 @@ fn hint(e: &RedisError, text: &str, tls: bool) -> &'static str {
     }
 }
 
-/// Connects to `client` within `timeout`; see the module docs for unix sockets. `pending` holds a
-/// connect that an earlier call stopped waiting for, and gets this one if it does not finish in time.
+/// Runs `f` with the connection's reads and writes bounded by the time left until `deadline`.
+fn run_by<T>(
+    conn: &mut Connection,
+    deadline: Instant,
+    f: &mut impl FnMut(&mut Connection) -> RedisResult<T>,
+) -> RedisResult<T> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left < Duration::from_millis(1) {
+        return Err(timed_out("no time left for the command"));
+    }
+    conn.set_read_timeout(Some(left))?;
+    conn.set_write_timeout(Some(left))?;
+    f(conn)
+}
+
+fn timed_out(what: &str) -> RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string()).into()
+}
+
+/// Opens a connection to `client` (name lookup, connect, TLS, AUTH, SELECT) by `deadline`; see the
+/// module docs. `pending` holds a connect that an earlier call stopped waiting for, and gets this one
+/// if it does not finish in time.
 pub fn connect(
     client: &Client,
-    timeout: Duration,
+    deadline: Instant,
     pending: &mut Option<Receiver<RedisResult<Connection>>>,
 ) -> RedisResult<Connection> {
-    if !matches!(client.get_connection_info().addr(), ConnectionAddr::Unix(_)) {
-        return client.get_connection_with_timeout(timeout);
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    if timeout.is_zero() {
+        return Err(timed_out("connect timed out"));
     }
-    let deadline = Instant::now() + timeout;
     loop {
         let (rx, earlier) = match pending.take() {
             Some(rx) => (rx, true),
@@ -312,11 +380,9 @@ pub fn connect(
             Ok(result) => return result,
             Err(RecvTimeoutError::Timeout) => {
                 *pending = Some(rx);
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out: the server accepts no connections",
-                )
-                .into());
+                return Err(timed_out(
+                    "connect timed out: no connection and handshake within the time allowed",
+                ));
             }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(
