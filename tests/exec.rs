@@ -284,15 +284,39 @@ fn second_signal_escalates_to_sigkill() {
 #[test]
 fn kill_after_escalates_when_lease_lost_and_child_ignores_sigterm() {
     let s = Server::start();
-    let (child, _out) = start_ready(
-        exec_on(&s, "ignorer"),
-        &["--ttl", "1s", "--kill-after", "500ms"],
-        "trap '' TERM; echo ready; while :; do sleep 0.05; done",
-        "ready",
+    let term = s.dir().join("term");
+    let mut cmd = exec_on(&s, "ignorer");
+    cmd.env("TERM_AT", &term);
+    // The child notes when SIGTERM came, and goes on.
+    let (child, pid, _out) = start_pid(
+        cmd,
+        &["--ttl", "1s", "--kill-after", "1s"],
+        "trap 'date +%s%N > \"$TERM_AT\"' TERM; while :; do sleep 0.05; done",
     );
     let _: i64 = s.cmd(&["DEL", "lockctl:ignorer"]);
-    let o = wait_output(child, Duration::from_secs(30));
+    let deleted = Instant::now();
+    let o = wait_output(child, Duration::from_secs(60));
+    let killed = epoch_ns();
     assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(!alive(pid));
+    let term: u128 = std::fs::read_to_string(&term)
+        .expect("the child got SIGTERM first")
+        .trim()
+        .parse()
+        .unwrap();
+    let after_term = Duration::from_nanos((killed - term) as u64);
+    // SIGKILL --kill-after after SIGTERM (the child's note comes a little after the signal, so
+    // allow a little less); the loss is noticed within a renewal interval, and a generous margin
+    // stands for a loaded machine.
+    assert!(
+        after_term >= Duration::from_millis(900),
+        "SIGKILL {after_term:?} after SIGTERM"
+    );
+    assert!(
+        deleted.elapsed() < Duration::from_secs(7),
+        "SIGKILL only {:?} after the key was deleted",
+        deleted.elapsed()
+    );
 }
 
 #[test]
@@ -411,14 +435,23 @@ fn forwarded_signal_is_followed_by_sigkill_after_kill_after() {
     let s = Server::start();
     let (child, _out) = start_ready(
         exec_on(&s, "deaf"),
-        &["--kill-after", "300ms"],
+        &["--kill-after", "1s"],
         "trap '' TERM; echo ready; while :; do sleep 0.05; done",
         "ready",
     );
+    let sent = Instant::now();
     kill(child.id() as i32, libc::SIGTERM);
-    let o = wait_output(child, Duration::from_secs(30));
+    let o = wait_output(child, Duration::from_secs(60));
+    let took = sent.elapsed();
     assert_eq!(code(&o), 137, "SIGKILL after --kill-after: {}", stderr(&o));
     assert_eq!(s.get("lockctl:deaf"), None, "released");
+    // Not before --kill-after, and not much after it either (a generous margin for a loaded
+    // machine; the escalation must not wait for anything else).
+    assert!(
+        took >= Duration::from_secs(1),
+        "SIGKILL after only {took:?}"
+    );
+    assert!(took < Duration::from_secs(6), "SIGKILL only after {took:?}");
 }
 
 #[test]
@@ -514,4 +547,508 @@ fn a_password_at_the_holder_cmd_length_limit_is_not_stored() {
         "no part of the password is stored: ...{}",
         &cmd[cmd.len() - 40..]
     );
+}
+
+/// A TCP relay between lockctl and a redis-server's unix socket, run by the test. Paused, it
+/// forwards nothing and serves no new connection, while the kernel keeps accepting them: the holder's
+/// path to Redis is black-holed, as by a stopped relay process, while Redis itself runs on for the
+/// other clients. A reply delay holds every reply back for that long.
+struct Relay {
+    port: u16,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reply_delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Relay {
+    fn start(server: &Server) -> Relay {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let paused = Arc::new(AtomicBool::new(false));
+        let reply_delay_ms = Arc::new(AtomicU64::new(0));
+        let target = server.socket();
+        let (p, d) = (Arc::clone(&paused), Arc::clone(&reply_delay_ms));
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(client) = conn else { return };
+                wait_while_paused(&p);
+                let Ok(upstream) = std::os::unix::net::UnixStream::connect(&target) else {
+                    continue;
+                };
+                let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                let no_delay = Arc::new(AtomicU64::new(0));
+                pump(client, upstream, Arc::clone(&p), no_delay);
+                pump(u2, c2, Arc::clone(&p), Arc::clone(&d));
+            }
+        });
+        Relay {
+            port,
+            paused,
+            reply_delay_ms,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn pause(&self) {
+        self.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn delay_replies(&self, by: Duration) {
+        self.reply_delay_ms
+            .store(by.as_millis() as u64, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn wait_while_paused(paused: &std::sync::atomic::AtomicBool) {
+    while paused.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Copies `from` to `to` on a thread of its own, holding each chunk back while paused and for the
+/// delay.
+fn pump<R, W>(
+    mut from: R,
+    mut to: W,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) where
+    R: Read + Send + 'static,
+    W: Write + ShutdownWrite + Send + 'static,
+{
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let delay = delay_ms.load(std::sync::atomic::Ordering::SeqCst);
+            if delay > 0 {
+                std::thread::sleep(Duration::from_millis(delay));
+            }
+            wait_while_paused(&paused);
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        to.shutdown_write();
+    });
+}
+
+trait ShutdownWrite {
+    fn shutdown_write(&self);
+}
+
+impl ShutdownWrite for std::net::TcpStream {
+    fn shutdown_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl ShutdownWrite for std::os::unix::net::UnixStream {
+    fn shutdown_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// Nanoseconds since the epoch, as `date +%s%N` prints them.
+fn epoch_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A child script that appends a timestamp to `$LOG` every 10 ms, forever.
+const WRITER: &str = "echo ready; while :; do date +%s%N >> \"$LOG\"; sleep 0.01; done";
+
+/// The last timestamp the writer appended.
+fn last_write(log: &std::path::Path) -> u128 {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .expect("the child wrote at least once")
+}
+
+#[test]
+fn the_deadline_stops_the_child_before_another_client_is_granted() {
+    // Issue 10 item 5: with the holder's path to Redis black-holed, its child must be stopped when
+    // the lease's local deadline passes, even while a renewal call is in flight, and so before a
+    // client waiting directly on Redis can be granted the lock.
+    let s = Server::start();
+    let relay = Relay::start(&s);
+    let log = s.dir().join("writes");
+    let mut a = lockctl();
+    a.env("LOCKCTL_REDIS", relay.url())
+        .env("LOG", &log)
+        .args(["exec", "overlap"]);
+    // The default node timeout, as in the report.
+    let (holder, _out) = start_ready(a, &["--ttl", "3.4s"], WRITER, "ready");
+    std::thread::sleep(Duration::from_millis(300));
+    relay.pause();
+    let waiter = lockctl_on(&s)
+        .args(["acquire", "overlap", "-w", "60s", "--ttl", "30s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_output(waiter, Duration::from_secs(60));
+    let granted = epoch_ns();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    let last = last_write(&log);
+    assert!(
+        last < granted,
+        "the child wrote {} ms after the other client was granted the lock",
+        (last - granted) / 1_000_000
+    );
+    eprintln!(
+        "last write {} ms before the other grant was reported",
+        (granted - last) / 1_000_000
+    );
+}
+
+#[test]
+fn the_deadline_alone_stops_a_holder_cut_off_while_its_lock_stands() {
+    // The holder cannot reach Redis, so it can never find its key gone: only its own deadline can
+    // stop the child, and it must do so while the key still stands (before anyone else could get
+    // it), and not long before the validity the last renewal earned.
+    let s = Server::start();
+    let relay = Relay::start(&s);
+    let mut a = lockctl();
+    a.env("LOCKCTL_REDIS", relay.url()).args(["exec", "cutoff"]);
+    let (holder, child, _out) = start_pid(a, &["--ttl", "4s"], "exec sleep 300");
+    let token = s.get("lockctl:cutoff").expect("held");
+    relay.pause();
+    let cut = Instant::now();
+    let mut stopped = None;
+    while Instant::now() < cut + Duration::from_secs(30) {
+        let key = s.get("lockctl:cutoff");
+        if !alive(child) {
+            stopped = Some((cut.elapsed(), key));
+            break;
+        }
+        assert_eq!(
+            key.as_deref(),
+            Some(token.as_str()),
+            "the key expired while the child still ran"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (after, key) = stopped.expect("the child was never stopped");
+    assert_eq!(
+        key.as_deref(),
+        Some(token.as_str()),
+        "the child was stopped only after its key had expired in Redis ({after:?} after the cut)"
+    );
+    // The last renewal was at most TTL/3 before the cut, so its validity runs at least until
+    // about 2/3 of the TTL after it.
+    assert!(
+        after > Duration::from_millis(2500),
+        "stopped {after:?} after the cut, before its validity ran out"
+    );
+    let o = wait_output(holder, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 76, "{err}");
+    assert!(err.contains("validity ran out"), "{err}");
+}
+
+/// Starts `exec` with `flags` running `sh -c 'echo "ready $$"; SCRIPT'`; returns once the lock is
+/// held and the child runs, with the child's pid (its process group).
+fn start_pid(
+    mut cmd: std::process::Command,
+    flags: &[&str],
+    script: &str,
+) -> (
+    std::process::Child,
+    i32,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let mut child = cmd
+        .args(flags)
+        .args(["--", "sh", "-c", &format!("echo \"ready $$\"; {script}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let pid = line
+        .trim()
+        .strip_prefix("ready ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no ready line: {line:?}"));
+    (child, pid, reader)
+}
+
+struct Stat {
+    pgrp: i32,
+}
+
+/// Live (not zombie) processes whose /proc stat satisfies `pick`.
+fn group_members_where(pick: impl Fn(&Stat) -> bool) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rsplit(')').next() else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() < 3 || f[0] == "Z" {
+            continue;
+        }
+        let st = Stat {
+            pgrp: f[2].parse().unwrap_or(0),
+        };
+        if pick(&st) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The live processes of process group `pgid`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    group_members_where(|st| st.pgrp == pgid)
+}
+
+#[test]
+fn sigkill_to_lockctl_kills_the_whole_group() {
+    // Issue 10 item 6a: the parent-death signal reaches only the direct child; `sleep` and `cat` of
+    // a pipeline must die too, or they run on without the lock.
+    let s = Server::start();
+    let (mut holder, group, _out) = start_pid(exec_on(&s, "pipeline"), &[], "sleep 30 | cat");
+    assert!(
+        eventually(Duration::from_secs(10), || group_members(group).len() >= 3),
+        "sh, sleep and cat run: {:?}",
+        group_members(group)
+    );
+    let members = group_members(group);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || members
+            .iter()
+            .all(|&p| !alive(p))),
+        "still running after lockctl was killed: {:?}",
+        members.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+    );
+    assert!(group_members(group).is_empty());
+}
+
+#[test]
+fn a_background_member_keeps_the_lock_until_it_exits() {
+    // Issue 10 item 6b: the job is the whole process group, as flock(1)'s lock lasts as long as any
+    // process holding its descriptor.
+    let s = Server::start();
+    let done = s.dir().join("done");
+    let holder = exec_on(&s, "bg")
+        .args([
+            "--ttl",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "(sleep 2; touch \"$DONE\") & exit 3",
+        ])
+        .env("DONE", &done)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || s
+        .get("lockctl:bg")
+        .is_some()));
+    // The direct child exits at once; the background member runs on for 2 s and renewals (TTL 1 s)
+    // must keep the lock through it.
+    std::thread::sleep(Duration::from_millis(1200));
+    let o = run(lockctl_on(&s).args(["acquire", "bg", "-n"]));
+    let finished_early = done.exists();
+    assert_eq!(
+        code(&o),
+        75,
+        "the lock must stay held while the background member runs: {}",
+        stderr(&o)
+    );
+    assert!(!finished_early, "the machine was too slow to check in time");
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(code(&o), 3, "the direct child's code: {}", stderr(&o));
+    assert!(done.exists(), "lockctl waited for the background member");
+    assert_eq!(s.get("lockctl:bg"), None, "released once it exited");
+}
+
+#[test]
+fn lease_loss_kills_a_background_member() {
+    let s = Server::start();
+    let mut holder = exec_on(&s, "bgloss")
+        .args(["--ttl", "1s", "--kill-after", "1s", "--"])
+        .args(["sh", "-c", "sleep 300 & echo \"ready $!\"; exit 0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let bg: i32 = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
+    assert!(alive(bg));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(alive(bg), "the background member runs under the lock");
+    let _: i64 = s.cmd(&["DEL", "lockctl:bgloss"]);
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
+    assert!(
+        !alive(bg),
+        "the background member was stopped with the lease"
+    );
+}
+
+#[test]
+fn a_forwarded_signal_reaches_a_grandchild() {
+    // The direct child waits for its own child to handle the signal; sent to the direct child alone,
+    // the grandchild would never hear of it.
+    let s = Server::start();
+    let marker = s.dir().join("grandchild-got-term");
+    let script = r#"trap 'wait $g; exit 3' TERM
+sh -c 'trap "touch \"$M\"; exit 0" TERM; echo ready; while :; do sleep 0.05; done' &
+g=$!
+wait $g"#;
+    let mut cmd = exec_on(&s, "grand");
+    cmd.env("M", &marker);
+    let (holder, _out) = start_ready(cmd, &["--kill-after", "5s"], script, "ready");
+    kill(holder.id() as i32, libc::SIGTERM);
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(
+        code(&o),
+        3,
+        "the child exits 3 once its own child has handled SIGTERM: {}",
+        stderr(&o)
+    );
+    assert!(marker.exists(), "the grandchild got SIGTERM");
+}
+
+#[test]
+fn a_signal_at_the_grant_releases_the_lock() {
+    // A signal that lands after the lock was set in Redis, while the reply is on its way: lockctl
+    // must give the lock back and exit 128+N; for exec, the command must not start. Replies are
+    // held back by the relay so the signal lands in that window every time.
+    let s = Server::start();
+    let relay = Relay::start(&s);
+    relay.delay_replies(Duration::from_millis(300));
+    let marker = s.dir().join("ran");
+    let cases: [&[&str]; 2] = [
+        &["acquire", "race", "-w", "60s"],
+        &["exec", "race", "-w", "60s", "--", "touch", "MARKER"],
+    ];
+    for args in cases {
+        let held = acquire_json(&mut lockctl_on(&s), "race", &["--ttl", "60s"]);
+        let held = held["token"].as_str().unwrap().to_string();
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("MARKER", &marker.to_string_lossy()))
+            .collect();
+        let mut waiter = lockctl()
+            .env("LOCKCTL_REDIS", relay.url())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = std::io::BufReader::new(waiter.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.contains("waiting for lock 'race'"), "{args:?}: {line}");
+        let o = run(lockctl_on(&s).args(["release", "race", "--token", &held]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        // The waiter's attempt has reached Redis once the key holds another token.
+        assert!(
+            eventually(Duration::from_secs(30), || s
+                .get("lockctl:race")
+                .is_some_and(|t| t != held)),
+            "{args:?}: the waiter never won"
+        );
+        kill(waiter.id() as i32, libc::SIGINT);
+        let status = waiter.wait().unwrap();
+        let mut rest = String::new();
+        err.read_to_string(&mut rest).unwrap();
+        let mut out = String::new();
+        waiter
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert_eq!(status.code(), Some(130), "{args:?}: {rest}");
+        assert_eq!(out, "", "{args:?}: no token printed");
+        assert_eq!(
+            s.get("lockctl:race"),
+            None,
+            "{args:?}: the lock won as the signal came is given back"
+        );
+        assert!(!marker.exists(), "{args:?}: the command never ran");
+        let keys = s.keys();
+        assert!(
+            keys.iter().all(|k| k.ends_with("fence")),
+            "{args:?}: nothing but the fence counter left: {keys:?}"
+        );
+    }
+}
+
+#[test]
+fn a_job_that_ends_after_its_deadline_is_reported_lost() {
+    // The holder is cut off from Redis; its child outlives the deadline (it finishes its work after
+    // SIGTERM), then exits 0. The lease ran out first, so the outcome is 76, with the reason.
+    let s = Server::start();
+    let relay = Relay::start(&s);
+    let mut a = lockctl();
+    a.env("LOCKCTL_REDIS", relay.url()).args(["exec", "late"]);
+    let (holder, _out) = start_ready(
+        a,
+        &["--ttl", "2s"],
+        "trap 'sleep 0.3; exit 0' TERM; echo ready; while :; do sleep 0.05; done",
+        "ready",
+    );
+    relay.pause();
+    let o = wait_output(holder, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 76, "{err}");
+    assert!(err.contains("validity ran out"), "{err}");
+    assert!(err.contains("instead of the command's 0"), "{err}");
+}
+
+#[test]
+fn a_child_that_exits_while_lockctl_is_stopped_past_its_deadline_gives_76() {
+    // lockctl is stopped (SIGSTOP) past its deadline; its child finishes meanwhile. Whether the timer
+    // or the end of the job is seen first on SIGCONT, the deadline had passed: 76, with the reason.
+    let s = Server::start();
+    let (holder, _out) = start_ready(
+        exec_on(&s, "stopped"),
+        &["--ttl", "1s"],
+        "echo ready; sleep 0.5; exit 0",
+        "ready",
+    );
+    let pid = holder.id() as i32;
+    kill(pid, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(2500));
+    kill(pid, libc::SIGCONT);
+    let o = wait_output(holder, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 76, "{err}");
+    assert!(err.contains("validity ran out"), "{err}");
 }

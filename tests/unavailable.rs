@@ -156,3 +156,32 @@ fn a_wait_on_a_dead_server_ends_with_69_after_the_wait() {
     assert!(!err.contains("waiting"), "{err}");
     assert!(err.contains("Redis unavailable: 0 of 1"), "{err}");
 }
+
+#[test]
+fn one_node_timeout_bounds_connect_auth_select_and_the_command() {
+    // Issue 10 item 9: a black-holed node (it accepts connections and never answers) reached by a
+    // URL with a password and a db number: the handshake (AUTH, SELECT) and the command share one
+    // node timeout, and so does the name lookup of `localhost`.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    for host in ["127.0.0.1", "localhost"] {
+        let url = format!("redis://:sesame@{host}:{port}/3");
+        let t = Instant::now();
+        let o = run(lockctl()
+            .args(["-r", &url, "--node-timeout", "1s"])
+            .args(["acquire", "job", "-n"]));
+        let took = t.elapsed();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 69, "{host}: {err}");
+        assert!(!err.contains("sesame"), "{err}");
+        // One timeout and a margin, far from the two timeouts that AUTH and SELECT each used to
+        // get.
+        assert!(took < Duration::from_millis(1900), "{host}: took {took:?}");
+    }
+}
