@@ -6,6 +6,12 @@
 //! on the server: a laptop that sleeps through its lease would wake up believing it still holds it.
 //! `CLOCK_BOOTTIME` is monotonic and keeps counting through suspend, so a lease measured on it expires
 //! locally no later than on the server. A stopped process (SIGSTOP) is covered by both clocks.
+//!
+//! Measuring on it is not enough: the wait for a deadline must count suspended time too. Condition
+//! variables and `thread::sleep` wait on `CLOCK_MONOTONIC`, so a sleep that spans a suspend ends
+//! that much late. [`Boottime::sleep_until`] waits with `clock_nanosleep(CLOCK_BOOTTIME,
+//! TIMER_ABSTIME)`, an absolute wake-up on the clock that counts suspend. Code that waits for a
+//! deadline takes a [`Clock`], so its tests can drive a clock that jumps.
 
 use std::time::Duration;
 

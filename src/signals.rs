@@ -3,9 +3,16 @@
 //! lockctl must never die between setting a key and reporting it, nor leave a child unsupervised, so
 //! these signals are never left to their default action: a dedicated thread receives them (through
 //! signal-hook's self-pipe, which is async-signal-safe) and hands each one to the command, which decides
-//! what it means: end a wait cleanly, or forward it to the child's process group. The signal number
-//! matters (a child must get the signal that was sent), which is why this uses signal-hook's iterator
-//! rather than a Ctrl-C callback.
+//! what it means: end a wait cleanly, or forward it to the child's process group.
+//!
+//! **Why signal-hook and not `ctrlc`.** The first design named the `ctrlc` crate. It does not fit:
+//! `exec` must forward *every* terminating signal to the job, SIGTERM (from `kill`, systemd, a CI
+//! runner cancelling the job) and SIGHUP (a closed terminal) as well as Ctrl-C's SIGINT, and forward
+//! each *with its own number*, because the job may treat them differently (`trap 'reload' HUP`) and
+//! its exit status (128+N) must say which one it got. `ctrlc` gives one callback without the signal's
+//! number, and covers SIGTERM and SIGHUP only behind a feature flag, folded into that same callback.
+//! signal-hook's iterator hands over each signal with its number, on an ordinary thread where any
+//! code may run (locks, `killpg`, waking a waiter), while the handler itself only writes to a pipe.
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;

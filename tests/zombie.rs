@@ -137,6 +137,10 @@ fn paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
     );
     assert_eq!(sql(&db, "SELECT value, fence FROM store"), "two|2");
     assert!(alive(one_pid), "client 1's lockctl is still there, stopped");
+    // A third client holds the lock when client 1 wakes up, so that client 1's release has
+    // something to spoil.
+    let three = acquire_json(&mut lockctl_on(&s), "zombie", &["--ttl", "60s"]);
+    assert_eq!(three["fence"], 3);
 
     // Client 1 wakes up: its write goes out with fence 1 and is rejected; its lockctl finds the lease
     // expired and exits 76.
@@ -151,8 +155,11 @@ fn paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
         "client 1's stale write is rejected"
     );
     assert_eq!(sql(&db, "SELECT value, fence FROM store"), "two|2");
-    // Client 1's release did not touch anything: the lock is free, its counter at 2.
-    assert_eq!(s.get("lockctl:zombie"), None);
+    // Client 1's release did not touch anything: the third client's lock stands, with its TTL,
+    // and the counter is where that grant left it.
+    assert_eq!(s.get("lockctl:zombie").as_deref(), three["token"].as_str());
+    let ttl: i64 = s.cmd(&["PTTL", "lockctl:zombie"]);
+    assert!(ttl > 30_000, "the third client's TTL is untouched: {ttl}");
     let counter: Option<String> = s.cmd(&["GET", "{lockctl:zombie}\u{1f}fence"]);
-    assert_eq!(counter.as_deref(), Some("2"));
+    assert_eq!(counter.as_deref(), Some("3"));
 }

@@ -137,8 +137,14 @@ fn renew_loop(
     let interval = ttl / 3;
     let retry_gap = (ttl / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut last = grant.started;
-    // Lost for good: the timer has stopped the command and said why (or will in a moment).
-    let ran_out = || deadline.passed().then(|| expired(deadline.at()));
+    // Lost for good. The timer stops the command; saying so here too keeps the verdict from
+    // depending on which thread runs first.
+    let ran_out = || {
+        deadline
+            .passed()
+            .then(|| lose(supervisor, &grant.keys.name, expired(deadline.at())))
+            .flatten()
+    };
     loop {
         if sleep_until(stop, last.add(interval)) {
             return (engine, None);
