@@ -1056,3 +1056,35 @@ fn a_child_that_exits_while_lockctl_is_stopped_past_its_deadline_gives_76() {
     assert_eq!(code(&o), 76, "{err}");
     assert!(err.contains("validity ran out"), "{err}");
 }
+
+#[test]
+fn a_process_that_leaves_the_group_with_setsid_runs_outside_the_lock() {
+    // The documented way out of the job: `setsid`. lockctl neither waits for it nor stops it.
+    let s = Server::start();
+    let mut holder = exec_on(&s, "daemon")
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "setsid sleep 30 >/dev/null 2>&1 & echo \"ready $!\"; exit 0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let daemon: i32 = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
+    let started = Instant::now();
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "lockctl waited for a process that left the group"
+    );
+    assert_eq!(s.get("lockctl:daemon"), None, "released");
+    assert!(alive(daemon), "the process that left the group runs on");
+    kill(daemon, libc::SIGKILL);
+}

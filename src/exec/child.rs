@@ -11,8 +11,8 @@
 //!   always spawned from the main thread, which lives until the end.
 //! - **The job ends when the group does**: lockctl is the child subreaper (`PR_SET_CHILD_SUBREAPER`),
 //!   so members of the group orphaned by the direct child's exit (`sh -c 'work & exit 0'`) become
-//!   lockctl's children instead of init's. lockctl waits for them with `waitid(P_PGID)` and keeps the
-//!   lease, renewing, until no process of the group is left: like `flock(1)`, whose lock lasts as long
+//!   lockctl's children instead of init's. lockctl reaps them as they exit and keeps the lease,
+//!   renewing, until no process of the group is left: like `flock(1)`, whose lock lasts as long
 //!   as any process holding the inherited descriptor. A command that must outlive the job leaves the
 //!   group (`setsid`), and then runs outside the lock.
 //! - **Terminal**: in an interactive shell the child's new group would be a background group and stop on
@@ -133,36 +133,17 @@ pub fn reclaim_terminal() {
     }
 }
 
-/// What to wait for: a member of the job's group, or any child.
-#[derive(Debug, Clone, Copy)]
-pub enum Among {
-    Pid(u32),
-    Group(u32),
-    Any,
-}
-
-/// Finds a child of lockctl that has exited, leaving it unreaped (a zombie) so that its PID, and the
-/// group ID it uses, stay reserved. Blocks unless `block` is false. `Ok(None)`: no such child exists
-/// (or, not blocking, none has exited yet).
-pub fn exited(among: Among, block: bool) -> io::Result<Option<(u32, Ended)>> {
-    let (idtype, id) = match among {
-        Among::Pid(pid) => (libc::P_PID, pid as libc::id_t),
-        Among::Group(pgid) => (libc::P_PGID, pgid as libc::id_t),
-        Among::Any => (libc::P_ALL, 0),
-    };
-    let flags = libc::WEXITED | libc::WNOWAIT | if block { 0 } else { libc::WNOHANG };
+/// Blocks until a child of lockctl has exited and returns it, leaving it unreaped (a zombie) so that
+/// its PID, and the group ID it uses, stay reserved. `Ok(None)`: lockctl has no child at all.
+pub fn exited() -> io::Result<Option<(u32, Ended)>> {
     loop {
         // SAFETY: siginfo_t is plain data; waitid writes it.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waitid with a valid out-pointer.
-        let rc = unsafe { libc::waitid(idtype, id, &mut info, flags) };
+        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
         if rc == 0 {
-            // SAFETY: after a successful waitid with WEXITED, si_pid and si_status are valid (both 0
-            // when WNOHANG found no exited child).
+            // SAFETY: after a successful waitid with WEXITED, si_pid and si_status are valid.
             let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
-            if pid == 0 {
-                return Ok(None);
-            }
             let ended = match info.si_code {
                 libc::CLD_EXITED => Ended::Exited(status),
                 _ => Ended::Signaled(status),

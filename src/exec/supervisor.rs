@@ -13,14 +13,21 @@
 //!    since no part of the job may go on without the lock. Once the group is gone, nothing is sent to
 //!    it any more: its ID may be reused.
 //!
-//! The main thread reaps every member under the same mutex and marks the group gone there as soon as
-//! none is left, so a signal is never sent to a recycled ID (see `child.rs`).
+//! Every member is reaped under the same mutex, and the group is marked gone there as soon as none is
+//! left, so a signal is never sent to a recycled ID (see `child.rs`). One case is noticed by looking
+//! rather than by an exit: the last members leaving the group (`setsid`); the group ID is free from
+//! then until lockctl looks again (a tenth of a second at most), and only a wrap-around of the whole
+//! PID space in that time could hand it to another process.
 
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::child::{exited, group_exists, kill_group, reap, Among, Ended};
+use super::child::{exited, group_exists, kill_group, reap, Ended};
 use crate::trace;
+
+/// How often the group is looked for while no child exits (see [`Supervisor::wait_job`]).
+const GROUP_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Default)]
 struct State {
@@ -146,46 +153,57 @@ impl Supervisor {
         st.exited
     }
 
-    /// Waits until no process of the job's group is left, reaping its members and any other adopted
-    /// child that has exited; returns how the direct child `pid` ended.
-    pub fn wait_job(&self, pid: u32) -> std::io::Result<Ended> {
-        let mut ended = None;
-        loop {
-            // Other exited children (orphans that left the group, then ended) are reaped as we go.
-            while let Some((p, how)) = exited(Among::Any, false)? {
-                self.take(p, how, pid, &mut ended);
-            }
-            let gone = self.state().exited;
-            if gone && ended.is_some() {
-                break;
-            }
-            let among = if gone {
-                // The child left its own group (`setpgid`): wait for it alone.
-                Among::Pid(pid)
-            } else {
-                Among::Group(self.pgid)
-            };
-            match exited(among, true)? {
-                Some((p, how)) => self.take(p, how, pid, &mut ended),
-                None => {
-                    // No child of ours is left in the group, yet it exists: members whose parent
-                    // left it. They are not ours to reap; look again shortly.
-                    if !self.check_gone(&mut self.state()) {
-                        std::thread::sleep(Duration::from_millis(50));
+    /// Waits until no process of the job's group is left; returns how the direct child `pid` ended.
+    ///
+    /// A reaper thread blocks in `waitid` for any child (the group's members, and adopted orphans
+    /// that left the group) and reaps each as it exits. Exits are not the only way a group empties:
+    /// its last members may leave it (`setsid`), which wakes no `waitid` (the kernel wakes a
+    /// `waitid(P_PGID)` only for a child that is still in the group). So this thread also looks every
+    /// [`GROUP_POLL`] whether the group still exists.
+    pub fn wait_job(self: &Arc<Self>, pid: u32) -> std::io::Result<Ended> {
+        let (tx, rx) = mpsc::channel();
+        let this = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("reaper".into())
+            .stack_size(64 * 1024)
+            .spawn(move || loop {
+                match exited() {
+                    Ok(Some((p, how))) => {
+                        this.reap(p);
+                        if tx.send(Ok((p, how))).is_err() {
+                            return;
+                        }
+                    }
+                    // No child left at all.
+                    Ok(None) => return,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
                     }
                 }
+            })?;
+        let mut ended = None;
+        loop {
+            if let Some(how) = ended.filter(|_| self.state().exited) {
+                return Ok(how);
             }
-        }
-        Ok(ended.expect("the loop ends once the child has ended"))
-    }
-
-    /// Reaps `p`; records its status if it is the direct child `pid`.
-    fn take(&self, p: u32, how: Ended, pid: u32, ended: &mut Option<Ended>) {
-        self.reap(p);
-        if p == pid {
-            *ended = Some(how);
-            if !self.state().exited {
-                trace!("the command exited ({how:?}); waiting for the rest of its process group");
+            match rx.recv_timeout(GROUP_POLL) {
+                Ok(Ok((p, how))) if p == pid => {
+                    ended = Some(how);
+                    if !self.state().exited {
+                        trace!("the command exited ({how:?}); waiting for the rest of its group");
+                    }
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.check_gone(&mut self.state());
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(std::io::Error::other(
+                        "the command ended without an exit status",
+                    ))
+                }
             }
         }
     }

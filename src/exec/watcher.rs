@@ -27,7 +27,9 @@
 //! watcher can only reach a recycled `P` if lockctl died in the few instructions between reaping the
 //! last member and writing "done", and the kernel then handed out the freed number again, as a group
 //! ID, before the watcher's next read: PIDs are allocated cyclically, so that needs the whole PID
-//! space to wrap around in that moment.
+//! space to wrap around in that moment. The same holds, with a window of up to a tenth of a second,
+//! when the last members leave the group (`setsid`) instead of exiting: lockctl notices that by
+//! looking (see `supervisor.rs`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
