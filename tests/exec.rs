@@ -689,8 +689,15 @@ fn the_deadline_stops_the_child_before_another_client_is_granted() {
     a.env("LOCKCTL_REDIS", relay.url())
         .env("LOG", &log)
         .args(["exec", "overlap"]);
-    // The default node timeout, as in the report.
-    let (holder, _out) = start_ready(a, &["--ttl", "3.4s"], WRITER, "ready");
+    // The TTL and the default node timeout of the report: the deadline falls while a renewal call
+    // is in flight. A drift allowance wider than the default (still inside that call) leaves a
+    // loaded machine time to reap the child between its deadline and the key's expiry.
+    let (holder, _out) = start_ready(
+        a,
+        &["--ttl", "3.4s", "--drift-factor", "0.05"],
+        WRITER,
+        "ready",
+    );
     // Cut after the first renewal (at TTL/3), so that its deadline is the one that counts.
     std::thread::sleep(Duration::from_millis(1500));
     relay.pause();
@@ -726,8 +733,14 @@ fn the_deadline_alone_stops_a_holder_cut_off_while_its_lock_stands() {
     let relay = Relay::start(&s);
     let mut a = lockctl();
     a.env("LOCKCTL_REDIS", relay.url()).args(["exec", "cutoff"]);
-    // A TTL whose deadline falls while a renewal call (the default node timeout) is in flight.
-    let (holder, child, _out) = start_pid(a, &["--ttl", "3.4s"], "exec sleep 300");
+    // A TTL whose deadline falls while a renewal call (the default node timeout) is in flight. A
+    // drift allowance wider than the default (still inside that call) leaves a loaded machine time
+    // to reap the child between its deadline and the key's expiry.
+    let (holder, child, _out) = start_pid(
+        a,
+        &["--ttl", "3.4s", "--drift-factor", "0.05"],
+        "exec sleep 300",
+    );
     let token = s.get("lockctl:cutoff").expect("held");
     // Cut after the first renewal (at TTL/3), so that its deadline is the one that counts.
     std::thread::sleep(Duration::from_millis(1500));
@@ -860,16 +873,16 @@ fn a_background_member_keeps_the_lock_until_it_exits() {
     // process holding its descriptor.
     let s = Server::start();
     let done = s.dir().join("done");
+    let go = s.dir().join("go");
+    // The direct child exits at once; its background member goes on until the test says go (or
+    // 30 s, so that nothing is left behind if the test fails), then notes that it finished.
+    let script =
+        "(i=0; while [ ! -e \"$GO\" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; \
+                  touch \"$DONE\") & exit 3";
     let holder = exec_on(&s, "bg")
-        .args([
-            "--ttl",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            "(sleep 2; touch \"$DONE\") & exit 3",
-        ])
+        .args(["--ttl", "1s", "--", "sh", "-c", script])
         .env("DONE", &done)
+        .env("GO", &go)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -877,18 +890,17 @@ fn a_background_member_keeps_the_lock_until_it_exits() {
     assert!(eventually(Duration::from_secs(10), || s
         .get("lockctl:bg")
         .is_some()));
-    // The direct child exits at once; the background member runs on for 2 s and renewals (TTL 1 s)
-    // must keep the lock through it.
-    std::thread::sleep(Duration::from_millis(1200));
+    // Longer than the TTL: only renewals can have kept the lock this long.
+    std::thread::sleep(Duration::from_millis(1500));
     let o = run(lockctl_on(&s).args(["acquire", "bg", "-n"]));
-    let finished_early = done.exists();
     assert_eq!(
         code(&o),
         75,
         "the lock must stay held while the background member runs: {}",
         stderr(&o)
     );
-    assert!(!finished_early, "the machine was too slow to check in time");
+    assert!(!done.exists());
+    std::fs::write(&go, "").unwrap();
     let o = wait_output(holder, Duration::from_secs(60));
     assert_eq!(code(&o), 3, "the direct child's code: {}", stderr(&o));
     assert!(done.exists(), "lockctl waited for the background member");
@@ -954,7 +966,7 @@ fn a_signal_at_the_grant_releases_the_lock() {
     // held back by the relay so the signal lands in that window every time.
     let s = Server::start();
     let relay = Relay::start(&s);
-    relay.delay_replies(Duration::from_millis(300));
+    relay.delay_replies(Duration::from_secs(1));
     let marker = s.dir().join("ran");
     let cases: [&[&str]; 2] = [
         &["acquire", "race", "-w", "60s"],
