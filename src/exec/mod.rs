@@ -59,7 +59,6 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         }
     };
     let (policy, busy) = wait_policy(&args.wait);
-    child::become_subreaper().context("cannot become the subreaper of the command's processes")?;
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
     let command_line = std::iter::once(&program)
@@ -98,11 +97,18 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         return Ok(report(&LockError::Interrupted(signal), busy));
     }
     let env = grant.env();
-    let watcher = match watcher::Watcher::start() {
+    // The watcher first: it must not be adopted by lockctl as a subreaper (see watcher.rs).
+    let watcher = match watcher::Watcher::start().and_then(|w| {
+        child::become_subreaper()?;
+        Ok(w)
+    }) {
         Ok(w) => w,
         Err(e) => {
             let _ = engine.release(&keys, &grant.token);
-            return Err(e).context("cannot start the watcher process; the command did not run");
+            return Err(e).context(
+                "cannot start the watcher process or become the command's subreaper; the \
+                 command did not run",
+            );
         }
     };
     let child = match child::spawn(&program, &program_args, &env, watcher.fd()) {

@@ -14,10 +14,14 @@
 //! - On end-of-file without a "done" byte first, the watcher sends SIGKILL to the group and exits.
 //!   lockctl writes "done" once the whole group has exited, as soon as it knows, before the release.
 //! - Between fork and exit the watcher only makes async-signal-safe calls (lockctl has threads, and
-//!   only the forking thread exists in the copy): `sigprocmask`, `setpgid`, `close_range`/`close`,
-//!   `read`, `killpg`, `_exit`. It blocks every signal, closes every other descriptor (it must not hold
-//!   the terminal, lockctl's output pipes or its Redis connections), and sits in a process group of
-//!   its own, so a signal sent to lockctl's job (a shell's `kill %1`, Ctrl-C) does not take it along.
+//!   only the forking thread exists in the copy): `fork`, `sigprocmask`, `setpgid`,
+//!   `close_range`/`close`, `read`, `killpg`, `_exit`. It blocks every signal, closes every other
+//!   descriptor (it must not hold the terminal, lockctl's output pipes or its Redis connections), and
+//!   sits in a process group of its own, so a signal sent to lockctl's job (a shell's `kill %1`,
+//!   Ctrl-C) does not take it along.
+//! - It is forked twice, the middle process exiting at once, so that it is not lockctl's child:
+//!   lockctl's children are the job's processes only, whoever lists them, and lockctl's reaper never
+//!   meets it. (lockctl becomes a subreaper only after this, or the watcher would come back to it.)
 //!
 //! **Why the group ID cannot be another process's.** Linux keeps a PID number allocated while any
 //! process uses it as its PID, process-group ID or session ID, zombies included. The job's group `P` is
@@ -41,7 +45,6 @@ const DONE: u8 = b'd';
 
 /// A running watcher.
 pub struct Watcher {
-    pid: libc::pid_t,
     write: OwnedFd,
 }
 
@@ -55,14 +58,33 @@ impl Watcher {
         }
         // SAFETY: both descriptors were just created and are owned here.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: fork has no preconditions; the child runs only `watch` (below).
-        let pid = unsafe { libc::fork() };
-        match pid {
-            -1 => Err(io::Error::last_os_error()),
-            // SAFETY: we are the forked child; `watch` is async-signal-safe and never returns.
-            0 => unsafe { watch(read.as_raw_fd()) },
-            pid => Ok(Watcher { pid, write }),
+        // SAFETY: fork has no preconditions; the child only forks the watcher and exits (below).
+        let middle = unsafe { libc::fork() };
+        if middle == 0 {
+            // SAFETY: in the forked copy, async-signal-safe calls only; `watch` never returns.
+            unsafe {
+                match libc::fork() {
+                    0 => watch(read.as_raw_fd()),
+                    -1 => libc::_exit(1),
+                    _ => libc::_exit(0),
+                }
+            }
         }
+        if middle < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut status = 0;
+        // SAFETY: waitpid on the child just forked, which exits at once.
+        while unsafe { libc::waitpid(middle, &mut status, 0) } < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            return Err(io::Error::other("cannot fork the watcher process"));
+        }
+        Ok(Watcher { write })
     }
 
     /// The descriptor on which the child announces its group (see [`announce`]).
@@ -70,15 +92,11 @@ impl Watcher {
         self.write.as_raw_fd()
     }
 
-    /// The group has exited: the watcher stands down. Reaps it.
+    /// The group has exited: the watcher stands down.
     pub fn done(self) {
         // SAFETY: a one-byte write on our own pipe; a watcher that is gone makes it fail (EPIPE,
         // with SIGPIPE ignored by the Rust runtime), which changes nothing.
         unsafe { libc::write(self.write.as_raw_fd(), [DONE].as_ptr().cast(), 1) };
-        drop(self.write);
-        let mut status = 0;
-        // SAFETY: waitpid on our own child.
-        unsafe { libc::waitpid(self.pid, &mut status, 0) };
     }
 }
 
