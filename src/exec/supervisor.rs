@@ -199,6 +199,12 @@ impl Supervisor {
                 Err(RecvTimeoutError::Timeout) => {
                     self.check_gone(&mut self.state());
                 }
+                // No child of ours is left, but the group may still have members that are not
+                // (their parent left the group): look for it until it is gone.
+                Err(RecvTimeoutError::Disconnected) if ended.is_some() => {
+                    std::thread::sleep(GROUP_POLL);
+                    self.check_gone(&mut self.state());
+                }
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(std::io::Error::other(
                         "the command ended without an exit status",
