@@ -30,10 +30,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::clock::Stamp;
-
 use redis::{Client, Connection, RedisError, RedisResult, Script, Value};
 
+use crate::clock::Stamp;
 use crate::config::{NodeSpec, TlsFiles};
 use crate::exit::LockError;
 use crate::trace;
