@@ -13,7 +13,8 @@
 //! the child is stopped the moment the deadline passes, whatever renewal call is in flight, and no
 //! renewal can revive a lease that already ran out.
 //!
-//! Between renewals the thread sleeps on a condition variable: no polling, about 0 % CPU.
+//! Between renewals the thread sleeps on a condition variable, waking at most once a second to
+//! re-read the boot-time clock: about 0 % CPU.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -25,6 +26,9 @@ use crate::clock::{Boottime, Stamp};
 use crate::exit::LockError;
 use crate::lock::{Engine, Grant, Holder};
 use crate::trace;
+
+/// The longest the renewal thread sleeps without re-reading the boot-time clock.
+const CLOCK_RECHECK: Duration = Duration::from_secs(1);
 
 /// A running renewal thread and its deadline timer.
 pub struct Lease {
@@ -105,8 +109,12 @@ fn expired(at: Stamp) -> String {
     }
 }
 
-/// Sleeps until `until` or a stop request; true if stopped. The deadline does not depend on this
-/// sleep (the timer enforces it), so the monotonic clock of the condition variable is good enough.
+/// Sleeps until `until` (boot-time clock) or a stop request; true if stopped.
+///
+/// The deadline does not depend on this sleep (the timer enforces it), but a renewal should not come
+/// late either: the condition variable waits on the monotonic clock, which stops during a suspend,
+/// so the wait is cut into steps of at most [`CLOCK_RECHECK`] that re-read the boot-time clock, and
+/// the renewal due during a suspend goes out within that time of the resume.
 fn sleep_until(stop: &(Mutex<bool>, Condvar), until: Stamp) -> bool {
     let (lock, cond) = stop;
     let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,6 +126,7 @@ fn sleep_until(stop: &(Mutex<bool>, Condvar), until: Stamp) -> bool {
         if left.is_zero() {
             return false;
         }
+        let left = left.min(CLOCK_RECHECK);
         stopped = cond
             .wait_timeout(stopped, left)
             .unwrap_or_else(|e| e.into_inner())
