@@ -1,8 +1,9 @@
 //! `lockctl exec` against a real redis-server with real processes and real signals: exit statuses,
 //! renewal, lease loss (key deleted, lockctl paused, server killed), the deadline alone (the holder
-//! cut off from Redis by a stopped relay while its key stands), signal forwarding to the whole process
-//! group, the signal-at-the-grant race, the job as a whole process group (background members keep
-//! the lock, everything dies with lockctl), and mutual exclusion of concurrent workers.
+//! cut off from Redis by a relay that stops forwarding, while its key stands), signal forwarding to
+//! the whole process group, the signal-at-the-grant race, the job as a whole process group
+//! (background members keep the lock, everything dies with lockctl), and mutual exclusion of
+//! concurrent workers.
 
 mod support;
 
