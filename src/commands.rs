@@ -114,7 +114,7 @@ pub fn renew(settings: &Settings, args: &RenewArgs) -> anyhow::Result<Exit> {
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
     let renewed = match args.ttl {
-        Some(ttl) => engine.renew(&keys, &token, ttl, None),
+        Some(ttl) => engine.renew(&keys, &token, ttl),
         None => engine.renew_keeping_ttl(&keys, &token, DEFAULT_TTL),
     };
     Ok(match renewed {

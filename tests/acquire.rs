@@ -152,9 +152,14 @@ fn fencing_tokens_strictly_increase_and_tokens_are_unique() {
             let _: i64 = s.cmd(&["DEL", "lockctl:fenced"]);
         }
     }
-    // Another name has its own counter.
+    // Another name has its own counter, which starts from the server's clock in microseconds.
+    let before = s.clock_us();
     let g = acquire_json(&mut lockctl_on(&s), "other", &["-n"]);
-    assert_eq!(g["fence"].as_u64(), Some(1));
+    let fence = g["fence"].as_u64().unwrap();
+    assert!(
+        fence >= before && fence <= s.clock_us(),
+        "{fence} from {before}"
+    );
     // The counter never expires.
     assert_eq!(pttl(&s, "{lockctl:fenced}\u{1f}fence"), -1);
 }
@@ -228,7 +233,7 @@ fn env_output_evals_in_sh_and_release_and_renew_read_the_token() {
     };
     assert_eq!(field("key"), format!("lockctl:{name}"));
     assert!(is_token(&field("token")));
-    assert_eq!(field("fence"), "1");
+    assert!(field("fence").parse::<u64>().unwrap() > 0);
     let validity: u64 = field("validity").parse().unwrap();
     assert!(validity > 15_000 && validity < 20_000, "{validity}");
     let renewed_validity: u64 = out
@@ -475,9 +480,14 @@ fn script_flush_between_commands_changes_nothing() {
     flush();
     let o = run(lockctl_on(&s).args(["release", "flushed", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let first: u64 = s
+        .get("{lockctl:flushed}\u{1f}fence")
+        .unwrap()
+        .parse()
+        .unwrap();
     flush();
     let g = acquire_json(&mut lockctl_on(&s), "flushed", &["-n"]);
-    assert_eq!(g["fence"].as_u64(), Some(2));
+    assert!(g["fence"].as_u64().unwrap() > first, "{g}");
 }
 
 #[test]
@@ -673,4 +683,63 @@ fn a_node_that_provably_kept_its_data_votes_at_once() {
             assert_eq!(s.get("lockctl:kept"), None, "{args:?}");
         }
     }
+
+/// Redis reports `uptime_in_seconds` as floor(now) - floor(start): a server started at x.9 s says
+/// "up 1 s" 0.1 s later. The restart quarantine must not end early because of it. The server is
+/// started at a wall-clock fraction of about .9 s, and `acquire -n` is tried in a loop with a 2 s
+/// quarantine: the grant must come at least 2 s after the moment just before the server was spawned
+/// (a lower bound only, so a slow machine cannot fail it). Checked on the server's clock too: a new
+/// counter starts from the server's clock in microseconds, so the fence is the grant's time.
+#[test]
+fn quarantine_is_not_cut_short_by_the_uptime_rounding() {
+    loop {
+        let frac = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_millis();
+        if (880..920).contains(&frac) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let spawned_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let spawned = Instant::now();
+    let s = Server::start();
+    let quarantine = Duration::from_secs(2);
+    let grant = loop {
+        let o = run(lockctl_on(&s).args([
+            "acquire",
+            "early",
+            "-n",
+            "--quarantine",
+            "2s",
+            "--ttl",
+            "2s",
+            "--format",
+            "json",
+        ]));
+        let done = spawned.elapsed();
+        match code(&o) {
+            0 => {
+                assert!(
+                    done >= quarantine,
+                    "granted {done:?} after the server was spawned, within the 2 s quarantine"
+                );
+                break serde_json::from_str::<serde_json::Value>(&stdout(&o)).unwrap();
+            }
+            75 => assert!(stderr(&o).contains("quarantine"), "{}", stderr(&o)),
+            c => panic!("exit {c}: {}", stderr(&o)),
+        }
+        assert!(done < Duration::from_secs(30), "never granted");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let fence = grant["fence"].as_u64().unwrap();
+    assert!(
+        fence >= spawned_us + 2_000_000,
+        "granted at {fence} µs by the server's clock, {} µs after the spawn",
+        fence as i64 - spawned_us as i64
+    );
 }

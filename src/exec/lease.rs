@@ -13,6 +13,10 @@
 //! the child is stopped the moment the deadline passes, whatever renewal call is in flight, and no
 //! renewal can revive a lease that already ran out.
 //!
+//! When a renewal puts back a key that a restarted node lost (see `renew.lua`), the grant records that
+//! node's new run id, so that a later disappearance of the key there (a `break`, an eviction) is taken
+//! for what it is and ends the lease, instead of being undone as another restart.
+//!
 //! Between renewals the thread sleeps on a condition variable, waking at most once a second to
 //! re-read the boot-time clock: about 0 % CPU.
 
@@ -57,7 +61,10 @@ impl Lease {
         let spawned = std::thread::Builder::new()
             .name("renew".into())
             .stack_size(256 * 1024)
-            .spawn(move || renew_loop(engine, &grant, &holder, &supervisor, &deadline2, &stop2));
+            .spawn(move || {
+                let mut grant = grant;
+                renew_loop(engine, &mut grant, &holder, &supervisor, &deadline2, &stop2)
+            });
         let handle = match spawned {
             Ok(h) => h,
             Err(e) => {
@@ -136,7 +143,7 @@ fn sleep_until(stop: &(Mutex<bool>, Condvar), until: Stamp) -> bool {
 
 fn renew_loop(
     mut engine: Engine,
-    grant: &Grant,
+    grant: &mut Grant,
     holder: &Holder,
     supervisor: &Arc<Supervisor>,
     deadline: &Deadline,
@@ -148,10 +155,11 @@ fn renew_loop(
     let mut last = grant.started;
     // Lost for good. The timer stops the command; saying so here too keeps the verdict from
     // depending on which thread runs first.
+    let name = grant.keys.name.clone();
     let ran_out = || {
         deadline
             .passed()
-            .then(|| lose(supervisor, &grant.keys.name, expired(deadline.at())))
+            .then(|| lose(supervisor, &name, expired(deadline.at())))
             .flatten()
     };
     loop {
@@ -165,7 +173,7 @@ fn renew_loop(
             // No call may outlive the lease.
             engine.limit_calls(Some(deadline.at()));
             let started = Stamp::now();
-            match engine.renew(&grant.keys, &grant.token, ttl, Some((grant, holder))) {
+            match engine.renew_grant(grant, holder) {
                 Ok(validity) => {
                     if !deadline.extend(started.add(validity)) {
                         // Answered after the deadline: too late to count.

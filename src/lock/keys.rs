@@ -2,16 +2,31 @@
 //!
 //! The lock key `<prefix><NAME>` is a plain string holding the token, so canonical clients (redis-py's
 //! `Lock`, redsync, node-redlock) on the same key exclude each other with lockctl. Two auxiliary keys
-//! sit beside it: the fencing counter (never expires) and the holder hash (expires with the lock).
+//! sit beside it: the fencing counter (never expires) and the holder hash (expires with the lock), and
+//! releases are announced on a channel named the same way.
 //!
-//! Both must live in the lock key's hash slot so that one script can touch all three on Redis Cluster.
-//! When the lock key carries a hash tag (`{...}`) the auxiliary keys append to it and share the tag;
-//! otherwise they wrap the whole key in braces, which makes it their tag. Their names contain the
-//! control character U+001F, which no lock name or prefix may contain, so an auxiliary key can never be
-//! mistaken for, or collide with, the lock key of another name, whatever the prefix.
+//! Two rules shape their names:
+//!
+//! - **Every key of a lock is in the lock key's cluster slot**, so one script can touch all of them on
+//!   Redis Cluster. An auxiliary name starts with a hash tag `{T}` whose slot is the lock key's.
+//! - **Two names never share a key.** An auxiliary name is built so that the lock key can be read back
+//!   from it, and no other lock key gives the same name.
+//!
+//! A lock key with no brace at all gets `{<key>}\x1f<kind>`: the key is its own tag. (This is the
+//! layout of earlier versions; existing fencing counters stay where they are.) A lock key with a brace
+//! cannot be wrapped that way (`{x}` would give `{{x}}\x1f...`, whose tag is `{x`, and `x` and `{x}`
+//! shared keys), so it gets `{T}\x1f<key>\x1f<kind>`, where `T` is the key's own hash tag when it has
+//! one (Redis Cluster's rule: the text between the first `{` and the next `}`, if not empty) and
+//! otherwise the smallest decimal number whose slot is the whole key's slot. Such a name contains two
+//! separators and a plain key's names one, so the two layouts never meet; within each layout the lock
+//! key is spelled out in full. The separator is U+001F, which no lock name or prefix may contain, so no
+//! auxiliary key is ever mistaken for a lock key.
 
 /// Separator that marks auxiliary keys; forbidden in names and prefixes.
 pub const AUX_SEPARATOR: char = '\u{1f}';
+
+/// Number of hash slots in Redis Cluster.
+const SLOTS: u16 = 16384;
 
 /// The keys and channel of one lock.
 #[derive(Debug, Clone)]
@@ -32,10 +47,12 @@ impl LockKeys {
     /// The keys of lock `name` under `prefix`.
     pub fn new(prefix: &str, name: &str) -> LockKeys {
         let key = format!("{prefix}{name}");
-        let base = if has_hash_tag(&key) || key.contains('}') {
-            // Already tagged: the suffix keeps the tag. (A key with a stray '}' and no tag cannot be
-            // wrapped; it stays on one slot only outside Cluster.)
-            key.clone()
+        let base = if key.contains(['{', '}']) {
+            let tag = match hash_tag(key.as_bytes()) {
+                Some(tag) => String::from_utf8_lossy(tag).into_owned(),
+                None => slot_twin(slot(key.as_bytes())),
+            };
+            format!("{{{tag}}}{AUX_SEPARATOR}{key}")
         } else {
             format!("{{{key}}}")
         };
@@ -55,34 +72,148 @@ pub fn is_lock_key(key: &[u8]) -> bool {
     !key.contains(&(AUX_SEPARATOR as u8))
 }
 
-/// Redis Cluster's rule: the slot is taken from the text between the first `{` and the next `}`,
-/// when that text is not empty.
-fn has_hash_tag(key: &str) -> bool {
-    match key.find('{') {
-        Some(open) => match key[open + 1..].find('}') {
-            Some(len) => len > 0,
-            None => false,
-        },
-        None => false,
+/// Redis Cluster's hash tag: the bytes between the first `{` and the next `}`, when not empty.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
+}
+
+/// The cluster slot of a key: CRC16 of its hash tag (or of the whole key) modulo 16384.
+pub fn slot(key: &[u8]) -> u16 {
+    crc16(hash_tag(key).unwrap_or(key)) % SLOTS
+}
+
+/// The smallest decimal number `i` (as text) whose slot is `target`: a short hash tag for the slot of
+/// a key that has no tag of its own. Every slot is reached below 10^6.
+fn slot_twin(target: u16) -> String {
+    (0u32..)
+        .map(|i| i.to_string())
+        .find(|s| crc16(s.as_bytes()) % SLOTS == target)
+        .expect("every slot has a decimal twin")
+}
+
+/// CRC16-XMODEM (polynomial 0x1021, initial value 0), the checksum Redis Cluster hashes keys with.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
     }
+    crc
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn all(k: &LockKeys) -> [&str; 4] {
+        [&k.key, &k.fence, &k.holder, &k.channel]
+    }
+
+    #[test]
+    fn crc16_matches_redis_cluster() {
+        // The check value of CRC16-XMODEM, and slots Redis's CLUSTER KEYSLOT gives.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % SLOTS);
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
 
     #[test]
     fn plain_key_is_wrapped() {
         let k = LockKeys::new("lockctl:", "deploy");
         assert_eq!(k.key, "lockctl:deploy");
         assert_eq!(k.fence, "{lockctl:deploy}\u{1f}fence");
+        assert_eq!(k.channel, "{lockctl:deploy}\u{1f}released");
     }
 
     #[test]
     fn tagged_key_keeps_its_tag() {
         let k = LockKeys::new("lockctl:", "{app}:x");
-        assert_eq!(k.fence, "lockctl:{app}:x\u{1f}fence");
+        assert_eq!(k.fence, "{app}\u{1f}lockctl:{app}:x\u{1f}fence");
         assert!(is_lock_key(k.key.as_bytes()));
         assert!(!is_lock_key(k.fence.as_bytes()));
+    }
+
+    #[test]
+    fn every_key_of_a_lock_is_in_its_slot() {
+        for name in [
+            "x", "{x}", "a}b", "x{}y", "{}", "{", "}", "a{b", "}{x}", "{x}{y}",
+        ] {
+            for prefix in ["", "lockctl:", "{p}:"] {
+                let k = LockKeys::new(prefix, name);
+                let want = slot(k.key.as_bytes());
+                for aux in [&k.fence, &k.holder, &k.channel] {
+                    assert_eq!(slot(aux.as_bytes()), want, "{aux:?} of {:?}", k.key);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn x_and_braced_x_share_nothing() {
+        let a = LockKeys::new("", "x");
+        let b = LockKeys::new("", "{x}");
+        for ka in all(&a) {
+            assert!(!all(&b).contains(&ka), "{ka:?} is shared");
+        }
+    }
+
+    #[test]
+    fn untagged_keys_with_braces_get_a_short_twin_tag() {
+        let k = LockKeys::new("", "a}b");
+        let tag = k.fence.split('}').next().unwrap().trim_start_matches('{');
+        assert!(tag.parse::<u32>().is_ok(), "{:?}", k.fence);
+        assert_eq!(slot(k.fence.as_bytes()), slot(b"a}b"));
+    }
+
+    #[test]
+    fn every_slot_has_a_twin_below_a_million() {
+        let mut seen = vec![false; SLOTS as usize];
+        let mut left = SLOTS as usize;
+        for i in 0u32..1_000_000 {
+            let s = crc16(i.to_string().as_bytes()) % SLOTS;
+            if !std::mem::replace(&mut seen[s as usize], true) {
+                left -= 1;
+                if left == 0 {
+                    return;
+                }
+            }
+        }
+        panic!("{left} slots have no decimal twin below 10^6");
+    }
+
+    proptest! {
+        #[test]
+        fn two_names_never_share_a_key(
+            a in "[a-c{}x]{1,6}",
+            b in "[a-c{}x]{1,6}",
+            prefix in "[{}p]{0,2}",
+        ) {
+            prop_assume!(a != b);
+            let ka = LockKeys::new(&prefix, &a);
+            let kb = LockKeys::new(&prefix, &b);
+            for k in all(&ka) {
+                prop_assert!(!all(&kb).contains(&k), "{:?} shared by {:?} and {:?}", k, a, b);
+            }
+        }
+
+        #[test]
+        fn aux_keys_share_the_lock_key_slot(name in "\\PC{1,12}", prefix in "[{}a:]{0,3}") {
+            let k = LockKeys::new(&prefix, &name);
+            let want = slot(k.key.as_bytes());
+            for aux in [&k.fence, &k.holder, &k.channel] {
+                prop_assert_eq!(slot(aux.as_bytes()), want);
+            }
+        }
     }
 }

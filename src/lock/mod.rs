@@ -22,17 +22,35 @@
 //! nodes share at least one node `n`. On `n`, A's hold ended before B's began (the key is set NX, so two
 //! holds on one node cannot overlap). While A held `n`, its counter there was raised to at least
 //! `T_A` (round 1 or round 2, both under A's token). B's round-1 increment on `n` came after, so it
-//! returned more than `T_A`, and `T_B`, a maximum that includes it, is greater than `T_A`. The one
-//! assumption: no node loses its counter, i.e. persistence (see `doctor`). A renewal that re-creates a
-//! key lost in a restart raises that node's counter to the holder's token for the same reason.
+//! returned more than `T_A`, and `T_B`, a maximum that includes it, is greater than `T_A`. A renewal
+//! that re-creates a key lost in a restart raises that node's counter to the holder's token for the
+//! same reason.
+//!
+//! That argument needs `n` to keep its counter. When a node loses its data, its counter would start
+//! again from zero, so every grant takes `max(counter + 1, server clock in microseconds)` instead of
+//! `counter + 1`: a node that lost its counter starts again above every fence it handed out before,
+//! as long as its clock does not step back across the restart and it never handed out more than one
+//! fence per microsecond (so no counter ran ahead of the clock). Those are the remaining assumptions;
+//! `doctor` checks the server's clock against this host's and looks for counters ahead of the clock.
+//! The clock is read inside `acquire.lua`, so this costs no round trip.
 //!
 //! # Restart quarantine
 //!
 //! A node restarted without its data has forgotten the locks it granted. `acquire.lua` reads the node's
 //! uptime in the same script (no extra round trip) and refuses to vote while it is below the
 //! quarantine (default: the TTL), by which time every lease it could have granted has expired or been
-//! renewed elsewhere: Redlock's delayed-restart rule, enforced by the client. A node that provably
-//! kept its data is spared (see `quarantine.rs`).
+//! renewed elsewhere: Redlock's delayed-restart rule, enforced by the client. Redis reports the uptime
+//! in whole seconds as `floor(now) - floor(start)`, up to one second more than the truth, so a node
+//! votes only once `uptime - 1 s` covers the quarantine; a node whose uptime cannot be read does not
+//! vote for the whole period (fail closed). A node that provably kept its data is spared (see
+//! `quarantine.rs`).
+//!
+//! A holder's renewal may put its key back on a node that lost it in a restart (`renew.lua`), under
+//! the same quarantine rule: a node still in quarantine counts as "not ours", so a holder that lost a
+//! majority of its keys this way loses its lease, and one that lost a minority keeps it and gets its
+//! key back there once the quarantine ends. The holder then records the node's new run id, so a later
+//! `break` or eviction on that node is final. Consequence: with a single node, a restart without data
+//! ends the lease (unless the quarantine is off).
 //!
 //! # One server, one vote
 //!
@@ -701,17 +719,13 @@ impl Engine {
     }
 
     /// Extends the lease where `token` still holds the lock. Returns the new validity.
-    ///
-    /// `recreate`, for a holder that knows its grant, lets a node that lost the key in a restart since
-    /// the grant get it back, with its fencing counter raised to the grant's token.
     pub fn renew(
         &mut self,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
-        recreate: Option<(&Grant, &Holder)>,
     ) -> Result<Duration, LockError> {
-        self.renew_with(keys, token, Some(ttl), ttl, recreate)
+        self.renew_with(keys, token, Some(ttl), ttl, None)
     }
 
     /// Like [`Engine::renew`] with the TTL the lock was granted with, which its holder record keeps;
@@ -725,30 +739,65 @@ impl Engine {
         self.renew_with(keys, token, None, fallback, None)
     }
 
+    /// Extends a held grant's lease, as [`Engine::renew`], and lets a node that lost the key in a
+    /// restart since it gave us the key get it back once it is past its restart quarantine, with
+    /// its fencing counter raised to the grant's token (see `renew.lua`). Such a node's new run id is
+    /// recorded in `grant.run_ids`, also when the renewal as a whole fails: the key is back there
+    /// under that run id, so a later disappearance there is a `break` or an eviction, never undone.
+    pub fn renew_grant(
+        &mut self,
+        grant: &mut Grant,
+        holder: &Holder,
+    ) -> Result<Duration, LockError> {
+        let Grant {
+            keys,
+            token,
+            ttl,
+            fence,
+            run_ids,
+            ..
+        } = grant;
+        self.renew_with(
+            keys,
+            token,
+            Some(*ttl),
+            *ttl,
+            Some((*fence, run_ids, holder)),
+        )
+    }
+
     fn renew_with(
         &mut self,
         keys: &LockKeys,
         token: &str,
         ttl: Option<Duration>,
         fallback: Duration,
-        recreate: Option<(&Grant, &Holder)>,
+        recreate: Option<(u64, &mut Vec<String>, &Holder)>,
     ) -> Result<Duration, LockError> {
         let ttl_ms = ttl.map_or(String::new(), |t| t.as_millis().to_string());
         let fallback_ms = fallback.as_millis().to_string();
-        let (fence, host, pid, cmd) = match recreate {
-            Some((grant, holder)) => (
-                grant.fence.to_string(),
+        let quarantine_ms = self
+            .quarantine
+            .unwrap_or(ttl.unwrap_or(fallback))
+            .as_millis()
+            .to_string();
+        let (fence, host, pid, cmd) = match &recreate {
+            Some((fence, _, holder)) => (
+                fence.to_string(),
                 holder.host.clone(),
                 holder.pid.to_string(),
                 holder.cmd.clone(),
             ),
             None => ("0".into(), String::new(), String::new(), String::new()),
         };
+        let granted_by: Vec<String> = match &recreate {
+            Some((_, run_ids, _)) => run_ids.to_vec(),
+            None => Vec::new(),
+        };
         let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
         let started = Stamp::now();
-        let results = quorum::all(&mut self.nodes, |i, node| {
-            let granted_by =
-                recreate.map_or("", |(g, _)| g.run_ids.get(i).map_or("", |r| r.as_str()));
+        let mut results = quorum::all(&mut self.nodes, |i, node| {
+            let granted_by = granted_by.get(i).map_or("", String::as_str);
             let args = [
                 token,
                 &ttl_ms,
@@ -758,10 +807,26 @@ impl Engine {
                 &pid,
                 &cmd,
                 &fallback_ms,
+                &quarantine_ms,
             ];
             node.eval("renew", &RENEW, &key_list, &args)
         });
         let elapsed = started.elapsed();
+        // A re-created key ({ttl, run id}) counts as held with that TTL, and its node's new run id is
+        // recorded at once.
+        if let Some((_, run_ids, _)) = recreate {
+            for (i, r) in results.iter_mut().enumerate() {
+                if let Ok(Value::Array(items)) = r {
+                    if let (Some(Value::BulkString(id)), Some(slot)) =
+                        (items.get(1), run_ids.get_mut(i))
+                    {
+                        trace!("renew '{}': key put back on node {i}", keys.name);
+                        *slot = String::from_utf8_lossy(id).into_owned();
+                    }
+                    *r = Ok(items.first().cloned().unwrap_or(Value::Int(0)));
+                }
+            }
+        }
         // Each node answers with the TTL it set; the shortest bounds the lease.
         let set = results
             .iter()
@@ -771,8 +836,24 @@ impl Engine {
             })
             .min();
         let ttl = ttl.or(set).unwrap_or(fallback);
+        // A restarted node still in quarantine (-1) counts as not ours, like any other "0": a holder
+        // that lost a quorum of keys in restarts must not outlive a lease granted meanwhile.
+        let restarted = results
+            .iter()
+            .filter(|r| matches!(r, Ok(Value::Int(-1))))
+            .count();
         let (renewed, answered, failures) = tally(results);
-        self.verdict(keys, renewed, answered, failures, "renew")?;
+        self.verdict(keys, renewed, answered, failures, "renew")
+            .map_err(|e| match e {
+                LockError::Lost { name, detail } if restarted > 0 => LockError::Lost {
+                    name,
+                    detail: format!(
+                        "{detail}; {restarted} node(s) restarted without their data since and are \
+                         in restart quarantine"
+                    ),
+                },
+                e => e,
+            })?;
         match ttl.checked_sub(elapsed + self.drift(ttl)) {
             Some(v) if !v.is_zero() => Ok(v),
             _ => Err(LockError::Lost {

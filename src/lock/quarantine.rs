@@ -63,9 +63,13 @@ impl Quarantined {
 }
 
 /// How much longer a node up for `uptime_s` stays in a quarantine of length `quarantine`, by the rule
-/// `acquire.lua` applies.
+/// `acquire.lua` applies: Redis's `uptime_in_seconds` can read up to a second high, so only
+/// `uptime_s - 1` seconds are sure.
 pub fn remaining(quarantine: Duration, uptime_s: u64) -> Duration {
-    quarantine.saturating_sub(Duration::from_secs(uptime_s))
+    if quarantine.is_zero() {
+        return Duration::ZERO;
+    }
+    (quarantine + Duration::from_secs(1)).saturating_sub(Duration::from_secs(uptime_s))
 }
 
 /// When `quarantined` leaves fewer than `quorum` of `n` nodes able to vote, the time until enough of
@@ -133,6 +137,15 @@ mod tests {
             remaining: Duration::from_millis(ms),
             uptime_s: None,
         }
+    }
+
+    #[test]
+    fn remaining_counts_only_the_sure_uptime() {
+        let q = Duration::from_secs(30);
+        assert_eq!(remaining(q, 0), Duration::from_secs(31));
+        assert_eq!(remaining(q, 30), Duration::from_secs(1));
+        assert_eq!(remaining(q, 31), Duration::ZERO);
+        assert_eq!(remaining(Duration::ZERO, 0), Duration::ZERO);
     }
 
     #[test]

@@ -174,6 +174,12 @@ impl Server {
         self.cmd(&["GET", key])
     }
 
+    /// The server's clock (`TIME`) in microseconds: where a new fencing counter starts.
+    pub fn clock_us(&self) -> u64 {
+        let t: Vec<u64> = self.cmd(&["TIME"]);
+        t[0] * 1_000_000 + t[1]
+    }
+
     /// Sends a signal to the server process.
     pub fn signal(&self, sig: i32) {
         // SAFETY: plain kill(2) on our own child's pid.

@@ -11,9 +11,16 @@
 --                                                this node started too recently to vote
 local token, ttl = ARGV[1], ARGV[2]
 local info
-local function run_id()
+local function server_info()
   info = info or redis.call('INFO', 'server')
-  return string.match(info, 'run_id:(%x+)') or ''
+  return info
+end
+local function run_id()
+  return string.match(server_info(), 'run_id:(%x+)') or ''
+end
+-- Decimal strings without leading zeros compare by length, then lexically: exact above 2^53.
+local function less(a, b)
+  return #a < #b or (#a == #b and a < b)
 end
 local current = redis.call('GET', KEYS[1])
 if current == token then
@@ -34,17 +41,42 @@ local quarantine = tonumber(ARGV[3])
 if ARGV[7] == '1' and redis.call('EXISTS', KEYS[2]) == 1 then
   quarantine = 0
 end
+-- Restart quarantine, failing closed. uptime_in_seconds is floor(now) - floor(start), up to 1 s more
+-- than the true uptime, so the node votes only once uptime - 1 s covers the quarantine; without a
+-- readable uptime it does not vote for the whole period.
 if quarantine > 0 then
-  info = redis.call('INFO', 'server')
-  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  if up and up * 1000 < quarantine then
-    return {2, quarantine - up * 1000, run_id(), up}
+  local up = tonumber(string.match(server_info(), 'uptime_in_seconds:(%d+)'))
+  if not up then
+    return {2, quarantine, run_id(), false}
+  end
+  local sure = (up - 1) * 1000
+  if sure < quarantine then
+    return {2, quarantine - sure, run_id(), up}
+  end
+end
+-- The fence survives a loss of the counter: a missing counter (lost with the node's data, evicted,
+-- or never made) starts from the server's clock in microseconds, above every fence handed out before
+-- as long as the clock did not step back and no counter ran ahead of it (fewer than one grant per
+-- microsecond; `doctor` checks both). An existing counter takes max(counter + 1, the clock's whole
+-- second in microseconds), which keeps it near the clock, so that a counter restored older (an RDB
+-- snapshot, the last second of an AOF) is overtaken once a second has passed; the whole second, not
+-- the microsecond, keeps the counters of Redlock nodes equal from one grant to the next, so that no
+-- round 2 is needed in the steady state.
+local t = redis.call('TIME')
+local fence = redis.call('GET', KEYS[2])
+if not fence then
+  fence = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('SET', KEYS[2], fence)
+else
+  redis.call('INCR', KEYS[2])
+  fence = redis.call('GET', KEYS[2])
+  local second = t[1] .. '000000'
+  if less(fence, second) then
+    redis.call('SET', KEYS[2], second)
+    fence = second
   end
 end
 redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl)
-redis.call('INCR', KEYS[2])
-local fence = redis.call('GET', KEYS[2])
-local t = redis.call('TIME')
 redis.call('HSET', KEYS[3], 'token', token, 'fence', fence, 'host', ARGV[4], 'pid', ARGV[5],
   'cmd', ARGV[6], 'acquired_ms', t[1] * 1000 + math.floor(t[2] / 1000), 'ttl_ms', ttl)
 redis.call('PEXPIRE', KEYS[3], ttl)
