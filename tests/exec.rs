@@ -84,7 +84,8 @@ fn child_gets_environment_and_stdin() {
         .next()
         .unwrap();
     assert_eq!(token.len(), 32);
-    assert!(first.ends_with("fence=1"), "{first}");
+    let fence = first.split("fence=").nth(1).unwrap();
+    assert!(fence.parse::<u64>().is_ok_and(|f| f > 0), "{first}");
     assert_eq!(
         lines.next().unwrap(),
         token,
@@ -486,39 +487,29 @@ fn zero_kill_after_is_a_usage_error() {
     assert!(s.keys().is_empty(), "nothing written: {:?}", s.keys());
 }
 
+/// A single server restarted without its data right after the grant ends the lease: the holder
+/// exits 76. This test used to expect the opposite (the renewal put the key back at once, because the
+/// server's run id had changed), but that re-creation bypassed the restart quarantine: the server
+/// could meanwhile grant the lock to someone else after a `break`, and the re-created key then gave
+/// the old holder a lease again. Now a key lost in a restart comes back only once the server is past
+/// its quarantine (here the 2 s TTL), and by then a single node's holder has long lost its lease.
 #[test]
-fn renewal_restores_the_key_on_a_node_restarted_right_after_the_grant() {
+fn a_restart_without_data_right_after_the_grant_ends_the_lease() {
     let mut s = Server::start();
+    let mut cmd = exec_on(&s, "phoenix");
+    // The quarantine stays on: the fresh server makes this exec wait ~3 s first.
+    cmd.env_remove("LOCKCTL_QUARANTINE");
     let (child, _out) = start_ready(
-        exec_on(&s, "phoenix"),
-        &["--ttl", "2s"],
-        "echo \"ready $LOCKCTL_FENCE\"; sleep 3",
-        "ready 1",
+        cmd,
+        &["--ttl", "2s", "--kill-after", "1s"],
+        "echo ready; sleep 30",
+        "ready",
     );
-    // Well within a second of the grant: the node's run id, not its uptime, tells it restarted.
     s.restart_empty();
-    assert!(
-        eventually(Duration::from_secs(10), || s
-            .get("lockctl:phoenix")
-            .is_some()),
-        "the renewal puts the key back on the restarted node"
-    );
-    let fence: Option<String> = s.cmd(&["GET", "{lockctl:phoenix}\u{1f}fence"]);
-    assert_eq!(
-        fence.as_deref(),
-        Some("1"),
-        "and raises the lost counter to the holder's fence"
-    );
     let o = wait_output(child, Duration::from_secs(30));
-    assert_eq!(
-        code(&o),
-        0,
-        "the lease survived the restart: {}",
-        stderr(&o)
-    );
-    let o = run(lockctl_on(&s).args(["acquire", "phoenix", "--format", "json"]));
-    let next: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(next["fence"], 2, "the next grant's fence is still larger");
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stderr(&o).contains("restart quarantine"), "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:phoenix"), None, "nothing put back");
 }
 
 #[test]
