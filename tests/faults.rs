@@ -544,6 +544,11 @@ fn single_break_after_a_repaired_restart_ends_the_holder() {
     );
     let o = run(lockctl_on(&s).args(["break", "phoenix", "--yes"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // The next renewal (every second) ends the lease; the command is told to finish in any case.
+    let _ = eventually(Duration::from_secs(10), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    std::fs::write(&go, "").unwrap();
     let o = wait_output(child, Duration::from_secs(30));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
     assert_eq!(s.get("lockctl:phoenix"), None, "the break was not undone");
@@ -1150,10 +1155,11 @@ fn redlock_restart_with_quarantine_keeps_one_holder() {
         "quarantined nodes do not vote: {}",
         b_now.stderr
     );
-    let mut b = b_cmd(&["-w", "30s"]);
+    let mut b = b_cmd(&["-w", "15s"]);
     let b = std::thread::spawn(move || exec_once(&mut b, 2));
-    let a_out = wait_output(a, Duration::from_secs(60));
     let b = b.join().unwrap();
+    std::fs::write(store.path("go-a"), "").unwrap();
+    let a_out = wait_output(a, Duration::from_secs(60));
     let a_stdout = stdout(&a_out);
     let a_fence: u64 = a_stdout
         .split("fence=")

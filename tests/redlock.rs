@@ -708,8 +708,12 @@ fn a_majority_restarted_after_the_grant_ends_the_lease() {
     let stdin = child.stdin.take();
     servers[1].restart_empty();
     servers[2].restart_empty();
-    let o = wait_output(child, Duration::from_secs(60));
+    // The next renewal (every 667 ms) ends the lease; the command is told to finish in any case.
+    let _ = eventually(Duration::from_secs(10), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
     drop(stdin);
+    let o = wait_output(child, Duration::from_secs(60));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
     assert!(stderr(&o).contains("restart quarantine"), "{}", stderr(&o));
     for i in [1, 2] {
