@@ -91,10 +91,16 @@ fn a_stale_holder_cannot_overwrite_a_newer_one() {
     let _: i64 = s.cmd(&["DEL", "lockctl:report"]);
     let b = wait_output(worker(&s, dir.path(), "B", "true"), Duration::from_secs(60));
     assert_eq!(code(&b), 0, "B: {}", stderr(&b));
-    assert_eq!(sql(dir.path(), "SELECT body, fence FROM reports"), "B\n|2");
+    let stored = || -> (String, u64) {
+        let row = sql(dir.path(), "SELECT body, fence FROM reports");
+        let (body, fence) = row.rsplit_once('|').unwrap();
+        (body.trim().to_string(), fence.trim().parse().unwrap())
+    };
+    let (body, b_fence) = stored();
+    assert_eq!(body, "B");
     std::fs::write(dir.path().join("b.done"), "").unwrap();
 
-    // A wakes up and tries to write with fence 1: refused.
+    // A wakes up and tries to write with its smaller fence: refused.
     let a = wait_output(a, Duration::from_secs(60));
     assert_eq!(code(&a), 76, "A: {}", stderr(&a));
     assert!(
@@ -102,12 +108,14 @@ fn a_stale_holder_cannot_overwrite_a_newer_one() {
         "{}",
         stderr(&a)
     );
-    assert_eq!(sql(dir.path(), "SELECT body, fence FROM reports"), "B\n|2");
+    assert_eq!(stored(), ("B".to_string(), b_fence));
 
     // A later holder writes again, with a larger fence.
     let c = wait_output(worker(&s, dir.path(), "C", "true"), Duration::from_secs(60));
     assert_eq!(code(&c), 0, "C: {}", stderr(&c));
-    assert_eq!(sql(dir.path(), "SELECT body, fence FROM reports"), "C\n|3");
+    let (body, c_fence) = stored();
+    assert_eq!(body, "C");
+    assert!(c_fence > b_fence, "{b_fence} then {c_fence}");
     assert_eq!(
         s.get("lockctl:report"),
         None,

@@ -731,6 +731,60 @@ fn doctor_json_lists_findings_and_servers() {
     assert!(srv["clock_offset_ms"].as_i64().is_some());
 }
 
+/// `appendfsync always` is not enough when `no-appendfsync-on-rewrite yes` skips the fsync while a
+/// rewrite runs: doctor says so (it used to report such a node "ok").
+#[test]
+fn doctor_warns_when_fsync_is_skipped_during_rewrites() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let s = Server::with_args(&[&aof[..], &["--no-appendfsync-on-rewrite", "yes"]].concat());
+    let o = run(lockctl_on(&s).args(["doctor"]));
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let text = stdout(&o);
+    let p = finding(&text, "persistence");
+    assert!(p.len() == 1 && p[0].starts_with("warn"), "{text}");
+    assert!(
+        p[0].contains("no-appendfsync-on-rewrite yes")
+            && p[0].contains("set no-appendfsync-on-rewrite no"),
+        "{text}"
+    );
+
+    let s = Server::with_args(&[&aof[..], &["--no-appendfsync-on-rewrite", "no"]].concat());
+    let text = stdout(&run(lockctl_on(&s).args(["doctor"])));
+    assert!(finding(&text, "persistence")[0].starts_with("ok"), "{text}");
+}
+
+/// A fencing counter lost with a node's data starts again from the server's clock, which is safe
+/// only while no counter is ahead of that clock: doctor compares the counters under the prefix with
+/// the server's clock and names one that is ahead.
+#[test]
+fn doctor_finds_fencing_counters_ahead_of_the_clock() {
+    let s = Server::start();
+    acquire_json(&mut lockctl_on(&s), "fine", &[]);
+    // Under another prefix: not ours to judge.
+    let far = (s.clock_us() + 3_600_000_000).to_string();
+    let _: () = s.cmd(&["SET", "{other:z}\u{1f}fence", &far]);
+    let text = stdout(&run(lockctl_on(&s).args(["doctor"])));
+    let f = finding(&text, "fences");
+    assert!(f.len() == 1 && f[0].starts_with("ok"), "{text}");
+    assert!(
+        f[0].contains("1 fencing counter(s) under the prefix"),
+        "{text}"
+    );
+    assert!(
+        f[0].contains("steps back"),
+        "the assumption is stated: {text}"
+    );
+
+    let _: () = s.cmd(&["SET", "{lockctl:ahead}\u{1f}fence", &far]);
+    let text = stdout(&run(lockctl_on(&s).args(["doctor"])));
+    let f = finding(&text, "fences");
+    assert!(f.len() == 1 && f[0].starts_with("warn"), "{text}");
+    assert!(
+        f[0].contains("1 of 2") && f[0].contains("'lockctl:ahead'"),
+        "{text}"
+    );
+}
+
 #[test]
 fn doctor_warns_on_volatile_eviction() {
     let s = Server::with_args(&["--maxmemory-policy", "volatile-lru"]);

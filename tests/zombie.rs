@@ -33,11 +33,22 @@ fn example_script_shows_the_store_rejecting_the_zombie() {
     let o = wait_output(child, Duration::from_secs(60));
     let out = stdout(&o);
     assert_eq!(code(&o), 0, "{out}\n{}", stderr(&o));
+    // Fences are large numbers (a new counter starts from the server's clock); client 2's is larger.
+    let token_of = |client: &str| -> u64 {
+        let needle = format!("[{client}] holds the lock, fencing token ");
+        out.split(&needle)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no fencing token of {client} in:\n{out}"))
+    };
+    let (f1, f2) = (token_of("client-1"), token_of("client-2"));
+    assert!(f2 > f1, "{f1} then {f2}");
     assert!(
-        out.ends_with(
-            "RESULT value=client-2 fence=2 client1_write=rejected client1_exit=76 \
+        out.ends_with(&format!(
+            "RESULT value=client-2 fence={f2} client1_write=rejected client1_exit=76 \
              client2_write=accepted client2_exit=0 ok=1"
-        ),
+        )),
         "{out}"
     );
     // The order of events is the scenario's: client 2 writes while client 1 is stopped, client 1's
@@ -46,9 +57,9 @@ fn example_script_shows_the_store_rejecting_the_zombie() {
         out.find(needle)
             .unwrap_or_else(|| panic!("{needle:?} missing from:\n{out}"))
     };
-    assert!(at("[client-1] holds the lock, fencing token 1") < at("pauses just before its write"));
-    assert!(at("has expired in Redis") < at("[client-2] holds the lock, fencing token 2"));
-    assert!(at("[client-2] write ACCEPTED with token 2") < at("wakes up (SIGCONT)"));
+    assert!(at("[client-1] holds the lock") < at("pauses just before its write"));
+    assert!(at("has expired in Redis") < at("[client-2] holds the lock"));
+    assert!(at(&format!("[client-2] write ACCEPTED with token {f2}")) < at("wakes up (SIGCONT)"));
     assert!(at("wakes up (SIGCONT)") < at("[client-1] write REJECTED"));
     assert!(at("lease on 'zombie' lost") > at("wakes up (SIGCONT)"));
     // Everything it started and created is gone.
@@ -114,6 +125,11 @@ fn paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
         .exists()));
     let job: i32 = read(dir, "one.pid").parse().unwrap();
     assert!(s.get("lockctl:zombie").is_some(), "client 1 holds the lock");
+    let counter = || -> u64 {
+        let c: String = s.cmd(&["GET", "{lockctl:zombie}\u{1f}fence"]);
+        c.parse().unwrap()
+    };
+    let f1 = counter();
 
     // The whole client stops, just before its write; the write will go out when it runs again.
     kill(one_pid, libc::SIGSTOP);
@@ -135,15 +151,21 @@ fn paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
         "1",
         "client 2's write is accepted"
     );
-    assert_eq!(sql(&db, "SELECT value, fence FROM store"), "two|2");
+    let f2 = counter();
+    assert!(f2 > f1, "{f1} then {f2}");
+    assert_eq!(
+        sql(&db, "SELECT value, fence FROM store"),
+        format!("two|{f2}")
+    );
     assert!(alive(one_pid), "client 1's lockctl is still there, stopped");
     // A third client holds the lock when client 1 wakes up, so that client 1's release has
     // something to spoil.
     let three = acquire_json(&mut lockctl_on(&s), "zombie", &["--ttl", "60s"]);
-    assert_eq!(three["fence"], 3);
+    let f3 = three["fence"].as_u64().unwrap();
+    assert!(f3 > f2, "{f2} then {f3}");
 
-    // Client 1 wakes up: its write goes out with fence 1 and is rejected; its lockctl finds the lease
-    // expired and exits 76.
+    // Client 1 wakes up: its write goes out with the smaller fence and is rejected; its lockctl finds
+    // the lease expired and exits 76.
     kill(-job, libc::SIGCONT);
     kill(one_pid, libc::SIGCONT);
     let one = wait_output(one, Duration::from_secs(30));
@@ -154,12 +176,14 @@ fn paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
         "0",
         "client 1's stale write is rejected"
     );
-    assert_eq!(sql(&db, "SELECT value, fence FROM store"), "two|2");
+    assert_eq!(
+        sql(&db, "SELECT value, fence FROM store"),
+        format!("two|{f2}")
+    );
     // Client 1's release did not touch anything: the third client's lock stands, with its TTL,
     // and the counter is where that grant left it.
     assert_eq!(s.get("lockctl:zombie").as_deref(), three["token"].as_str());
     let ttl: i64 = s.cmd(&["PTTL", "lockctl:zombie"]);
     assert!(ttl > 30_000, "the third client's TTL is untouched: {ttl}");
-    let counter: Option<String> = s.cmd(&["GET", "{lockctl:zombie}\u{1f}fence"]);
-    assert_eq!(counter.as_deref(), Some("3"));
+    assert_eq!(counter(), f3);
 }

@@ -10,6 +10,14 @@
 //! refuse CONFIG: the affected checks then say "could not check" (a warning: an unknown hazard is not
 //! an absent one) and the rest go on.
 //!
+//! Fences: a fencing counter lost with a node's data starts again from the server's clock in
+//! microseconds (see `lock/mod.rs`), which is above every fence handed out before as long as the
+//! server's clock does not step back across the restart and no counter ran ahead of the clock (more
+//! than one grant per microsecond, or a counter raised to another node's fence by a Redlock grant
+//! while that node's clock was ahead). The `fences` check looks for counters ahead of the clock in a
+//! bounded sample of the locks under the prefix; the `clock` check compares the server's clock with
+//! this host's.
+//!
 //! Clock offset: the node's TIME is compared with the midpoint of this host's wall clock before and
 //! after the call, so the measurement error is at most half the round trip. lockctl itself times
 //! leases on the monotonic clock, so an offset alone breaks nothing, but Redis expires keys by its own
@@ -28,7 +36,7 @@ use crate::cli::{DoctorArgs, ReportFormat};
 use crate::config::Settings;
 use crate::exit::Exit;
 use crate::lock::node::Node;
-use crate::lock::{quorum, Engine};
+use crate::lock::{keys, quorum, Engine};
 use crate::output::human_ms;
 
 /// Clock offset above which a node's clock is reported: far beyond NTP's error, far below a lease.
@@ -43,7 +51,20 @@ const MIN_VALKEY: (u32, u32) = (7, 2);
 const MIN_VALKEY_TEXT: &str = "Valkey 7.2";
 
 /// The CONFIG parameters the checks read.
-const CONFIG_KEYS: [&str; 4] = ["maxmemory-policy", "appendonly", "appendfsync", "save"];
+const CONFIG_KEYS: [&str; 5] = [
+    "maxmemory-policy",
+    "appendonly",
+    "appendfsync",
+    "no-appendfsync-on-rewrite",
+    "save",
+];
+
+/// SCAN calls of the `fences` check per node, each over [`SCAN_COUNT`] keys: a bounded sample.
+const FENCE_SCANS: usize = 10;
+/// Keys asked of each SCAN call.
+const SCAN_COUNT: usize = 1000;
+/// Most fencing counters compared with the clock per node.
+const FENCE_SAMPLE: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Level {
@@ -85,6 +106,19 @@ struct Probe {
     /// `(role, replicas)` from ROLE, or from INFO when ROLE is refused.
     role: Option<(String, usize, String)>,
     config: HashMap<&'static str, Result<String, String>>,
+    /// Fencing counters sampled under the prefix, or why they could not be read.
+    fences: Option<Result<FenceSample, String>>,
+}
+
+/// The fencing counters of one node compared with its clock.
+#[derive(Default)]
+struct FenceSample {
+    /// Counters compared.
+    sampled: usize,
+    /// The whole keyspace was scanned (not just a sample).
+    complete: bool,
+    /// Lock keys whose counter is ahead of the server's clock, with how far ahead in microseconds.
+    ahead: Vec<(String, u128)>,
 }
 
 impl Probe {
@@ -105,7 +139,8 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> anyhow::Result<Exit> {
     let mut engine = Engine::new(settings)?;
     let n = engine.nodes().len();
     let quorum = engine.quorum();
-    let probes = quorum::all(engine.nodes_mut(), |_, node| probe(node));
+    let prefix = engine.prefix().to_string();
+    let probes = quorum::all(engine.nodes_mut(), |_, node| probe(node, &prefix));
     let reachable = probes.iter().filter(|p| p.unreachable.is_none()).count();
 
     let mut findings = setup_findings(settings, args.ttl, &probes, quorum);
@@ -158,7 +193,7 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> anyhow::Result<Exit> {
 }
 
 /// Probes one node; every command is bounded by the node timeout.
-fn probe(node: &mut Node) -> Probe {
+fn probe(node: &mut Node, prefix: &str) -> Probe {
     let mut p = Probe {
         node: node.display.clone(),
         rtt: Duration::MAX,
@@ -238,7 +273,86 @@ fn probe(node: &mut Node) -> Probe {
             break;
         }
     }
+    if !node.is_stale() {
+        p.fences = Some(sample_fences(node, prefix));
+    }
     p
+}
+
+/// Compares a bounded sample of the fencing counters under `prefix` with the server's clock.
+fn sample_fences(node: &mut Node, prefix: &str) -> Result<FenceSample, String> {
+    let mut counters: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut cursor = 0u64;
+    let mut complete = false;
+    for _ in 0..FENCE_SCANS {
+        let (next, keys): (u64, Vec<Vec<u8>>) = node
+            .call("SCAN", |c| {
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("*{}fence", keys::AUX_SEPARATOR))
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .arg("TYPE")
+                    .arg("string")
+                    .query(c)
+            })
+            .map_err(|f| f.reason)?;
+        for k in keys {
+            let lock = keys::lock_key_of_counter(&k)
+                .filter(|l| l.starts_with(prefix.as_bytes()))
+                .map(<[u8]>::to_vec);
+            if let Some(lock) = lock {
+                counters.push((lock, k));
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            complete = true;
+            break;
+        }
+        if counters.len() >= FENCE_SAMPLE {
+            break;
+        }
+    }
+    counters.truncate(FENCE_SAMPLE);
+    // One pipelined round trip: GET each counter (one key per command, so it works on Cluster),
+    // then TIME, read after every counter so that no counter can be newer than the clock reading.
+    let replies: Vec<Value> = node
+        .call("GET", |c| {
+            let mut pipe = redis::pipe();
+            for (_, k) in &counters {
+                pipe.cmd("GET").arg(k);
+            }
+            pipe.cmd("TIME");
+            c.send_packed_command(&pipe.get_packed_pipeline())?;
+            (0..=counters.len()).map(|_| c.recv_response()).collect()
+        })
+        .map_err(|f| f.reason)?;
+    let now = match replies.last() {
+        Some(Value::Array(t)) => match (t.first().and_then(int), t.get(1).and_then(int)) {
+            (Some(s), Some(us)) => s as u128 * 1_000_000 + us as u128,
+            _ => return Err("TIME gave no clock".into()),
+        },
+        _ => return Err("TIME gave no clock".into()),
+    };
+    let mut sample = FenceSample {
+        sampled: 0,
+        complete,
+        ahead: Vec::new(),
+    };
+    for ((lock, _), v) in counters.iter().zip(&replies) {
+        let Some(counter) = text(v).and_then(|t| t.parse::<u128>().ok()) else {
+            continue;
+        };
+        sample.sampled += 1;
+        if counter > now {
+            sample
+                .ahead
+                .push((String::from_utf8_lossy(lock).into_owned(), counter - now));
+        }
+    }
+    Ok(sample)
 }
 
 fn unix_ms() -> i64 {
@@ -690,6 +804,59 @@ fn node_findings(p: &Probe, settings: &Settings, ttl: Duration) -> Vec<Finding> 
             None,
         ),
     }
+
+    let assumption = "a fencing counter lost with this node's data starts again from its clock, \
+                      above every earlier fence while the clock never steps back across a restart \
+                      and no counter runs ahead of it";
+    match &p.fences {
+        Some(Ok(sample)) if !sample.ahead.is_empty() => {
+            let (lock, by) = &sample.ahead[0];
+            add(
+                "fences",
+                Level::Warn,
+                format!(
+                    "{} of {} fencing counter(s) sampled are ahead of the server's clock (lock '{}' \
+                     by {}): if this node lost its data now, the next fences could repeat earlier \
+                     ones; {assumption}",
+                    sample.ahead.len(),
+                    sample.sampled,
+                    lock,
+                    human_ms((by / 1000) as i64)
+                ),
+                Some(
+                    "keep the nodes' clocks synchronised (NTP) and never step them back; keep \
+                     persistence on so counters survive restarts"
+                        .into(),
+                ),
+            )
+        }
+        Some(Ok(sample)) => add(
+            "fences",
+            Level::Ok,
+            format!(
+                "{} fencing counter(s) {}, none ahead of the server's clock; {assumption}",
+                sample.sampled,
+                if sample.complete {
+                    "under the prefix"
+                } else {
+                    "sampled under the prefix"
+                }
+            ),
+            None,
+        ),
+        Some(Err(e)) => add(
+            "fences",
+            Level::Warn,
+            format!("could not check the fencing counters: {e}"),
+            None,
+        ),
+        None => add(
+            "fences",
+            Level::Warn,
+            "could not check the fencing counters: the node stopped answering".into(),
+            None,
+        ),
+    }
     out
 }
 
@@ -720,12 +887,33 @@ fn add_persistence(p: &Probe, add: &mut impl FnMut(&'static str, Level, String, 
     };
     if aof {
         match p.config("appendfsync") {
-            Ok("always") => add(
-                "persistence",
-                Level::Ok,
-                "AOF with appendfsync always".into(),
-                None,
-            ),
+            Ok("always") => match p.config("no-appendfsync-on-rewrite") {
+                Ok("no") => add(
+                    "persistence",
+                    Level::Ok,
+                    "AOF with appendfsync always".into(),
+                    None,
+                ),
+                Ok(_) => add(
+                    "persistence",
+                    Level::Warn,
+                    "AOF with appendfsync always, but no-appendfsync-on-rewrite yes: fsync is \
+                     skipped while an AOF rewrite or an RDB save runs, so a crash then loses the \
+                     writes of that time (up to about 30 s), fencing counter increments included"
+                        .into(),
+                    Some(
+                        "set no-appendfsync-on-rewrite no (CONFIG SET and redis.conf)".into(),
+                    ),
+                ),
+                Err(e) => add(
+                    "persistence",
+                    Level::Warn,
+                    format!(
+                        "AOF with appendfsync always, could not check no-appendfsync-on-rewrite: {e}"
+                    ),
+                    Some("make sure no-appendfsync-on-rewrite is no".into()),
+                ),
+            },
             Ok(fsync) => {
                 add(
                     "persistence",

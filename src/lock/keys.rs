@@ -72,6 +72,17 @@ pub fn is_lock_key(key: &[u8]) -> bool {
     !key.contains(&(AUX_SEPARATOR as u8))
 }
 
+/// The lock key whose fencing counter is named `aux`, if `aux` names a fencing counter.
+pub fn lock_key_of_counter(aux: &[u8]) -> Option<&[u8]> {
+    let body = aux.strip_suffix("\u{1f}fence".as_bytes())?;
+    match body.iter().position(|&b| b == AUX_SEPARATOR as u8) {
+        // `{T}\x1f<key>`
+        Some(i) => Some(&body[i + 1..]),
+        // `{<key>}`
+        None => body.strip_prefix(b"{")?.strip_suffix(b"}"),
+    }
+}
+
 /// Redis Cluster's hash tag: the bytes between the first `{` and the next `}`, when not empty.
 fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     let open = key.iter().position(|&b| b == b'{')?;
@@ -85,7 +96,7 @@ pub fn slot(key: &[u8]) -> u16 {
 }
 
 /// The smallest decimal number `i` (as text) whose slot is `target`: a short hash tag for the slot of
-/// a key that has no tag of its own. Every slot is reached below 10^6.
+/// a key that has no tag of its own. Every slot is reached below 110,000.
 fn slot_twin(target: u16) -> String {
     (0u32..)
         .map(|i| i.to_string())
@@ -169,6 +180,20 @@ mod tests {
     }
 
     #[test]
+    fn the_lock_key_is_read_back_from_its_counter() {
+        for name in ["x", "{x}", "a}b", "{app}:x", "{}"] {
+            for prefix in ["", "lockctl:"] {
+                let k = LockKeys::new(prefix, name);
+                assert_eq!(
+                    lock_key_of_counter(k.fence.as_bytes()),
+                    Some(k.key.as_bytes())
+                );
+                assert_eq!(lock_key_of_counter(k.holder.as_bytes()), None);
+            }
+        }
+    }
+
+    #[test]
     fn untagged_keys_with_braces_get_a_short_twin_tag() {
         let k = LockKeys::new("", "a}b");
         let tag = k.fence.split('}').next().unwrap().trim_start_matches('{');
@@ -193,6 +218,8 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
         #[test]
         fn two_names_never_share_a_key(
             a in "[a-c{}x]{1,6}",
