@@ -347,6 +347,42 @@ fn fencing_strictly_increases_across_different_quorums() {
     assert_eq!(counters, [x + 7, x + 7, x + 7, x + 6, x + 6]);
 }
 
+/// The number of EVALSHA calls a server has run since its statistics were reset.
+fn evalsha_calls(s: &Server) -> u64 {
+    let info: String = s.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Fences follow the server's clock, yet a steady-state grant stays one round trip per node: nodes
+/// whose counters agree return the same `max(counter + 1, the clock's second)`, so round 2 is skipped.
+/// Five grants and releases after a first one: each node runs two scripts per cycle (a straddled
+/// second boundary between two nodes may add one round 2; more would mean one per grant).
+#[test]
+fn steady_state_grants_need_no_round_2() {
+    let servers = Servers::start(3);
+    let g = acquire_json(&mut servers.lockctl(), "steady", &[]);
+    assert_eq!(code(&release(&servers, "steady", &token(&g))), 0);
+    for s in &servers.0 {
+        let _: () = s.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+    let mut last = fence(&g);
+    for _ in 0..5 {
+        let g = acquire_json(&mut servers.lockctl(), "steady", &[]);
+        assert!(fence(&g) > last, "{g} after {last}");
+        last = fence(&g);
+        assert_eq!(code(&release(&servers, "steady", &token(&g))), 0);
+    }
+    let calls: Vec<u64> = servers.0.iter().map(evalsha_calls).collect();
+    assert!(calls.iter().all(|&c| c >= 10), "{calls:?}");
+    assert!(
+        calls.iter().sum::<u64>() <= 31,
+        "round 2 ran more than once: {calls:?}"
+    );
+}
+
 #[test]
 fn quarantine_keeps_restarted_nodes_from_voting() {
     let mut servers = Servers::start(3);

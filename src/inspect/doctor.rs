@@ -863,8 +863,9 @@ fn node_findings(p: &Probe, settings: &Settings, ttl: Duration) -> Vec<Finding> 
 /// Persistence: can a restart lose locks and, worse, fencing counters?
 fn add_persistence(p: &Probe, add: &mut impl FnMut(&'static str, Level, String, Option<String>)) {
     let advice = Some(
-        "set appendonly yes and appendfsync always so fencing counters survive a crash; \
-         lockctl's restart quarantine covers lost locks meanwhile"
+        "set appendonly yes and appendfsync always so that locks survive a crash (a restart \
+         without them ends every lease on the node); the restart quarantine keeps lost locks from \
+         being granted twice, and lost fencing counters start again from the server's clock"
             .to_string(),
     );
     let aof = match p.config("appendonly") {
@@ -899,7 +900,7 @@ fn add_persistence(p: &Probe, add: &mut impl FnMut(&'static str, Level, String, 
                     Level::Warn,
                     "AOF with appendfsync always, but no-appendfsync-on-rewrite yes: fsync is \
                      skipped while an AOF rewrite or an RDB save runs, so a crash then loses the \
-                     writes of that time (up to about 30 s), fencing counter increments included"
+                     writes of that time (up to about 30 s), the locks granted then included"
                         .into(),
                     Some(
                         "set no-appendfsync-on-rewrite no (CONFIG SET and redis.conf)".into(),
@@ -919,8 +920,8 @@ fn add_persistence(p: &Probe, add: &mut impl FnMut(&'static str, Level, String, 
                     "persistence",
                     Level::Warn,
                     format!(
-                    "AOF with appendfsync {fsync}: a crash loses the last {} of writes, fencing \
-                     counter increments included",
+                    "AOF with appendfsync {fsync}: a crash loses the last {} of writes, the locks \
+                     granted then included",
                     if fsync == "everysec" { "second" } else { "seconds" }
                 ),
                     advice,
@@ -945,7 +946,7 @@ fn add_persistence(p: &Probe, add: &mut impl FnMut(&'static str, Level, String, 
         Ok(_) => add(
             "persistence",
             Level::Warn,
-            "no persistence (no AOF, no RDB snapshots): a restart forgets every lock and fencing counter".into(),
+            "no persistence (no AOF, no RDB snapshots): a restart forgets every lock and ends its lease".into(),
             advice,
         ),
         Err(e) => add(
