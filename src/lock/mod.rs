@@ -27,12 +27,15 @@
 //! same reason.
 //!
 //! That argument needs `n` to keep its counter. When a node loses its data, its counter would start
-//! again from zero, so every grant takes `max(counter + 1, server clock in microseconds)` instead of
-//! `counter + 1`: a node that lost its counter starts again above every fence it handed out before,
-//! as long as its clock does not step back across the restart and it never handed out more than one
-//! fence per microsecond (so no counter ran ahead of the clock). Those are the remaining assumptions;
-//! `doctor` checks the server's clock against this host's and looks for counters ahead of the clock.
-//! The clock is read inside `acquire.lua`, so this costs no round trip.
+//! again from zero. So a grant that finds no counter starts it from the server's clock in
+//! microseconds, and every other grant takes `max(counter + 1, the clock's current second in
+//! microseconds)`: a node that lost its counter starts again above every fence it handed out before,
+//! as long as its clock does not step back across the restart and no counter ran ahead of the clock
+//! (more than one grant per microsecond, or round 2 raising a counter to the fence of a node whose
+//! clock is ahead). Those are the remaining assumptions; `doctor` checks the server's clock against
+//! this host's and looks for counters ahead of the clock. The whole second, not the microsecond, is
+//! what keeps the nodes' counters equal from one grant to the next, so that a steady-state grant still
+//! needs no round 2; the clock is read inside `acquire.lua`, so it costs no round trip either.
 //!
 //! # Restart quarantine
 //!
