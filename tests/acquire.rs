@@ -662,6 +662,7 @@ fn a_node_that_provably_kept_its_data_votes_at_once() {
         let a = acquire(&s, "kept", &["--ttl", "30s"]);
         let o = run(lockctl_on(&s).args(["release", "kept", "--token", &a]));
         assert_eq!(code(&o), 0);
+        let first: u64 = s.get("{lockctl:kept}\u{1f}fence").unwrap().parse().unwrap();
         s.restart_in_place();
         assert!(
             s.cmd::<i64>(&["EXISTS", "{lockctl:kept}\u{1f}fence"]) == 1,
@@ -673,7 +674,10 @@ fn a_node_that_provably_kept_its_data_votes_at_once() {
         if spared {
             assert_eq!(code(&o), 0, "{args:?}: {err}");
             let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-            assert_eq!(g["fence"], 2, "{args:?}: the counter was loaded");
+            assert!(
+                g["fence"].as_u64().unwrap() > first,
+                "{args:?}: {g} after {first}"
+            );
             let o = run(quarantined_on(&s).args(["acquire", "never", "-n"]));
             assert_eq!(code(&o), 75, "{args:?}: a name never granted there");
             assert_quarantine_message(&stderr(&o), &s);
@@ -683,6 +687,7 @@ fn a_node_that_provably_kept_its_data_votes_at_once() {
             assert_eq!(s.get("lockctl:kept"), None, "{args:?}");
         }
     }
+}
 
 /// Redis reports `uptime_in_seconds` as floor(now) - floor(start): a server started at x.9 s says
 /// "up 1 s" 0.1 s later. The restart quarantine must not end early because of it. The server is
