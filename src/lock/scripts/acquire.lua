@@ -36,9 +36,10 @@ if current then
   return {0, redis.call('PTTL', KEYS[1]), h[2] or '', h[3] or '', h[4] or '', run_id()}
 end
 local quarantine = tonumber(ARGV[3])
+local counter = redis.call('GET', KEYS[2])
 -- A fencing counter survives a restart only in data loaded from disk: on a node that fsyncs every
 -- write, it shows that this lock's history was loaded, so the node forgot no grant of it.
-if ARGV[7] == '1' and redis.call('EXISTS', KEYS[2]) == 1 then
+if ARGV[7] == '1' and counter then
   quarantine = 0
 end
 -- Restart quarantine, failing closed. uptime_in_seconds is floor(now) - floor(start), up to 1 s more
@@ -63,8 +64,8 @@ end
 -- the microsecond, keeps the counters of Redlock nodes equal from one grant to the next, so that no
 -- round 2 is needed in the steady state.
 local t = redis.call('TIME')
-local fence = redis.call('GET', KEYS[2])
-if not fence then
+local fence
+if not counter then
   fence = t[1] .. string.format('%06d', tonumber(t[2]))
   redis.call('SET', KEYS[2], fence)
 else
