@@ -770,11 +770,28 @@ fn a_majority_restarted_after_the_grant_ends_the_lease() {
 /// holder's fence; it records the node's new run id, so when the key disappears there again (an
 /// eviction, here a DEL) the renewals leave it gone instead of taking it for another restart. The next
 /// grant, through the restarted node, gets a larger fence.
+/// Waits until every server votes under a quarantine of `secs` seconds (uptime - 1 s >= secs), so
+/// that a grant wins all of them.
+fn wait_out_quarantine(servers: &Servers, secs: u64) {
+    let up = |s: &Server| -> u64 {
+        let info: String = s.cmd(&["INFO", "server"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .map_or(0, |u| u.trim().parse().unwrap())
+    };
+    assert!(eventually(Duration::from_secs(secs + 10), || servers
+        .0
+        .iter()
+        .all(|s| up(s) > secs)));
+}
+
 #[test]
 fn renewal_recreates_a_key_lost_in_a_minority_restart_after_its_quarantine() {
     let mut servers = Servers::start(3);
+    wait_out_quarantine(&servers, 2);
     let mut cmd = servers.lockctl();
     cmd.env_remove("LOCKCTL_QUARANTINE").args([
+        "-v",
         "exec",
         "minority",
         "--ttl",
@@ -783,14 +800,25 @@ fn renewal_recreates_a_key_lost_in_a_minority_restart_after_its_quarantine() {
         "300ms",
     ]);
     let (child, token, fence_a) = start_exec(cmd);
+    for s in &servers.0 {
+        assert_eq!(
+            s.get(&key("minority")),
+            Some(token.clone()),
+            "won everywhere"
+        );
+    }
     let restarted = Instant::now();
     servers[1].restart_empty();
-    assert!(
-        eventually(Duration::from_secs(15), || servers[1]
-            .get(&key("minority"))
-            .is_some()),
-        "the key was not put back on the restarted node"
-    );
+    if !eventually(Duration::from_secs(15), || {
+        servers[1].get(&key("minority")).is_some()
+    }) {
+        let o = finish_exec(child);
+        panic!(
+            "the key was not put back on the restarted node; exec exited {}: {}",
+            code(&o),
+            stderr(&o)
+        );
+    }
     // Not before the quarantine (the TTL) had passed since the restart.
     assert!(restarted.elapsed() >= Duration::from_secs(2));
     assert_eq!(servers[1].get(&key("minority")), Some(token.clone()));
