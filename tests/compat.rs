@@ -222,7 +222,7 @@ fn the_acl_recipe_works_for_every_command() {
     );
 
     // The restart quarantine is on here (this server started moments ago): the node proves it keeps
-    // its data (CONFIG GET) and holds the lock's fencing counter (EXISTS in the acquire script), so it
+    // its data (CONFIG GET) and holds the lock's fencing counter (read in the acquire script), so it
     // grants "job" at once; a name it never granted stays in quarantine.
     let fence = |o: &std::process::Output| -> u64 {
         let g: serde_json::Value = serde_json::from_str(&stdout(o)).expect("a JSON grant");
