@@ -764,7 +764,7 @@ fn a_majority_restarted_after_the_grant_ends_the_lease() {
     }
 }
 
-/// One of three nodes restarts without its data while `exec` holds the lock (TTL 2 s, default
+/// One of three nodes restarts without its data while `exec` holds the lock (TTL 3 s, default
 /// quarantine). The holder keeps its lease on the other two, and its renewal puts its key back on the
 /// restarted node once that node is past its quarantine, raising the lost fencing counter to the
 /// holder's fence; it records the node's new run id, so when the key disappears there again (an
@@ -788,16 +788,16 @@ fn wait_out_quarantine(servers: &Servers, secs: u64) {
 #[test]
 fn renewal_recreates_a_key_lost_in_a_minority_restart_after_its_quarantine() {
     let mut servers = Servers::start(3);
-    wait_out_quarantine(&servers, 2);
+    wait_out_quarantine(&servers, 3);
     let mut cmd = servers.lockctl();
     cmd.env_remove("LOCKCTL_QUARANTINE").args([
         "-v",
         "exec",
         "minority",
         "--ttl",
-        "2s",
+        "3s",
         "--node-timeout",
-        "300ms",
+        "1s",
     ]);
     let (child, token, fence_a) = start_exec(cmd);
     for s in &servers.0 {
@@ -820,13 +820,13 @@ fn renewal_recreates_a_key_lost_in_a_minority_restart_after_its_quarantine() {
         );
     }
     // Not before the quarantine (the TTL) had passed since the restart.
-    assert!(restarted.elapsed() >= Duration::from_secs(2));
+    assert!(restarted.elapsed() >= Duration::from_secs(3));
     assert_eq!(servers[1].get(&key("minority")), Some(token.clone()));
     assert_eq!(counter(&servers[1], "minority"), fence_a);
 
-    // Gone again on the same server: not a restart, so not undone (renewals every 667 ms).
+    // Gone again on the same server: not a restart, so not undone (renewals every second).
     del(&servers[1], &key("minority"));
-    std::thread::sleep(Duration::from_millis(2000));
+    std::thread::sleep(Duration::from_millis(3000));
     assert_eq!(servers[1].get(&key("minority")), None);
     let o = finish_exec(child);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
