@@ -1,55 +1,62 @@
 //! A seeded, randomized fault run: workers contend for one lock while a nemesis attacks it, and a
 //! checker judges the history against what the guarantees (README, "Guarantees") allow.
 //!
-//! The fault tests in `faults.rs` each stage one fault at one chosen moment. This file lets the faults
-//! fall where they will, overlapping each other, so that orders nobody thought of get tried; the seed
-//! makes a failing schedule worth reading again.
+//! The fault tests in `faults.rs` each stage one fault at one chosen moment. This file lets faults
+//! fall where they will and overlap each other, so that orders nobody thought of get tried; the seed
+//! replays the fault schedule (not the exact interleaving, which the scheduler decides).
 //!
 //! **Workers.** Four threads loop `lockctl exec` over one lock (TTL 2 s, node timeout 200 ms,
-//! `--kill-after 500ms`, restart quarantine at its default, the TTL). The command is
+//! `--kill-after 500ms`, `-w 5s`, the restart quarantine at its default, the TTL). The command runs
 //! `support/section.py`: a read-modify-write of a counter file that is not atomic (read, sleep,
-//! write back plus one; mostly 5–60 ms, one section in eight holds for 0.3–1.2 TTL so that
-//! renewals happen inside sections), then a fenced write into SQLite (`UPDATE ... WHERE fence < $LOCKCTL_FENCE`).
-//! It appends its start (once it runs) and its end (just before it exits, also when lockctl's SIGTERM
-//! ends it) to a history file, on CLOCK_MONOTONIC, the clock the test reads too.
+//! write back plus one; mostly 5–60 ms, one section in eight holds for 0.3–1.2 TTL so that renewals
+//! happen inside sections), then a fenced write into SQLite (`UPDATE ... WHERE fence <
+//! $LOCKCTL_FENCE`). It appends its start (once it runs) and its end (just before it exits, also
+//! when lockctl's SIGTERM ends it) to a history file, on CLOCK_MONOTONIC, the clock the test reads
+//! too. Most sections are lockctl's direct child; one in eight runs in a pipeline (`python3 ... |
+//! cat`) and one in eight in the background of a shell that exits at once (`python3 ... & exit 0`),
+//! since the README promises that the whole process group runs under the lock.
 //!
 //! **Nemesis.** Driven by a seeded RNG (`LOCKCTL_TORTURE_SEED`, printed at the start and in every
-//! failure), every 0.3–2.5 s it injects one of: SIGSTOP of one or more nodes for less than the TTL,
-//! or for more; kill -9 of one or more nodes and a restart without data up to 0.5 s later;
-//! `CLIENT KILL TYPE normal` on a node; `lockctl break --yes`; SIGSTOP of a worker's lockctl (the
-//! wrapper, not its command; mostly the holder's) for less than the TTL, or for more. On Redlock 3 a node fault hits one
-//! node, or two (a majority) one time in three. Faults overlap in time; a node is hit by one fault at
-//! a time.
+//! failure), every 0.3–2.5 s it injects one of: SIGSTOP of nodes for less than the TTL, or for more;
+//! kill -9 of nodes and a restart without data up to 0.5 s later; `CLIENT KILL TYPE normal` on a
+//! node; `lockctl break --yes`; SIGSTOP of a worker's lockctl (the wrapper, not its command; mostly
+//! the holder's) for less than the TTL, or for more; kill -9 of a worker's lockctl. On Redlock 3 a
+//! node fault hits one node, or a majority one time in three. Faults overlap in time; a node or a
+//! lockctl is hit by one fault at a time.
 //!
-//! **The rules.** Exit codes are lockctl's: 0 the command succeeded with the lease held throughout,
-//! 76 the lease was lost at some point, 69/75 the command never ran. The checker fails the run on:
+//! **The rules.** lockctl's exit codes: 0, the command succeeded and the lease held throughout; 76,
+//! the lease was lost at some point; 69 and 75, the command never ran. A holder whose lockctl the
+//! nemesis killed counts as one that lost its lease: the README says its command gets SIGKILL. The
+//! checker fails the run on:
 //!
-//! 1. *Overlap.* Two sections running at once, unless the earlier grant of the two is an `exec` that
-//!    exited 76 and the overlap ended within its stop bound. The earlier grant is the one whose
-//!    section started before the other's lockctl was spawned (or, when both ran at once from the
-//!    start, the smaller fence). Its stop bound is `E + --kill-after + 500 ms`, where E is the latest
-//!    of: the later section's start; the end of every SIGSTOP of its own lockctl (a stopped lockctl
-//!    cannot stop its command: the README says `exec` narrows this window and cannot close it); and
-//!    every `break` during its run plus one TTL (a broken holder learns of it at its next renewal, and
-//!    its lease deadline is at most one TTL after its last successful renewal). Nothing else
-//!    excuses an overlap: a stopped, killed or restarted node and a killed connection must never
-//!    give two holders (the quarantine covers restarts without data, the quorum covers the rest), so
-//!    the 76 holder must have been stopped by the time the new holder could start, give or take
-//!    the 500 ms allowance for scheduling. An earlier grant that exited 0 never overlaps: it kept its
-//!    lease throughout, so nobody else may have held the lock.
-//! 2. *Lost update.* A section's counter write that no later section read, overwritten by the next
-//!    write, when both sections' `exec` exited 0.
-//! 3. *Refused fenced write.* An `exec` that exited 0 whose store write was refused (or missing).
+//! 1. *Overlap.* Two sections running at once, unless the earlier grant of the two lost its lease
+//!    and the overlap ended within its stop bound. The earlier grant is the one whose section
+//!    started before the other's lockctl was spawned (when neither did, the smaller fence). Its stop
+//!    bound is `E + --kill-after + 500 ms`, where E is the latest of: the later section's start; the
+//!    end of every SIGSTOP of its own lockctl (a stopped lockctl cannot stop its command: the README
+//!    says `exec` narrows this window and cannot close it); and every `break` during its run plus one
+//!    TTL (a broken holder's lease deadline is at most one TTL after its last successful renewal).
+//!    Nothing else excuses an overlap. A stopped, killed or restarted node and a killed connection
+//!    must never give two holders at once (the quorum and the restart quarantine are there for
+//!    that), so the new holder can only start once the old lease is gone, and the old holder's
+//!    lockctl, which times its lease to end before the key expires, must have sent SIGTERM by then:
+//!    its command may run on only for `--kill-after` and 500 ms of scheduling slack. An earlier
+//!    grant that exited 0 never overlaps another section: it kept its lease throughout.
+//! 2. *Lost update.* A counter write that no later section read, overwritten by the next write, when
+//!    both sections' `exec` exited 0.
+//! 3. *Refused fenced write.* An `exec` that exited 0 whose write the store refused (or that did not
+//!    get to write).
 //! 4. *Fences.* Two grants with the same fence, or a grant whose lockctl was spawned after another
-//!    grant's section had started (so it was granted later) with a fence that is not larger. Fences
-//!    are compared only for order: their values are not promised.
-//! 5. *Exit codes.* Any code but 0, 69, 75 and 76; a command that ran although lockctl exited 69 or
-//!    75; an `exec` that exited 0 without its section completing.
+//!    grant's section had started (so it was granted later) with a smaller fence. Only the order is
+//!    checked: the values are not promised.
+//! 5. *Exit codes.* Any code but 0, 69, 75 and 76 (and 137 for a lockctl the nemesis killed); a
+//!    command that ran although lockctl exited 69 or 75; an `exec` that exited 0 without its section
+//!    completing.
 //!
-//! On failure the message names the seed, each broken rule with its offending records, and the
-//! nemesis events around them; the history directory is kept. The run lasts 30 s per configuration
-//! (`LOCKCTL_TORTURE_SECONDS` to change it; `scripts/torture` sets it), stops injecting at the end,
-//! undoes every fault, lets the last sections finish, and kills every process it started.
+//! On failure the message names the seed, each broken rule with its offending records and the
+//! nemesis events around them, and keeps the history directory. A run lasts 30 s per configuration
+//! (`LOCKCTL_TORTURE_SECONDS`; `scripts/torture` sets it), then stops injecting, undoes every fault,
+//! lets the last sections finish, and kills every process it started.
 
 mod support;
 
@@ -306,6 +313,10 @@ fn torture(nodes: usize) {
         (execs, nemesis)
     });
     drop(servers);
+    let leftovers = kill_leftovers(dir.path());
+    if leftovers > 0 {
+        eprintln!("nemesis: killed {leftovers} process(es) of jobs still running after the run");
+    }
 
     let history = History::read(dir.path(), execs, &nemesis);
     let params = Params {
@@ -392,6 +403,19 @@ struct Exec {
     /// When its command was seen gone, if it outlived lockctl.
     gone: Option<u64>,
     hold_ms: u64,
+    shape: Shape,
+}
+
+/// How the section runs under `lockctl exec`: directly, or as a member of the command's process
+/// group that is not lockctl's direct child. The README promises the whole group runs under the lock.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// `-- python3 section.py`
+    Direct,
+    /// `-c 'python3 section.py | cat'`: a pipeline, as shell jobs are.
+    Pipeline,
+    /// `-c 'python3 section.py & exit 0'`: the direct child exits first and leaves its work running.
+    Background,
 }
 
 fn worker(w: usize, seed: u64, ctx: &Ctx) -> Vec<Exec> {
@@ -410,6 +434,11 @@ fn worker(w: usize, seed: u64, ctx: &Ctx) -> Vec<Exec> {
         } else {
             rng.u64(5..=60)
         };
+        let shape = match rng.u32(0..8) {
+            0 => Shape::Pipeline,
+            1 => Shape::Background,
+            _ => Shape::Direct,
+        };
         let err = File::create(ctx.dir.join("log").join(format!("{id}.err"))).unwrap();
         let mut cmd = lockctl_quarantined(&ctx.urls);
         cmd.env("DIR", &ctx.dir)
@@ -417,9 +446,13 @@ fn worker(w: usize, seed: u64, ctx: &Ctx) -> Vec<Exec> {
             .env("W", format!("w{w}"))
             .env("HOLD_MS", hold_ms.to_string())
             .args(["exec", LOCK, "--ttl", &ttl, "-w", WAIT])
-            .args(["--node-timeout", NODE_TIMEOUT, "--kill-after", &kill_after])
-            .args(["--", "python3"])
-            .arg(ctx.dir.join("section.py"))
+            .args(["--node-timeout", NODE_TIMEOUT, "--kill-after", &kill_after]);
+        match shape {
+            Shape::Direct => cmd.args(["--", "python3", "section.py"]),
+            Shape::Pipeline => cmd.args(["-c", "python3 section.py | cat"]),
+            Shape::Background => cmd.args(["-c", "python3 section.py & exit 0"]),
+        };
+        cmd.current_dir(&ctx.dir)
             .stdout(Stdio::null())
             // A file, not a pipe: a part of the job that outlived lockctl would hold a pipe open.
             .stderr(err);
@@ -442,6 +475,7 @@ fn worker(w: usize, seed: u64, ctx: &Ctx) -> Vec<Exec> {
             code,
             gone,
             hold_ms,
+            shape,
         });
         ctx.finished.fetch_add(1, Ordering::Relaxed);
         if code == 0 {
@@ -491,6 +525,38 @@ fn wait_bounded(mut child: Child, exited: impl FnOnce()) -> ExitStatus {
     status
 }
 
+/// Kills every process still running with this run's `DIR` in its environment (parts of a job that
+/// outlived their lockctl), until none is left; returns how many there were.
+fn kill_leftovers(dir: &Path) -> usize {
+    let needle = format!("DIR={}\0", dir.display()).into_bytes();
+    let mut killed = std::collections::HashSet::new();
+    for _ in 0..100 {
+        let mut found = false;
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            if env.windows(needle.len()).any(|w| w == needle.as_slice()) && alive(pid) {
+                kill(pid, libc::SIGKILL);
+                killed.insert(pid);
+                found = true;
+            }
+        }
+        if !found {
+            break;
+        }
+        sleep_ms(20);
+    }
+    killed.len()
+}
+
 /// If the command of exec `id` still runs after its lockctl exited (a part of the job escaped the
 /// lock), waits until it is gone (killing it after a while) and says when.
 fn outlived(dir: &Path, id: &str) -> Option<u64> {
@@ -534,6 +600,8 @@ struct Nemesis {
     stops: Vec<WrapperStop>,
     /// When each `break` command returned.
     breaks: Vec<u64>,
+    /// The worker lockctls killed with SIGKILL.
+    killed: Vec<i32>,
     counts: BTreeMap<&'static str, usize>,
 }
 
@@ -545,7 +613,7 @@ enum Undo {
 
 /// The faults, each with its weight: the long stops take the lock away for seconds, so they come
 /// less often than the rest.
-const FAULTS: [(&str, u32); 7] = [
+const FAULTS: [(&str, u32); 8] = [
     ("node SIGSTOP < TTL", 2),
     ("node SIGSTOP > TTL", 1),
     ("node kill -9, restart without data", 2),
@@ -553,6 +621,7 @@ const FAULTS: [(&str, u32); 7] = [
     ("lockctl break --yes", 2),
     ("lockctl (wrapper) SIGSTOP < TTL", 2),
     ("lockctl (wrapper) SIGSTOP > TTL", 1),
+    ("lockctl (wrapper) kill -9", 1),
 ];
 
 /// The pause between two faults, in ms.
@@ -691,7 +760,7 @@ fn nemesis(servers: &mut Servers, ctx: &Ctx, seed: u64, t0: u64) -> Nemesis {
                 );
                 true
             }
-            5 | 6 => {
+            5..=7 => {
                 let ms = if kind == 5 {
                     short(&mut rng)
                 } else {
@@ -715,7 +784,14 @@ fn nemesis(servers: &mut Servers, ctx: &Ctx, seed: u64, t0: u64) -> Nemesis {
                 } else {
                     None
                 };
-                if let Some((pid, id)) = target {
+                if let (Some((pid, id)), true) = (&target, kind == 7) {
+                    let (pid, id) = (*pid, id.clone());
+                    kill(pid, libc::SIGKILL);
+                    drop(running);
+                    n.killed.push(pid);
+                    log(&mut n, format!("lockctl pid {pid} ({id}) kill -9"));
+                    true
+                } else if let Some((pid, id)) = target {
                     kill(pid, libc::SIGSTOP);
                     drop(running);
                     stopped.push(pid);
@@ -800,6 +876,7 @@ struct History {
     sections: HashMap<String, Section>,
     stops: Vec<WrapperStop>,
     breaks: Vec<u64>,
+    killed: Vec<i32>,
     /// The counter's last writer at the end of the run.
     final_version: String,
     /// Where the history and lockctl's stderr (`log/<exec>.err`) are.
@@ -815,6 +892,11 @@ fn field<T: std::str::FromStr>(s: &str) -> Option<T> {
 }
 
 impl History {
+    /// Whether exec `e` lost its lease: it exited 76, or the nemesis killed its lockctl.
+    fn lost(&self, e: &Exec) -> bool {
+        e.code == 76 || (e.code == 128 + libc::SIGKILL && self.killed.contains(&e.pid))
+    }
+
     fn read(dir: &Path, execs: Vec<Exec>, nemesis: &Nemesis) -> History {
         let mut sections: HashMap<String, Section> = HashMap::new();
         let text = std::fs::read_to_string(dir.join("history")).unwrap();
@@ -855,6 +937,7 @@ impl History {
             sections,
             stops: nemesis.stops.clone(),
             breaks: nemesis.breaks.clone(),
+            killed: nemesis.killed.clone(),
             final_version: counter.split_whitespace().nth(1).unwrap_or("").to_string(),
             dir: Some(dir.to_path_buf()),
         }
@@ -884,6 +967,7 @@ impl History {
             code,
             gone: None,
             hold_ms: 0,
+            shape: Shape::Direct,
         });
         self.sections.insert(
             id.into(),
@@ -937,8 +1021,10 @@ fn check(h: &History, p: &Params) -> Vec<Violation> {
     for e in &h.execs {
         let s = h.sections.get(&e.id);
         match (e.code, s) {
-            (0 | 76, Some(s)) => rows.push(Row { e, s }),
-            (69 | 75 | 76, None) => {}
+            (0, Some(s)) => rows.push(Row { e, s }),
+            (_, Some(s)) if h.lost(e) => rows.push(Row { e, s }),
+            (69 | 75, None) => {}
+            (_, None) if h.lost(e) => {}
             (0, None) => v.push(Violation {
                 rule: "unexpected exit",
                 detail: format!("{} exited 0 but its command never ran", e.id),
@@ -1004,7 +1090,7 @@ fn overlaps(rows: &[Row], h: &History, p: &Params, v: &mut Vec<Violation>) {
             let from = x.s.start.max(y.s.start);
             let to = x.end().min(y.end());
             let ms = (to - from) / MS;
-            if old.e.code != 76 {
+            if !h.lost(old.e) {
                 v.push(Violation {
                     rule: "overlap",
                     detail: format!(
@@ -1040,10 +1126,11 @@ fn overlaps(rows: &[Row], h: &History, p: &Params, v: &mut Vec<Violation>) {
                 v.push(Violation {
                     rule: "overlap beyond the stop bound",
                     detail: format!(
-                        "{} (fence {}, exit 76) still ran {} ms past its stop bound while {} \
+                        "{} (fence {}, exit {}) still ran {} ms past its stop bound while {} \
                          (fence {}, exit {}) held the lock ({ms} ms of overlap)",
                         old.e.id,
                         old.s.fence,
+                        old.e.code,
                         (to - bound) / MS,
                         new.e.id,
                         new.s.fence,
@@ -1195,14 +1282,15 @@ fn report(violations: &[Violation], h: &History, events: &[Event], t0: u64) -> S
                 hi = hi.max(e.exited);
                 let _ = write!(
                     out,
-                    "    {} worker {} lockctl pid {} spawned {} exited {} code {} hold {} ms",
+                    "    {} worker {} lockctl pid {} spawned {} exited {} code {} hold {} ms ({:?})",
                     e.id,
                     e.worker,
                     e.pid,
                     rel(e.spawned),
                     rel(e.exited),
                     e.code,
-                    e.hold_ms
+                    e.hold_ms,
+                    e.shape
                 );
                 if let Some(s) = h.sections.get(id) {
                     let _ = write!(
