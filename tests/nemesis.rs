@@ -279,7 +279,15 @@ fn torture(nodes: usize) {
             .unwrap_or_else(|_| panic!("LOCKCTL_TORTURE_SECONDS={s:?} is not a number")),
         _ => 30,
     };
-    let label = format!("seed {seed}, {nodes} node(s), {seconds} s");
+    let skip = skipped();
+    let label = if skip.is_empty() {
+        format!("seed {seed}, {nodes} node(s), {seconds} s")
+    } else {
+        format!(
+            "seed {seed}, {nodes} node(s), {seconds} s, without {}",
+            skip.join(", ")
+        )
+    };
     eprintln!("nemesis: {label} (set LOCKCTL_TORTURE_SEED={seed} to replay this schedule)");
 
     let dir = tempfile::Builder::new()
@@ -296,6 +304,7 @@ fn torture(nodes: usize) {
         running: Mutex::new(vec![None; WORKERS]),
         finished: AtomicUsize::new(0),
         succeeded: AtomicUsize::new(0),
+        skip,
     };
 
     let (execs, nemesis) = std::thread::scope(|scope| {
@@ -334,9 +343,11 @@ fn torture(nodes: usize) {
         return;
     }
     let kept = dir.keep();
-    let report = report(&violations, &history, &nemesis.events, t0);
+    let all = report(&violations, &history, &nemesis.events, t0, usize::MAX);
+    std::fs::write(kept.join("violations.txt"), format!("{summary}\n{all}")).unwrap();
+    let report = report(&violations, &history, &nemesis.events, t0, 5);
     panic!(
-        "nemesis found {} violation(s) ({label}; LOCKCTL_TORTURE_SEED={seed}); history kept in {}\n{summary}\n{report}",
+        "nemesis found {} violation(s) ({label}; LOCKCTL_TORTURE_SEED={seed}); history and every case (violations.txt) kept in {}\n{summary}\n{report}",
         violations.len(),
         kept.display()
     );
@@ -376,6 +387,8 @@ struct Ctx {
     running: Mutex<Vec<Option<(i32, String)>>>,
     finished: AtomicUsize,
     succeeded: AtomicUsize,
+    /// Faults and shapes left out (`LOCKCTL_TORTURE_SKIP`).
+    skip: Vec<String>,
 }
 
 /// A lockctl command with the restart quarantine at its default (the TTL): support's `lockctl()`
@@ -435,8 +448,8 @@ fn worker(w: usize, seed: u64, ctx: &Ctx) -> Vec<Exec> {
             rng.u64(5..=60)
         };
         let shape = match rng.u32(0..8) {
-            0 => Shape::Pipeline,
-            1 => Shape::Background,
+            0 if !ctx.skip.iter().any(|s| s == "pipeline") => Shape::Pipeline,
+            1 if !ctx.skip.iter().any(|s| s == "background") => Shape::Background,
             _ => Shape::Direct,
         };
         let err = File::create(ctx.dir.join("log").join(format!("{id}.err"))).unwrap();
@@ -611,32 +624,72 @@ enum Undo {
     ContWrapper { pid: i32, stop: usize },
 }
 
-/// The faults, each with its weight: the long stops take the lock away for seconds, so they come
-/// less often than the rest.
-const FAULTS: [(&str, u32); 8] = [
-    ("node SIGSTOP < TTL", 2),
-    ("node SIGSTOP > TTL", 1),
-    ("node kill -9, restart without data", 2),
-    ("CLIENT KILL TYPE normal", 2),
-    ("lockctl break --yes", 2),
-    ("lockctl (wrapper) SIGSTOP < TTL", 2),
-    ("lockctl (wrapper) SIGSTOP > TTL", 1),
-    ("lockctl (wrapper) kill -9", 1),
+/// The faults: what the summary calls them, the name `LOCKCTL_TORTURE_SKIP` knows them by, and
+/// their weight (the long stops take the lock away for seconds, so they come less often).
+const FAULTS: [(&str, &str, u32); 8] = [
+    ("node SIGSTOP < TTL", "node-stop", 2),
+    ("node SIGSTOP > TTL", "node-stop", 1),
+    ("node kill -9, restart without data", "node-restart", 2),
+    ("CLIENT KILL TYPE normal", "client-kill", 2),
+    ("lockctl break --yes", "break", 2),
+    ("lockctl (wrapper) SIGSTOP < TTL", "wrapper-stop", 2),
+    ("lockctl (wrapper) SIGSTOP > TTL", "wrapper-stop", 1),
+    ("lockctl (wrapper) kill -9", "wrapper-kill", 1),
 ];
+/// The section shapes `LOCKCTL_TORTURE_SKIP` can leave out.
+const SHAPES: [&str; 2] = ["pipeline", "background"];
 
 /// The pause between two faults, in ms.
 const FAULT_GAP_MS: std::ops::RangeInclusive<u64> = 300..=2500;
 
-fn pick_fault(rng: &mut fastrand::Rng) -> usize {
-    let total: u32 = FAULTS.iter().map(|f| f.1).sum();
+/// A fault by weight, among those not skipped.
+fn pick_fault(rng: &mut fastrand::Rng, skip: &[String]) -> Option<usize> {
+    let weight = |f: &(&str, &str, u32)| {
+        if skip.iter().any(|s| s == f.1) {
+            0
+        } else {
+            f.2
+        }
+    };
+    let total: u32 = FAULTS.iter().map(weight).sum();
+    if total == 0 {
+        return None;
+    }
     let mut x = rng.u32(..total);
     for (i, f) in FAULTS.iter().enumerate() {
-        if x < f.1 {
-            return i;
+        if x < weight(f) {
+            return Some(i);
         }
-        x -= f.1;
+        x -= weight(f);
     }
     unreachable!()
+}
+
+/// `LOCKCTL_TORTURE_SKIP`: fault and shape names to leave out (comma-separated), to tell which of
+/// them a violation needs.
+fn skipped() -> Vec<String> {
+    let list = std::env::var("LOCKCTL_TORTURE_SKIP").unwrap_or_default();
+    let names: Vec<String> = list
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for n in &names {
+        let known = FAULTS.iter().any(|f| f.1 == n) || SHAPES.contains(&n.as_str());
+        assert!(
+            known,
+            "LOCKCTL_TORTURE_SKIP: unknown name {n:?}; known: {}, {}",
+            FAULTS
+                .iter()
+                .map(|f| f.1)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", "),
+            SHAPES.join(", ")
+        );
+    }
+    names
 }
 
 fn nemesis(servers: &mut Servers, ctx: &Ctx, seed: u64, t0: u64) -> Nemesis {
@@ -698,7 +751,9 @@ fn nemesis(servers: &mut Servers, ctx: &Ctx, seed: u64, t0: u64) -> Nemesis {
             continue;
         }
         next = now + rng.u64(FAULT_GAP_MS) * MS;
-        let kind = pick_fault(&mut rng);
+        let Some(kind) = pick_fault(&mut rng, &ctx.skip) else {
+            continue;
+        };
         // The nodes a node fault hits: one, or on Redlock sometimes a majority.
         let free: Vec<usize> = (0..nodes).filter(|&i| !busy[i]).collect();
         let want = if nodes > 1 && rng.u32(0..3) == 0 {
@@ -1255,8 +1310,14 @@ fn summary(label: &str, h: &History, n: &Nemesis) -> String {
     s
 }
 
-fn report(violations: &[Violation], h: &History, events: &[Event], t0: u64) -> String {
-    const SHOWN: usize = 5;
+/// The violations by rule, `shown` cases of each, with their records and the events around them.
+fn report(
+    violations: &[Violation],
+    h: &History,
+    events: &[Event],
+    t0: u64,
+    shown: usize,
+) -> String {
     let rel = |t: u64| format!("+{:.3}s", t.saturating_sub(t0) as f64 / 1e9);
     let mut by_rule: BTreeMap<&str, Vec<&Violation>> = BTreeMap::new();
     for v in violations {
@@ -1269,9 +1330,9 @@ fn report(violations: &[Violation], h: &History, events: &[Event], t0: u64) -> S
             out,
             "\nVIOLATION [{rule}]: {} found, the first {} shown",
             vs.len(),
-            vs.len().min(SHOWN)
+            vs.len().min(shown)
         );
-        for v in vs.iter().take(SHOWN) {
+        for v in vs.iter().take(shown) {
             let _ = writeln!(out, "- {}", v.detail);
             let (mut lo, mut hi) = (u64::MAX, 0);
             for id in &v.execs {
