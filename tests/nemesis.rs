@@ -8,8 +8,8 @@
 //! **Workers.** Four threads loop `lockctl exec` over one lock (TTL 2 s, node timeout 200 ms,
 //! `--kill-after 500ms`, `-w 5s`, the restart quarantine at its default, the TTL). The command runs
 //! `support/section.py`: a read-modify-write of a counter file that is not atomic (read, sleep,
-//! write back plus one; mostly 5–60 ms, one section in eight holds for 0.3–1.2 TTL so that renewals
-//! happen inside sections), then a fenced write into SQLite (`UPDATE ... WHERE fence <
+//! write back plus one; mostly 5–60 ms, one section in eight holds for 0.3–1.2 TTL and one in
+//! twelve for 1.5–3 TTL, so that renewals, and faults between them, happen inside sections), then a fenced write into SQLite (`UPDATE ... WHERE fence <
 //! $LOCKCTL_FENCE`). It appends its start (once it runs) and its end (just before it exits, also
 //! when lockctl's SIGTERM ends it) to a history file, on CLOCK_MONOTONIC, the clock the test reads
 //! too. Most sections are lockctl's direct child; one in eight runs in a pipeline (`python3 ... |
@@ -442,10 +442,10 @@ fn worker(w: usize, seed: u64, ctx: &Ctx) -> Vec<Exec> {
             break;
         }
         let id = format!("w{w}.{i}");
-        let hold_ms = if rng.u32(0..8) == 0 {
-            rng.u64(TTL_MS * 3 / 10..=TTL_MS * 12 / 10)
-        } else {
-            rng.u64(5..=60)
+        let hold_ms = match rng.u32(0..24) {
+            0..=1 => rng.u64(TTL_MS * 3 / 2..=TTL_MS * 3),
+            2..=4 => rng.u64(TTL_MS * 3 / 10..=TTL_MS * 12 / 10),
+            _ => rng.u64(5..=60),
         };
         let shape = match rng.u32(0..8) {
             0 if !ctx.skip.iter().any(|s| s == "pipeline") => Shape::Pipeline,
