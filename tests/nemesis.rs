@@ -9,8 +9,8 @@
 //! `--kill-after 500ms`, `-w 5s`, the restart quarantine at its default, the TTL). The command runs
 //! `support/section.py`: a read-modify-write of a counter file that is not atomic (read, sleep,
 //! write back plus one; mostly 5–60 ms, one section in eight holds for 0.3–1.2 TTL and one in
-//! twelve for 1.5–3 TTL, so that renewals, and faults between them, happen inside sections), then a fenced write into SQLite (`UPDATE ... WHERE fence <
-//! $LOCKCTL_FENCE`). It appends its start (once it runs) and its end (just before it exits, also
+//! twelve for 1.5–3 TTL, so that renewals, and faults between them, happen inside sections), then
+//! a fenced write into SQLite (`UPDATE ... WHERE fence < $LOCKCTL_FENCE`). It appends its start (once it runs) and its end (just before it exits, also
 //! when lockctl's SIGTERM ends it) to a history file, on CLOCK_MONOTONIC, the clock the test reads
 //! too. Most sections are lockctl's direct child; one in eight runs in a pipeline (`python3 ... |
 //! cat`) and one in eight in the background of a shell that exits at once (`python3 ... & exit 0`),
