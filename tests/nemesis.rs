@@ -49,7 +49,11 @@
 //! 4. *Fences.* Two grants with the same fence, or a grant whose lockctl was spawned after another
 //!    grant's section had started (so it was granted later) with a smaller fence. Only the order is
 //!    checked: the values are not promised.
-//! 5. *Exit codes.* Any code but 0, 69, 75 and 76 (and 137 for a lockctl the nemesis killed); a
+//! 5. *Outliving lockctl.* A section still running more than `--kill-after` + 500 ms after its
+//!    lockctl exited: the lock is no longer held for it (released, or left to expire by a killed
+//!    lockctl), and the README promises that the command dies with lockctl. This does not wait for
+//!    another holder to come along and overlap.
+//! 6. *Exit codes.* Any code but 0, 69, 75 and 76 (and 137 for a lockctl the nemesis killed); a
 //!    command that ran although lockctl exited 69 or 75; an `exec` that exited 0 without its section
 //!    completing.
 //!
@@ -245,8 +249,23 @@ fn checker_judges_hand_made_histories() {
     );
     h.add("c", 2, 4 * s, 75, 3, (4 * s, 5 * s), None, None, None);
     h.final_version = "b".into();
+    // A section that ran on for 1.75 s after its lockctl exited.
+    h.add(
+        "d",
+        3,
+        6 * s,
+        0,
+        6,
+        (6 * s, 8 * s),
+        Some("b"),
+        Some(7 * s),
+        Some(true),
+    );
+    h.execs[3].exited = 6 * s + s / 4;
+    h.final_version = "d".into();
     let found = rules(&check(&h, &p));
     for r in [
+        "outlived its lockctl",
         "fence repeated",
         "fence went down",
         "fenced write refused",
@@ -1124,6 +1143,24 @@ fn check(h: &History, p: &Params) -> Vec<Violation> {
         }
     }
     rows.sort_by_key(|r| r.s.start);
+    for r in &rows {
+        let late = r.end().saturating_sub(r.e.exited);
+        if late > p.allowance {
+            v.push(Violation {
+                rule: "outlived its lockctl",
+                detail: format!(
+                    "the section of {} (fence {}, exit {}, {:?}) ran on for {} ms after its lockctl \
+                     exited",
+                    r.e.id,
+                    r.s.fence,
+                    r.e.code,
+                    r.e.shape,
+                    late / MS
+                ),
+                execs: vec![r.e.id.clone()],
+            });
+        }
+    }
     overlaps(&rows, h, p, &mut v);
     lost_updates(&rows, h, &mut v);
     fences(&rows, &mut v);
