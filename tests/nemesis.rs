@@ -1,66 +1,68 @@
 //! A seeded, randomized fault run: workers contend for one lock while a nemesis attacks it, and a
-//! checker judges the history against what the guarantees (README, "Guarantees") allow.
+//! checker judges the history against what the guarantees (`docs/guarantees.md`) allow.
 //!
 //! The fault tests in `faults.rs` each stage one fault at one chosen moment. This file lets faults
-//! fall where they will and overlap each other, so that orders nobody thought of get tried; the seed
-//! replays the fault schedule (not the exact interleaving, which the scheduler decides).
+//! fall where they will and overlap each other, so that orders nobody thought of get tried; the
+//! seed replays the fault schedule (not the exact interleaving, which the scheduler decides).
 //!
 //! **Workers.** Four threads loop `lockctl exec` over one lock (TTL 2 s, node timeout 200 ms,
 //! `--kill-after 500ms`, `-w 5s`, the restart quarantine at its default, the TTL). The command runs
 //! `support/section.py`: a read-modify-write of a counter file that is not atomic (read, sleep,
 //! write back plus one; mostly 5–60 ms, one section in eight holds for 0.3–1.2 TTL and one in
-//! twelve for 1.5–3 TTL, so that renewals, and faults between them, happen inside sections), then
-//! a fenced write into SQLite (`UPDATE ... WHERE fence < $LOCKCTL_FENCE`). It appends its start (once it runs) and its end (just before it exits, also
-//! when lockctl's SIGTERM ends it) to a history file, on CLOCK_MONOTONIC, the clock the test reads
-//! too. Most sections are lockctl's direct child; one in eight runs in a pipeline (`python3 ... |
-//! cat`) and one in eight in the background of a shell that exits at once (`python3 ... & exit 0`),
-//! since the README promises that the whole process group runs under the lock.
+//! twelve for 1.5–3 TTL, so that renewals, and faults between them, happen inside sections), then a
+//! fenced write into SQLite (`UPDATE ... WHERE fence < $LOCKCTL_FENCE`). It appends its start (once
+//! it runs) and its end (just before it exits, also when lockctl's SIGTERM ends it) to a history
+//! file, on CLOCK_MONOTONIC, the clock the test reads too. Most sections are lockctl's direct
+//! child; one in eight runs in a pipeline (`python3 ... | cat`) and one in eight in the background
+//! of a shell that exits at once (`python3 ... & exit 0`), since `exec` answers for the command's
+//! whole process group, not only its direct child.
 //!
 //! **Nemesis.** Driven by a seeded RNG (`LOCKCTL_TORTURE_SEED`, printed at the start and in every
-//! failure), every 0.3–2.5 s it injects one of: SIGSTOP of nodes for less than the TTL, or for more;
-//! kill -9 of nodes and a restart without data up to 0.5 s later; `CLIENT KILL TYPE normal` on a
-//! node; `lockctl break --yes`; SIGSTOP of a worker's lockctl (the wrapper, not its command; mostly
-//! the holder's) for less than the TTL, or for more; kill -9 of a worker's lockctl. On Redlock 3 a
-//! node fault hits one node, or a majority one time in three. Faults overlap in time; a node or a
-//! lockctl is hit by one fault at a time.
+//! failure), every 0.3–2.5 s it injects one of: SIGSTOP of nodes for less than the TTL, or for
+//! more; kill -9 of nodes and a restart without data up to 0.5 s later; `CLIENT KILL TYPE normal`
+//! on a node; `lockctl break --yes`; SIGSTOP of a worker's lockctl (the wrapper, not its command;
+//! mostly the holder's) for less than the TTL, or for more; kill -9 of a worker's lockctl. On
+//! Redlock 3 a node fault hits one node, or a majority one time in three. Faults overlap in time; a
+//! node or a lockctl is hit by one fault at a time.
 //!
 //! **The rules.** lockctl's exit codes: 0, the command succeeded and the lease held throughout; 76,
 //! the lease was lost at some point; 69 and 75, the command never ran. A holder whose lockctl the
-//! nemesis killed counts as one that lost its lease: the README says its command gets SIGKILL. The
-//! checker fails the run on:
+//! nemesis killed counts as one that lost its lease (its command dies with it). The checker fails
+//! the run on:
 //!
 //! 1. *Overlap.* Two sections running at once, unless the earlier grant of the two lost its lease
 //!    and the overlap ended within its stop bound. The earlier grant is the one whose section
-//!    started before the other's lockctl was spawned (when neither did, the smaller fence). Its stop
-//!    bound is `E + --kill-after + 500 ms`, where E is the latest of: the later section's start; the
-//!    end of every SIGSTOP of its own lockctl (a stopped lockctl cannot stop its command: the README
-//!    says `exec` narrows this window and cannot close it); and every `break` during its run plus one
-//!    TTL (a broken holder's lease deadline is at most one TTL after its last successful renewal).
-//!    Nothing else excuses an overlap. A stopped, killed or restarted node and a killed connection
-//!    must never give two holders at once (the quorum and the restart quarantine are there for
-//!    that), so the new holder can only start once the old lease is gone, and the old holder's
-//!    lockctl, which times its lease to end before the key expires, must have sent SIGTERM by then:
-//!    its command may run on only for `--kill-after` and 500 ms of scheduling slack. An earlier
-//!    grant that exited 0 never overlaps another section: it kept its lease throughout.
-//! 2. *Lost update.* A counter write that no later section read, overwritten by the next write, when
-//!    both sections' `exec` exited 0.
-//! 3. *Refused fenced write.* An `exec` that exited 0 whose write the store refused (or that did not
-//!    get to write).
+//!    started before the other's lockctl was spawned (when neither did, the smaller fence). Its
+//!    stop bound is `E + --kill-after + 500 ms`, where E is the latest of: the later section's
+//!    start; the end of every SIGSTOP of its own lockctl (a stopped lockctl cannot stop its
+//!    command: the guarantees say `exec` narrows this window and cannot close it); and every
+//!    `break` during its run plus one TTL (a broken holder's lease deadline is at most one TTL
+//!    after its last successful renewal). Nothing else excuses an overlap. A stopped, killed or
+//!    restarted node and a killed connection must never give two holders at once (the quorum and
+//!    the restart quarantine are there for that), so the new holder can only start once the old
+//!    lease is gone, and the old holder's lockctl, which times its lease to end before the key
+//!    expires, must have sent SIGTERM by then: its command may run on only for `--kill-after` and
+//!    500 ms of scheduling slack. An earlier grant that exited 0 never overlaps another section: it
+//!    kept its lease throughout.
+//! 2. *Lost update.* A counter write that no later section read, overwritten by the next write,
+//!    when both sections' `exec` exited 0.
+//! 3. *Refused fenced write.* An `exec` that exited 0 whose write the store refused (or that did
+//!    not get to write), restarts without data included: a holder that kept its lease must get a
+//!    fence above every earlier one.
 //! 4. *Fences.* Two grants with the same fence, or a grant whose lockctl was spawned after another
-//!    grant's section had started (so it was granted later) with a smaller fence. Only the order is
-//!    checked: the values are not promised.
+//!    grant's section had started (so it was granted later) with a smaller fence, across restarts
+//!    without data too. Only the order is checked: the values are not promised.
 //! 5. *Outliving lockctl.* A section still running more than `--kill-after` + 500 ms after its
 //!    lockctl exited: the lock is no longer held for it (released, or left to expire by a killed
-//!    lockctl), and the README promises that the command dies with lockctl. This does not wait for
-//!    another holder to come along and overlap.
+//!    lockctl). This does not wait for another holder to come along and overlap.
 //! 6. *Exit codes.* Any code but 0, 69, 75 and 76 (and 137 for a lockctl the nemesis killed); a
-//!    command that ran although lockctl exited 69 or 75; an `exec` that exited 0 without its section
-//!    completing.
+//!    command that ran although lockctl exited 69 or 75; an `exec` that exited 0 without its
+//!    section completing.
 //!
 //! On failure the message names the seed, each broken rule with its offending records and the
 //! nemesis events around them, and keeps the history directory. A run lasts 30 s per configuration
-//! (`LOCKCTL_TORTURE_SECONDS`; `scripts/torture` sets it), then stops injecting, undoes every fault,
-//! lets the last sections finish, and kills every process it started.
+//! (`LOCKCTL_TORTURE_SECONDS`; `scripts/torture` sets it), then stops injecting, undoes every
+//! fault, lets the last sections finish, and kills every process it started.
 
 mod support;
 
@@ -439,7 +441,7 @@ struct Exec {
 }
 
 /// How the section runs under `lockctl exec`: directly, or as a member of the command's process
-/// group that is not lockctl's direct child. The README promises the whole group runs under the lock.
+/// group that is not lockctl's direct child: the whole group must run under the lock.
 #[derive(Debug, Clone, Copy)]
 enum Shape {
     /// `-- python3 section.py`
