@@ -46,6 +46,7 @@ use crate::parse::{
   69   Redis unavailable: no quorum of nodes answered
   75   busy: not acquired in time (-E N replaces it)
   76   lease lost, or the token does not hold the lock
+  78   misconfigured: a node answered but refuses (password, ACL, replica, renamed command)
   exec passes the command's status through (128+N if signal N killed it).
 
 Examples:
@@ -73,9 +74,15 @@ pub struct ConnectionArgs {
     /// Redis node URL; repeat for Redlock over several masters
     ///
     /// redis://[user:password@]host[:port][/db], rediss:// for TLS, or unix:///path/to/socket
-    /// (also redis+unix://). One URL is a single instance; N URLs need a quorum of N/2+1.
-    /// Percent-encode '@', '/', '?' and '#' in a password (%40, %2F, %3F, %23). Passwords are
-    /// never printed. Example: -r redis://10.0.0.1 -r redis://10.0.0.2 -r redis://10.0.0.3
+    /// (also redis+unix://); any node of a Redis Cluster works too (redirects are followed).
+    /// redis+cluster://host:port,host:port gives seeds of one cluster;
+    /// redis+sentinel://host:port,host:port/MASTER[/db] finds MASTER through Sentinel
+    /// (LOCKCTL_SENTINEL_USERNAME/PASSWORD for the Sentinels). Each URL is one vote: one URL is a
+    /// single instance; N URLs need a quorum of N/2+1. On a master with replicas, each grant and
+    /// renewal waits (WAIT, one more round trip) until every replica in sync has it; ?replicas=N
+    /// waits for N instead (0: off). Percent-encode '@', '/', '?' and '#' in a password (%40, %2F,
+    /// %3F, %23). Passwords are never printed.
+    /// Example: -r redis://10.0.0.1 -r redis://10.0.0.2 -r redis://10.0.0.3
     /// [default: redis://127.0.0.1:6379]
     #[arg(
         short = 'r',

@@ -80,6 +80,27 @@ pub struct NodeSpec {
     pub display: String,
     /// True for `rediss://`.
     pub tls: bool,
+    /// What stands behind the URL.
+    pub topology: Topology,
+    /// `?replicas=N`: how many replicas must acknowledge a grant or renewal (`None`: every replica
+    /// connected to the master at the time).
+    pub replicas: Option<usize>,
+}
+
+/// What one `-r` reaches: the endpoint kinds of `lock::endpoint`.
+#[derive(Clone, PartialEq)]
+pub enum Topology {
+    /// `redis://`, `rediss://`, `unix://`: one server, or any node of a Redis Cluster (found out from
+    /// its redirects).
+    Direct,
+    /// `redis+cluster://`: seed URLs of one cluster (secrets included), the first also in `url`.
+    Cluster { seeds: Vec<String> },
+    /// `redis+sentinel://`: the Sentinels' URLs (with `LOCKCTL_SENTINEL_*` credentials) and the name
+    /// of the master they watch; `url` holds the data nodes' credentials, db and TLS.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
 }
 
 impl std::fmt::Debug for NodeSpec {
@@ -122,23 +143,23 @@ impl Settings {
         } else if conn.redis.is_empty() {
             nodes.push(check_url(DEFAULT_REDIS)?);
         } else {
-            for url in &conn.redis {
-                nodes.push(check_url(url.trim())?);
+            let pieces: Vec<&str> = conn.redis.iter().map(|s| s.trim()).collect();
+            for url in join_multi_host(&pieces) {
+                nodes.push(check_url(&url)?);
             }
         }
         // The same server twice (another spelling, another db, another user) is not an independent
         // node: counting it twice would let one server decide a quorum.
-        let servers: Vec<Option<String>> = nodes.iter().map(|n| server_of(&n.url)).collect();
+        let servers: Vec<Vec<String>> = nodes.iter().map(NodeSpec::servers).collect();
         for (i, a) in nodes.iter().enumerate() {
-            let twice = nodes[..i]
-                .iter()
-                .zip(&servers)
-                .any(|(b, server)| b.url == a.url || (server.is_some() && *server == servers[i]));
-            if twice {
+            let twice = nodes[..i].iter().zip(&servers).find(|(b, server)| {
+                b.url == a.url || server.iter().any(|s| servers[i].contains(s))
+            });
+            if let Some((b, _)) = twice {
                 return Err(LockError::Usage(format!(
-                    "invalid --redis: {} is the same server as another URL; Redlock needs \
-                     independent nodes",
-                    a.display
+                    "invalid --redis: {} and {} reach the same server, cluster or Sentinel group; \
+                     each -r is one vote, so Redlock needs independent endpoints",
+                    b.display, a.display
                 )));
             }
         }
@@ -200,6 +221,29 @@ fn read_redis_file(path: &Path) -> Result<Vec<(usize, String)>, LockError> {
     Ok(urls)
 }
 
+/// `-r` and `LOCKCTL_REDIS` split URLs at commas, which also separate the hosts of one
+/// `redis+cluster://` or `redis+sentinel://` URL: a piece without a scheme after such a URL is one of
+/// its hosts, and is joined back.
+pub fn join_multi_host(pieces: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        match out.last_mut() {
+            Some(last)
+                if !piece.contains("://")
+                    && !piece.is_empty()
+                    && last.split_once("://").is_some_and(|(s, _)| {
+                        s.ends_with("+cluster") || s.ends_with("+sentinel")
+                    }) =>
+            {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => out.push(piece.to_string()),
+        }
+    }
+    out
+}
+
 /// The server a URL points at (`host:port` or the socket path), whatever its user, password or db.
 fn server_of(url: &str) -> Option<String> {
     use redis::ConnectionAddr;
@@ -213,9 +257,185 @@ fn server_of(url: &str) -> Option<String> {
     })
 }
 
+impl NodeSpec {
+    /// What this endpoint reaches, as `host:port`, `unix:PATH` or `sentinel:host:port/MASTER`:
+    /// two endpoints that share one of these are not independent.
+    fn servers(&self) -> Vec<String> {
+        match &self.topology {
+            Topology::Direct => server_of(&self.url).into_iter().collect(),
+            Topology::Cluster { seeds } => seeds.iter().filter_map(|u| server_of(u)).collect(),
+            Topology::Sentinel { sentinels, master } => sentinels
+                .iter()
+                .filter_map(|u| server_of(u))
+                .map(|s| format!("sentinel:{s}/{master}"))
+                .collect(),
+        }
+    }
+}
+
+/// `?replicas=N` of a node URL.
+fn replicas_param(query: Option<&str>) -> Result<Option<usize>, String> {
+    let Some(query) = query else { return Ok(None) };
+    let mut found = None;
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        if k == "replicas" {
+            if v == "all" {
+                found = None;
+                continue;
+            }
+            found = Some(v.parse::<usize>().map_err(|_| {
+                format!(
+                    "replicas={v} is not a number; use ?replicas=N (the replicas that must \
+                     acknowledge each grant and renewal; 0 turns the wait off) or ?replicas=all"
+                )
+            })?);
+        }
+    }
+    Ok(found)
+}
+
+/// Checks a `redis+cluster://` or `redis+sentinel://` URL (`rediss+` for TLS): several `host:port`
+/// separated by commas, which `url` cannot parse, so the URL is taken apart here and each node's URL
+/// is put together as `redis://` or `rediss://`.
+fn check_multi_host_url(url: &str, display: &str) -> Result<NodeSpec, LockError> {
+    let bad = |why: String| LockError::Usage(format!("invalid --redis URL {display}: {why}"));
+    let (scheme, rest) = url.split_once("://").unwrap_or((url, ""));
+    let (tls, sentinel) = match scheme {
+        "redis+cluster" => (false, false),
+        "rediss+cluster" => (true, false),
+        "redis+sentinel" => (false, true),
+        "rediss+sentinel" => (true, true),
+        _ => unreachable!("only called for the multi-host schemes"),
+    };
+    let data_scheme = if tls { "rediss" } else { "redis" };
+    let usage = if sentinel {
+        format!("use {scheme}://[user:password@]host:port[,host:port...]/MASTER[/DB]")
+    } else {
+        format!("use {scheme}://[user:password@]host:port[,host:port...]")
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    if rest.contains('#') {
+        return Err(bad(
+            "a URL fragment (#...) is not supported; percent-encode '#' in a password as %23"
+                .into(),
+        ));
+    }
+    let (authority, path) = match rest.find('/') {
+        // A password may hold '/' only percent-encoded; the authority ends at the last '@' before it.
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
+    if hosts.iter().any(|h| h.is_empty()) {
+        return Err(bad(format!("an empty host in the list; {usage}")));
+    }
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (master, db) = if sentinel {
+        match segments.as_slice() {
+            [master] => (Some(*master), None),
+            [master, db] => (Some(*master), Some(*db)),
+            [] => return Err(bad(format!("no master name; {usage}"))),
+            _ => return Err(bad(format!("too many path segments; {usage}"))),
+        }
+    } else {
+        match segments.as_slice() {
+            [] => (None, None),
+            [db] => (None, Some(*db)),
+            _ => return Err(bad(format!("too many path segments; {usage}"))),
+        }
+    };
+    if let Some(db) = db {
+        if db.parse::<u32>().is_err() {
+            return Err(bad(format!("the database '{db}' is not a number; {usage}")));
+        }
+        if !sentinel && db != "0" {
+            return Err(bad("Redis Cluster has only database 0".into()));
+        }
+    }
+    // Percent-decoding; a '+' stays a '+' as in any URL path.
+    let master = master.map(|m| {
+        url::form_urlencoded::parse(format!("m={}", m.replace('+', "%2B")).as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    });
+    let replicas = replicas_param(query).map_err(bad)?;
+    let creds = userinfo.map_or(String::new(), |u| format!("{u}@"));
+    let tail = format!(
+        "{}{}",
+        db.map_or(String::new(), |d| format!("/{d}")),
+        query.map_or(String::new(), |q| format!("?{q}"))
+    );
+    let mut node_urls = Vec::with_capacity(hosts.len());
+    for host in &hosts {
+        let node = format!("{data_scheme}://{creds}{host}{tail}");
+        let parsed = url::Url::parse(&node).ok().filter(|u| {
+            u.host_str().is_some_and(|h| !h.is_empty()) && u.path().len() <= 1 + tail.len()
+        });
+        if parsed.is_none()
+            || redis::IntoConnectionInfo::into_connection_info(node.as_str()).is_err()
+        {
+            return Err(bad(format!(
+                "'{}' is not a host:port; {usage}",
+                redact(&format!("{data_scheme}://{host}"))
+                    .trim_start_matches(&format!("{data_scheme}://"))
+            )));
+        }
+        node_urls.push(node);
+    }
+    let topology = match master {
+        Some(master) => {
+            let user = std::env::var("LOCKCTL_SENTINEL_USERNAME").unwrap_or_default();
+            let pass = std::env::var("LOCKCTL_SENTINEL_PASSWORD").unwrap_or_default();
+            let enc =
+                |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+            let sentinel_creds = match (user.is_empty(), pass.is_empty()) {
+                (_, true) => String::new(),
+                (true, false) => format!(":{}@", enc(&pass)),
+                (false, false) => format!("{}:{}@", enc(&user), enc(&pass)),
+            };
+            Topology::Sentinel {
+                sentinels: hosts
+                    .iter()
+                    .map(|h| format!("{data_scheme}://{sentinel_creds}{h}"))
+                    .collect(),
+                master,
+            }
+        }
+        None => Topology::Cluster {
+            seeds: node_urls.clone(),
+        },
+    };
+    Ok(NodeSpec {
+        url: node_urls.swap_remove(0),
+        display: display.to_string(),
+        tls,
+        topology,
+        replicas,
+    })
+}
+
 /// Checks one node URL and makes its redacted form.
 pub fn check_url(url: &str) -> Result<NodeSpec, LockError> {
     let display = redact(url);
+    if [
+        "redis+cluster://",
+        "rediss+cluster://",
+        "redis+sentinel://",
+        "rediss+sentinel://",
+    ]
+    .iter()
+    .any(|s| url.starts_with(s))
+    {
+        return check_multi_host_url(url, &display);
+    }
     let bad = |why: String| LockError::Usage(format!("invalid --redis URL {display}: {why}"));
     if url.is_empty() {
         return Err(LockError::Usage(
@@ -241,7 +461,8 @@ pub fn check_url(url: &str) -> Result<NodeSpec, LockError> {
         }
         other => {
             return Err(bad(format!(
-                "unknown scheme '{other}'; use redis://, rediss:// (TLS) or unix://"
+                "unknown scheme '{other}'; use redis://, rediss:// (TLS), unix://, \
+                 redis+cluster://host:port,host:port or redis+sentinel://host:port,host:port/MASTER"
             )))
         }
     };
@@ -270,10 +491,13 @@ pub fn check_url(url: &str) -> Result<NodeSpec, LockError> {
     if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url) {
         return Err(bad(e.to_string().replace(url, &display)));
     }
+    let replicas = replicas_param(parsed.query()).map_err(bad)?;
     Ok(NodeSpec {
         url: url.to_string(),
         display,
         tls,
+        topology: Topology::Direct,
+        replicas,
     })
 }
 
@@ -324,7 +548,7 @@ fn misspelt(url: &str) -> Option<String> {
 }
 
 /// Query parameters shown as they are: none of them can hold a secret.
-const SHOWN_QUERY_KEYS: [&str; 3] = ["db", "user", "protocol"];
+const SHOWN_QUERY_KEYS: [&str; 4] = ["db", "user", "protocol", "replicas"];
 
 /// The URL with every part that could hold a secret replaced by `***`.
 ///
@@ -336,6 +560,9 @@ const SHOWN_QUERY_KEYS: [&str; 3] = ["db", "user", "protocol"];
 /// an unescaped `/`, `?`, `&` or `#` ends up. Anything the URL parser rejects is shown as its scheme
 /// alone.
 pub fn redact(url: &str) -> String {
+    if let Some(shown) = redact_multi_host(url) {
+        return shown;
+    }
     let opaque = || match url.split_once("://") {
         Some((scheme, _))
             if !scheme.is_empty()
@@ -411,6 +638,78 @@ pub fn redact(url: &str) -> String {
     u.to_string()
 }
 
+/// A `redis+cluster://` or `redis+sentinel://` URL redacted host by host: each `host:port` goes through
+/// [`redact`] as a `redis://` URL with the userinfo, the master name is shown (percent-encoded, it names
+/// no secret), and the rest as [`redact`] shows it.
+fn redact_multi_host(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !matches!(
+        scheme,
+        "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel"
+    ) {
+        return None;
+    }
+    let opaque = format!("{scheme}://…");
+    if rest.contains('#') {
+        return Some(opaque);
+    }
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if path.contains('@') {
+        return Some(opaque);
+    }
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let mut shown_user = String::new();
+    let mut shown_hosts = Vec::new();
+    for host in hosts.split(',') {
+        let one = match userinfo {
+            Some(u) => redact(&format!("redis://{u}@{host}")),
+            None => redact(&format!("redis://{host}")),
+        };
+        let Some(after) = one.strip_prefix("redis://") else {
+            return Some(opaque);
+        };
+        let (user, h) = match after.rsplit_once('@') {
+            Some((u, h)) => (format!("{u}@"), h),
+            None => (String::new(), after),
+        };
+        shown_user = user;
+        shown_hosts.push(h.trim_end_matches('/').to_string());
+    }
+    let shown_path: String = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            if s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._~%+".contains(c))
+            {
+                format!("/{s}")
+            } else {
+                let enc: String = url::form_urlencoded::byte_serialize(s.as_bytes()).collect();
+                format!("/{enc}")
+            }
+        })
+        .collect();
+    let shown_query = query.map_or(String::new(), |q| {
+        let r = redact(&format!("redis://h/?{q}"));
+        r.split_once('?')
+            .map_or(String::new(), |(_, q)| format!("?{q}"))
+    });
+    Some(format!(
+        "{scheme}://{shown_user}{}{shown_path}{shown_query}",
+        shown_hosts.join(",")
+    ))
+}
+
 /// `text` (a command line) with every URL in it redacted by [`redact`].
 ///
 /// The holder of a lock is recorded with its command line, which `status`, `list`, `break` and waiting
@@ -450,6 +749,41 @@ mod tests {
         assert!(!redact("unix:///tmp/r.sock?pass=s3cret").contains("s3cret"));
         assert!(!redact("ftp://u:s3cret@x").contains("s3cret"));
         assert!(!redact("not a url s3cret").contains("s3cret"));
+    }
+
+    #[test]
+    fn multi_host_urls_are_joined_back() {
+        assert_eq!(
+            join_multi_host(&[
+                "redis+sentinel://a:1",
+                "b:2",
+                "c:3/m",
+                "redis://x",
+                "redis+cluster://d:4",
+                "e:5"
+            ]),
+            [
+                "redis+sentinel://a:1,b:2,c:3/m",
+                "redis://x",
+                "redis+cluster://d:4,e:5"
+            ]
+        );
+        let spec = check_url("redis+sentinel://u:pw@a:1,b:2/my%2Bmaster/3?replicas=1").unwrap();
+        assert_eq!(
+            spec.display,
+            "redis+sentinel://u:***@a:1,b:2/my%2Bmaster/3?replicas=1"
+        );
+        assert_eq!(spec.replicas, Some(1));
+        assert!(spec.url.starts_with("redis://u:pw@a:1/3"));
+        match spec.topology {
+            Topology::Sentinel { sentinels, master } => {
+                assert_eq!(master, "my+master");
+                assert_eq!(sentinels.len(), 2);
+            }
+            _ => panic!("not a Sentinel URL"),
+        }
+        assert!(check_url("redis+cluster://a:1,b:2/3").is_err());
+        assert!(!redact("rediss+cluster://:s3cret@a:1,b:2").contains("s3cret"));
     }
 
     #[test]

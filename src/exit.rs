@@ -3,6 +3,14 @@
 //! Scripts branch on these numbers (`75` busy, `76` lease lost), so they live in one place and every
 //! command returns them through [`Exit`]. Errors that callers must tell apart are typed
 //! ([`LockError`]); everything else travels as `anyhow` and exits 1.
+//!
+//! 69 and 78 split "no quorum" by cause. A node that did not answer (down, stopped, unreachable) may
+//! answer on the next try, so that is 69, "unavailable". A node that answered and refuses (wrong
+//! password, an ACL without a command lockctl needs, a read-only replica, a renamed command, a
+//! redirect that cannot be followed) will refuse again until someone changes the setup, so that is
+//! 78, "misconfigured", with the fix in the message. With several nodes the two can mix: the failure is
+//! 78 when the refusing nodes alone leave too few nodes for a quorum (even if every silent node came
+//! back, no lock could be granted), and 69 otherwise.
 
 use std::process::ExitCode;
 
@@ -21,6 +29,9 @@ pub enum Exit {
     Busy,
     /// Lease lost, or the token does not hold the lock.
     Lost,
+    /// Misconfigured: a node answered but refuses (credentials, ACL, a replica, a renamed command, a
+    /// redirect that cannot be followed). Retrying cannot help; the setup must change.
+    Misconfigured,
     /// A raw status, such as a child's exit code or 128+N for a signal.
     Raw(u8),
 }
@@ -35,6 +46,7 @@ impl Exit {
             Exit::Unavailable => 69,
             Exit::Busy => 75,
             Exit::Lost => 76,
+            Exit::Misconfigured => 78,
             Exit::Raw(code) => code,
         }
     }
@@ -75,6 +87,14 @@ pub enum LockError {
         quorum: usize,
         detail: String,
     },
+    /// Nodes answered but refuse, and without them no quorum can be reached.
+    #[error("Redis refuses: {refused} of {nodes} node(s) answered but refuse, a quorum needs {quorum}: {detail}")]
+    Misconfigured {
+        nodes: usize,
+        refused: usize,
+        quorum: usize,
+        detail: String,
+    },
     /// The token does not hold the lock on a quorum.
     #[error("lock '{name}' is not held by this token{}", detail_suffix(.detail))]
     Lost { name: String, detail: String },
@@ -105,6 +125,7 @@ impl LockError {
             LockError::Usage(_) => Exit::Usage,
             LockError::Busy { .. } | LockError::Quarantined { .. } => busy,
             LockError::Unavailable { .. } => Exit::Unavailable,
+            LockError::Misconfigured { .. } => Exit::Misconfigured,
             LockError::Lost { .. } => Exit::Lost,
             LockError::Interrupted(signal) => Exit::from_signal(*signal),
         }

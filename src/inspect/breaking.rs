@@ -48,7 +48,9 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     if !args.yes {
         let m = survey(&mut engine, &keys);
         if m.answered < m.quorum {
-            return Err(unavailable(n, m.answered, m.quorum, m.failures()).into());
+            return Err(engine
+                .unavailable(m.answered, m.failures().join("; "))
+                .into());
         }
         let Some(token) = m.token.clone() else {
             say!("lock '{}' is free; nothing to break", keys.name);
@@ -116,7 +118,7 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     }
     if broken.is_empty() {
         if answered < quorum {
-            return Err(unavailable(n, answered, quorum, failures).into());
+            return Err(engine.unavailable(answered, failures.join("; ")).into());
         }
         if changed_hands > 0 {
             return Ok(Exit::Failure);
@@ -137,15 +139,6 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
         say!("{f}");
     }
     Ok(Exit::Success)
-}
-
-fn unavailable(nodes: usize, reachable: usize, quorum: usize, failures: Vec<String>) -> LockError {
-    LockError::Unavailable {
-        nodes,
-        reachable,
-        quorum,
-        detail: failures.join("; "),
-    }
 }
 
 /// The `BREAK` script's reply: `{token or nil, {holder field, value, ...}}`.

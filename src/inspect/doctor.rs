@@ -25,6 +25,9 @@
 //! milliseconds, so an offset beyond [`CLOCK_WARN`] (after subtracting the measurement error) means at
 //! least one of the two clocks is not disciplined and may be stepped later.
 
+mod permissions;
+mod topology;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -106,6 +109,10 @@ struct Probe {
     /// `(role, replicas)` from ROLE, or from INFO when ROLE is refused.
     role: Option<(String, usize, String)>,
     config: HashMap<&'static str, Result<String, String>>,
+    /// The node answered but refuses (credentials, ACL, a replica, renamed commands).
+    refused: bool,
+    /// The scripts and commands lockctl needs, run on a scratch lock.
+    permissions: Option<permissions::Check>,
     /// Fencing counters sampled under the prefix, or why they could not be read.
     fences: Option<Result<FenceSample, String>>,
 }
@@ -140,13 +147,32 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> anyhow::Result<Exit> {
     let n = engine.nodes().len();
     let quorum = engine.quorum();
     let prefix = engine.prefix().to_string();
-    let probes = quorum::all(engine.nodes_mut(), |_, node| probe(node, &prefix));
-    let reachable = probes.iter().filter(|p| p.unreachable.is_none()).count();
+    let probes = quorum::all(engine.nodes_mut(), |_, node| {
+        node.accept_replica();
+        probe(node, &prefix)
+    });
+    let reachable = probes
+        .iter()
+        .filter(|p| p.unreachable.is_none() || p.refused)
+        .count();
 
     let mut findings = setup_findings(settings, args.ttl, &probes, quorum);
+    let shards = topology::survey(engine.nodes_mut(), &probes);
+    findings.extend(topology::findings(&shards));
     for p in &probes {
         findings.extend(node_findings(p, settings, args.ttl));
     }
+    // Every master of a cluster, each checked like a node of its own.
+    let mut shard_probes = Vec::new();
+    for shard in shards {
+        for mut master in shard.masters {
+            let p = probe(&mut master, &prefix);
+            findings.extend(node_findings(&p, settings, args.ttl));
+            shard_probes.push(p);
+        }
+    }
+    let mut probes = probes;
+    probes.extend(shard_probes);
     let failures = findings.iter().filter(|f| f.level == Level::Fail).count();
     let warnings = findings.iter().filter(|f| f.level == Level::Warn).count();
     let exit = if reachable < quorum {
@@ -208,6 +234,7 @@ fn probe(node: &mut Node, prefix: &str) -> Probe {
         match ping {
             Ok(d) => p.rtt = p.rtt.min(d),
             Err(f) => {
+                p.refused = node.refused();
                 p.unreachable = Some(f.reason);
                 return p;
             }
@@ -274,6 +301,7 @@ fn probe(node: &mut Node, prefix: &str) -> Probe {
         }
     }
     if !node.is_stale() {
+        p.permissions = Some(permissions::check(node, prefix));
         p.fences = Some(sample_fences(node, prefix));
     }
     p
@@ -450,7 +478,10 @@ fn setup_findings(
     quorum: usize,
 ) -> Vec<Finding> {
     let n = probes.len();
-    let reachable = probes.iter().filter(|p| p.unreachable.is_none()).count();
+    let reachable = probes
+        .iter()
+        .filter(|p| p.unreachable.is_none() || p.refused)
+        .count();
     let mut out = Vec::new();
     let mut add = |check, level, found: String, advice: Option<&str>| {
         out.push(Finding {
@@ -576,12 +607,23 @@ fn node_findings(p: &Probe, settings: &Settings, ttl: Duration) -> Vec<Finding> 
         })
     };
     if let Some(reason) = &p.unreachable {
-        add(
-            "reachable",
-            Level::Fail,
-            format!("unreachable: {reason}"),
-            Some("start the server, fix the URL, or check the network and --node-timeout".into()),
-        );
+        if p.refused {
+            add(
+                "refused",
+                Level::Fail,
+                format!("answered but refuses: {reason}"),
+                Some("fix the setup as the message says; every lock fails until then".into()),
+            );
+        } else {
+            add(
+                "reachable",
+                Level::Fail,
+                format!("unreachable: {reason}"),
+                Some(
+                    "start the server, fix the URL, or check the network and --node-timeout".into(),
+                ),
+            );
+        }
         return out;
     }
     let server = ServerVersion::of(p);
@@ -734,6 +776,16 @@ fn node_findings(p: &Probe, settings: &Settings, ttl: Duration) -> Vec<Finding> 
     }
 
     add_persistence(p, &mut add);
+
+    match &p.permissions {
+        Some((level, found, advice)) => add("permissions", *level, found.clone(), advice.clone()),
+        None => add(
+            "permissions",
+            Level::Warn,
+            "could not check: the node stopped answering".into(),
+            None,
+        ),
+    }
 
     let quarantine = quarantine.unwrap_or(ttl);
     match p.info("uptime_in_seconds").and_then(|s| s.parse::<u64>().ok()) {

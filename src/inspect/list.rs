@@ -14,9 +14,10 @@
 //!   reply after an I/O error, each read waiting the full timeout: three per key, up to 3001 per
 //!   batch.) The batch is not one Lua script because a script's keys must share one hash slot on
 //!   Redis Cluster, and the keys of one SCAN batch do not; pipelined single-key commands work
-//!   there. lockctl does not follow Cluster topology, though: against a Cluster node it lists only
-//!   the keys that node serves, and a key whose slot moves during the listing reads as absent (its
-//!   reply is a MOVED error).
+//!   there. Behind a cluster endpoint (any `-r` whose server has `cluster_enabled:1`), every master
+//!   from `CLUSTER NODES` is scanned, and a batch is read on every master: its owner answers, the
+//!   others reply MOVED, which reads as absent. A key whose slot moves during the listing may read
+//!   as absent.
 //! - Redlock merges the nodes without a map of every name: the nodes are scanned one after another,
 //!   each batch is read on every node, and a name is printed for the first node (in order) that holds
 //!   it, since that node's complete scan lists it (SCAN returns every key present for the whole
@@ -28,6 +29,7 @@
 //!   held so far are printed and the rest stream out in scan order with the same column widths.
 
 use std::io::{self, Write};
+use std::sync::Mutex;
 
 use anyhow::Context;
 use redis::{Connection, Value};
@@ -38,7 +40,7 @@ use crate::cli::{ListArgs, ReportFormat};
 use crate::config::Settings;
 use crate::exit::{Exit, LockError};
 use crate::lock::keys::{is_lock_key, LockKeys};
-use crate::lock::node::NodeFailure;
+use crate::lock::node::{Node, NodeFailure};
 use crate::lock::{quorum, Engine};
 use crate::output::human_ms;
 use crate::say;
@@ -64,82 +66,115 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
     let mut done = vec![false; n];
     let mut type_filter = true;
 
+    // Behind a cluster endpoint every master is scanned, and a batch is read on every master (the
+    // owner answers; the others answer MOVED, which reads as absent).
+    let shards: Vec<Mutex<Vec<Node>>> = engine
+        .nodes_mut()
+        .iter_mut()
+        .map(|node| match node.cluster_masters() {
+            Ok(masters) => masters.iter().filter_map(|a| node.at(a).ok()).collect(),
+            Err(_) => Vec::new(),
+        })
+        .map(Mutex::new)
+        .collect();
+    let sharded = |j: usize| !lock(&shards[j]).is_empty();
+
     for i in 0..n {
         if failed[i].is_some() {
             // Failed while reading another node's batch: not asked again.
             continue;
         }
-        let mut cursor = 0u64;
-        loop {
-            let node = &mut engine.nodes_mut()[i];
-            let scanned = node.call("scan", |c| scan(c, cursor, &matcher, type_filter));
-            let (next, keys) = match scanned {
-                Ok(r) => r,
-                // Servers before 6.0 know no TYPE option: filter by reading instead.
-                Err(fail) if type_filter && cursor == 0 && fail.reason.contains("syntax") => {
-                    type_filter = false;
-                    continue;
-                }
-                Err(fail) => {
-                    failed[i] = Some(fail.reason);
-                    break;
-                }
-            };
-            cursor = next;
-            let names: Vec<String> = keys
-                .iter()
-                .filter(|k| is_lock_key(k) && k.starts_with(prefix.as_bytes()))
-                .map(|k| String::from_utf8_lossy(&k[prefix.len()..]).into_owned())
-                .collect();
-            if !names.is_empty() {
-                let lock_keys: Vec<LockKeys> = names
-                    .iter()
-                    .map(|name| LockKeys::new(&prefix, name))
-                    .collect();
-                let reads = quorum::each(
-                    engine.nodes_mut(),
-                    |j| failed[j].is_none(),
-                    |_, node| node.call("read batch", |c| read_batch(c, &lock_keys)),
-                );
-                let mut per_node: Vec<Result<Vec<NodeView>, NodeFailure>> = Vec::with_capacity(n);
-                for (j, r) in reads.into_iter().enumerate() {
-                    per_node.push(match r {
-                        Some(Ok(views)) => Ok(views),
-                        Some(Err(fail)) => {
-                            failed[j] = Some(fail.reason.clone());
-                            Err(fail)
-                        }
-                        None => Err(NodeFailure {
-                            reason: failed[j].clone().unwrap_or_default(),
-                            maybe_applied: false,
-                        }),
-                    });
-                }
-                for (k, keys) in lock_keys.iter().enumerate() {
-                    let holds = |j: usize| per_node[j].as_ref().is_ok_and(|v| v[k].token.is_some());
-                    // Listed already from an earlier node, or gone since the scan saw it.
-                    if (0..i).any(|j| done[j] && holds(j)) || !holds(i) {
+        let sources = lock(&shards[i]).len().max(1);
+        for src in 0..sources {
+            if failed[i].is_some() {
+                break;
+            }
+            let mut cursor = 0u64;
+            loop {
+                let scanned = if sharded(i) {
+                    lock(&shards[i])[src].call("scan", |c| scan(c, cursor, &matcher, type_filter))
+                } else {
+                    engine.nodes_mut()[i].call("scan", |c| scan(c, cursor, &matcher, type_filter))
+                };
+                let (next, keys) = match scanned {
+                    Ok(r) => r,
+                    // Servers before 6.0 know no TYPE option: filter by reading instead.
+                    Err(fail) if type_filter && cursor == 0 && fail.reason.contains("syntax") => {
+                        type_filter = false;
                         continue;
                     }
-                    let views = (0..n)
-                        .map(|j| match &per_node[j] {
-                            Ok(v) => Ok(v[k].clone()),
-                            Err(f) => Err(f.clone()),
-                        })
+                    Err(fail) => {
+                        failed[i] = Some(fail.reason);
+                        break;
+                    }
+                };
+                cursor = next;
+                let names: Vec<String> = keys
+                    .iter()
+                    .filter(|k| is_lock_key(k) && k.starts_with(prefix.as_bytes()))
+                    .map(|k| String::from_utf8_lossy(&k[prefix.len()..]).into_owned())
+                    .collect();
+                if !names.is_empty() {
+                    let lock_keys: Vec<LockKeys> = names
+                        .iter()
+                        .map(|name| LockKeys::new(&prefix, name))
                         .collect();
-                    if !out.push(Row::new(keys, Merged::new(views)))? {
-                        return Ok(Exit::Success);
+                    let reads = quorum::each(
+                        engine.nodes_mut(),
+                        |j| failed[j].is_none(),
+                        |j, node| {
+                            let mut masters = lock(&shards[j]);
+                            if masters.is_empty() {
+                                node.call("read batch", |c| read_batch(c, &lock_keys))
+                            } else {
+                                read_sharded(&mut masters, &lock_keys)
+                            }
+                        },
+                    );
+                    let mut per_node: Vec<Result<Vec<NodeView>, NodeFailure>> =
+                        Vec::with_capacity(n);
+                    for (j, r) in reads.into_iter().enumerate() {
+                        per_node.push(match r {
+                            Some(Ok(views)) => Ok(views),
+                            Some(Err(fail)) => {
+                                failed[j] = Some(fail.reason.clone());
+                                Err(fail)
+                            }
+                            None => Err(NodeFailure {
+                                reason: failed[j].clone().unwrap_or_default(),
+                                maybe_applied: false,
+                            }),
+                        });
+                    }
+                    for (k, keys) in lock_keys.iter().enumerate() {
+                        let holds =
+                            |j: usize| per_node[j].as_ref().is_ok_and(|v| v[k].token.is_some());
+                        // Listed already from an earlier node, or gone since the scan saw it.
+                        if (0..i).any(|j| done[j] && holds(j)) || !holds(i) {
+                            continue;
+                        }
+                        let views = (0..n)
+                            .map(|j| match &per_node[j] {
+                                Ok(v) => Ok(v[k].clone()),
+                                Err(f) => Err(f.clone()),
+                            })
+                            .collect();
+                        if !out.push(Row::new(keys, Merged::new(views)))? {
+                            return Ok(Exit::Success);
+                        }
                     }
                 }
+                if failed[i].is_some() {
+                    // It failed reading its own batch: the rest of its scan could show nothing.
+                    break;
+                }
+                if cursor == 0 {
+                    break;
+                }
             }
-            if failed[i].is_some() {
-                // It failed reading its own batch: the rest of its scan could show nothing.
-                break;
-            }
-            if cursor == 0 {
-                done[i] = true;
-                break;
-            }
+        }
+        if failed[i].is_none() {
+            done[i] = true;
         }
     }
 
@@ -151,13 +186,9 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
         say!("{reason}");
     }
     if answered < quorum {
-        return Err(LockError::Unavailable {
-            nodes: n,
-            reachable: answered,
-            quorum,
-            detail: "the listing is incomplete".into(),
-        }
-        .into());
+        return Err(engine
+            .unavailable(answered, "the listing is incomplete".into())
+            .into());
     }
     if out.count == 0 {
         say!(
@@ -212,6 +243,31 @@ fn scan(
         cmd.arg("TYPE").arg("string");
     }
     cmd.query(c)
+}
+
+/// Locks a mutex, whether or not a thread panicked while holding it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads a batch on every master of a cluster; each lock is where its owner says it is.
+fn read_sharded(masters: &mut [Node], keys: &[LockKeys]) -> Result<Vec<NodeView>, NodeFailure> {
+    let mut merged: Option<Vec<NodeView>> = None;
+    for m in masters.iter_mut() {
+        let views = m.call("read batch", |c| read_batch(c, keys))?;
+        merged = Some(match merged {
+            None => views,
+            Some(mut acc) => {
+                for (a, v) in acc.iter_mut().zip(views) {
+                    if a.token.is_none() && v.token.is_some() {
+                        *a = v;
+                    }
+                }
+                acc
+            }
+        });
+    }
+    Ok(merged.unwrap_or_default())
 }
 
 /// Reads a batch of locks on one node in one pipelined round trip.

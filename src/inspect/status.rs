@@ -17,7 +17,7 @@ use serde_json::{json, Value as Json};
 use super::{json_ttl, show_ttl, survey, table, Merged, NodeView, State};
 use crate::cli::{ReportFormat, StatusArgs};
 use crate::config::{check_name, Settings};
-use crate::exit::{Exit, LockError};
+use crate::exit::Exit;
 use crate::lock::keys::LockKeys;
 use crate::lock::quarantine::{self, Quarantined};
 use crate::lock::Engine;
@@ -87,6 +87,7 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
     let merged = survey(&mut engine, &keys);
+    engine.check_independent()?;
     let length = settings.quarantine.unwrap_or(DEFAULT_TTL);
     let q = Quarantine::of(&mut engine, &merged, length);
     let names: Vec<String> = engine.nodes().iter().map(|n| n.display.clone()).collect();
@@ -102,14 +103,9 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
         State::Held => Exit::Success,
         State::Free => Exit::Failure,
         State::Unknown => {
-            let err = LockError::Unavailable {
-                nodes: merged.views.len(),
-                reachable: merged.answered,
-                quorum: merged.quorum,
-                detail: merged.failures().join("; "),
-            };
+            let err = engine.unavailable(merged.answered, merged.failures().join("; "));
             crate::complain!("cannot tell whether '{}' is held: {err}", keys.name);
-            Exit::Unavailable
+            err.exit(Exit::Busy)
         }
     })
 }

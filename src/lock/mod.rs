@@ -59,8 +59,12 @@
 //!
 //! Every round-1 reply carries the server's run id. Two nodes of one attempt that answer with the same
 //! run id are one server reached through two spellings (`localhost` and `127.0.0.1`, a socket and a
-//! port), which would count one vote twice: the attempt is rolled back and fails as a usage error.
+//! port; two nodes of one cluster, which redirect to the slot's owner; two Sentinel URLs for one
+//! master), which would count one vote twice: the attempt is rolled back and fails as a usage error.
+//! Renewals, releases and `status` check the same from the run id each node read on connecting
+//! ([`Engine::check_independent`]).
 
+pub mod endpoint;
 pub mod keys;
 pub mod node;
 pub mod quarantine;
@@ -88,10 +92,10 @@ pub(crate) const RENEW_LUA: &str = include_str!("scripts/renew.lua");
 pub(crate) const STATUS_LUA: &str = include_str!("scripts/status.lua");
 pub(crate) const BREAK_LUA: &str = include_str!("scripts/break.lua");
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
 pub(crate) static BREAK: LazyLock<Script> = LazyLock::new(|| Script::new(BREAK_LUA));
 
@@ -108,6 +112,14 @@ pub(crate) fn script_source(script: &Script) -> Option<&'static str> {
     .into_iter()
     .find(|(s, _)| s.get_hash() == script.get_hash())
     .map(|(_, source)| source)
+}
+
+/// True for the scripts that grant or extend a lock, whose writes must reach the master's replicas
+/// before they count.
+pub(crate) fn is_durable(script: &Script) -> bool {
+    [&*ACQUIRE, &*FENCE, &*RENEW]
+        .iter()
+        .any(|s| s.get_hash() == script.get_hash())
 }
 
 /// Who holds a lock: stored beside it so that `status`, `list` and waiting clients can say.
@@ -283,13 +295,50 @@ impl Engine {
         }
     }
 
+    /// Refuses two nodes that reached one server, however they are spelled (another host name, a
+    /// socket and a port, two nodes of one cluster, two Sentinel URLs for one master): counted twice,
+    /// one server would decide a quorum. Each node knows the run id of the server it talked to (after
+    /// redirects and Sentinel, the one that holds the lock); the check needs no round trip of its own
+    /// and comes after a renewal's or release's round, and `status`'s, before its result is used (a
+    /// grant compares the run ids of its round 1).
+    pub fn check_independent(&self) -> Result<(), LockError> {
+        for (i, a) in self.nodes.iter().enumerate() {
+            let Some(id) = a.server_id() else { continue };
+            if let Some(b) = self.nodes[..i].iter().find(|b| b.server_id() == Some(id)) {
+                return Err(LockError::Usage(format!(
+                    "invalid --redis: {} and {} reach the same server or cluster (run id {id}); \
+                     each -r is one vote, so Redlock needs independent servers, clusters or \
+                     Sentinel groups",
+                    b.display, a.display
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// A majority of the nodes.
     pub fn quorum(&self) -> usize {
         quorum::quorum(self.nodes.len())
     }
 
-    /// "Redis unavailable": only `reachable` nodes answered, or too few to decide.
-    fn unavailable(&self, reachable: usize, detail: String) -> LockError {
+    /// "Redis unavailable": only `reachable` nodes answered, or too few to decide. "Misconfigured"
+    /// instead when the nodes that answered but refused (see [`Node::refused`]) alone leave too few
+    /// for a quorum.
+    pub fn unavailable(&self, reachable: usize, detail: String) -> LockError {
+        let refused = self
+            .nodes
+            .iter()
+            .filter(|n| n.refused())
+            .count()
+            .min(self.nodes.len() - reachable.min(self.nodes.len()));
+        if refused > 0 && self.nodes.len() - refused < self.quorum() {
+            return LockError::Misconfigured {
+                nodes: self.nodes.len(),
+                refused,
+                quorum: self.quorum(),
+                detail,
+            };
+        }
         LockError::Unavailable {
             nodes: self.nodes.len(),
             reachable,
@@ -338,6 +387,14 @@ impl Engine {
                     if let Some(fatal) = refusal.fatal.take() {
                         waiter.finish();
                         return Err(fatal);
+                    }
+                    if refusal.answered < self.quorum() {
+                        // Nodes that refuse (78) refuse again: waiting cannot help.
+                        let err = self.unavailable(refusal.answered, refusal.failures.join("; "));
+                        if matches!(err, LockError::Misconfigured { .. }) {
+                            waiter.finish();
+                            return Err(err);
+                        }
                     }
                     if self.prove_kept_data(&refusal.quarantined) {
                         // The same attempt again, now telling the script which nodes kept their data.
@@ -877,6 +934,7 @@ impl Engine {
         failures: Vec<String>,
         what: &str,
     ) -> Result<(), LockError> {
+        self.check_independent()?;
         let quorum = self.quorum();
         trace!(
             "{what} '{}': {held}/{} node(s) held our token",

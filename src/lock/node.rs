@@ -19,19 +19,37 @@
 //! smaller harm. A new connection is no safer than an old one: an operator's
 //! `CLIENT KILL TYPE normal` can land between its connect and its first command.
 //!
+//! A node reaches its server through its endpoint (`super::endpoint`): the URL's server, a cluster's
+//! slot owner (MOVED and ASK are followed here, within the node timeout), or the master a Sentinel
+//! names. The first reply on each new connection is followed by one `INFO`: a replica is refused (or,
+//! behind Sentinel, the master is asked for again), the replicas in sync are counted for `WAIT` after
+//! a grant or renewal, and the run id tells two endpoints that reach one server apart. It comes after
+//! the first command, not before, so that command is on its way to a server that stopped answering
+//! just as it would be on an old connection.
+//!
+//! A failure is either an outage (no answer: 69 when it costs the quorum) or a refusal (the server
+//! answered and refuses: wrong credentials, an ACL, a replica, a renamed command, a redirect that
+//! cannot be followed; 78), which [`Node::refused`] tells the engine. A refusal raised inside a script
+//! names the script's line, whose command lockctl names in the message.
+//!
 //! Opening a connection has parts that no socket timeout bounds, or bounds one by one: the name lookup
 //! (`getaddrinfo` takes no timeout at all), a unix-socket connect (std's `UnixStream::connect` takes
 //! none, and it blocks for as long as a stopped server's accept queue is full), and redis-rs gives the
 //! handshake its own timeout after the connect's. So a connection is opened on a helper thread that the
 //! caller stops waiting for when the call's time is up ([`connect`]); a node keeps at most one such
 //! connect outstanding and picks it up on its next call rather than queueing more.
+//!
+//! Redirects, the `INFO` after a new connection's first reply and `WAIT` all fit in the same call's
+//! time.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::{Client, Connection, RedisError, RedisResult, Script, Value};
 
+use super::endpoint::{cluster::MAX_REDIRECTS, Endpoint, EndpointError, OnReplica};
 use crate::clock::Stamp;
 use crate::config::{NodeSpec, TlsFiles};
 use crate::exit::LockError;
@@ -46,7 +64,7 @@ pub struct NodeFailure {
     pub maybe_applied: bool,
 }
 
-/// One Redis master.
+/// One vote: a Redis master, reached through its endpoint (standalone, cluster, Sentinel).
 pub struct Node {
     /// The node's URL, redacted.
     pub display: String,
@@ -60,21 +78,60 @@ pub struct Node {
     until: Option<Stamp>,
     /// A connect still blocked after an earlier call gave up on it.
     pending: Mutex<Option<Receiver<RedisResult<Connection>>>>,
+    endpoint: Endpoint,
+    /// Replicas of the master on `conn` that must acknowledge a grant or renewal; `None` until read.
+    replicas: Option<usize>,
+    /// `?replicas=N` of the URL.
+    want_replicas: Option<usize>,
+    /// The most replicas each master (by address) had at a grant or renewal so far.
+    seen: std::collections::HashMap<String, usize>,
+    /// The last call failed because the node answered and refuses (see [`Node::refused`]).
+    refused: AtomicBool,
+    /// The run id of the server `conn` reached.
+    run_id: Option<String>,
+    /// Connect to a replica too (`doctor`, which reports it rather than refuses it).
+    accept_replica: bool,
+    /// The server on `conn` was checked ([`Node::check_server`]).
+    checked: bool,
+}
+
+/// Why a server is not the master this node wants.
+enum Check {
+    /// Ask the endpoint for the master again.
+    Rediscover,
+    /// Refused, or INFO failed.
+    Fail(NodeFailure),
 }
 
 impl Node {
     /// A node that connects on first use.
     pub fn new(spec: &NodeSpec, tls: &TlsFiles, timeout: Duration) -> Result<Node, LockError> {
+        let client = open_client(spec, tls)?;
         Ok(Node {
             display: spec.display.clone(),
-            client: open_client(spec, tls)?,
+            endpoint: Endpoint::new(spec, &client)?,
+            client,
             secret_url: spec.url.clone(),
             conn: None,
             stale: false,
             timeout,
             until: None,
             pending: Mutex::new(None),
+            replicas: None,
+            want_replicas: spec.replicas,
+            seen: std::collections::HashMap::new(),
+            refused: AtomicBool::new(false),
+            run_id: None,
+            accept_replica: false,
+            checked: false,
         })
+    }
+
+    /// True when the last failed call failed because the node answered and refuses (wrong
+    /// credentials, an ACL, a replica, a renamed command, a redirect it cannot follow): retrying will
+    /// not help. A later success (a rollback after the refusal) leaves it as it is.
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// The client, for callers that need a connection of their own (pub/sub).
@@ -90,6 +147,87 @@ impl Node {
     /// The node timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Lets this node connect to a replica, for `doctor`, which reports a replica rather than stops
+    /// at it (writes there still fail, READONLY).
+    pub fn accept_replica(&mut self) {
+        self.accept_replica = true;
+    }
+
+    /// The run id of the server this node talks to, once it answered: after a redirect, the slot's
+    /// owner; behind Sentinel, the master. Two nodes with one run id are one vote counted twice.
+    pub fn server_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
+    }
+
+    /// What stands behind this node, for `doctor`: `standalone`, `cluster` or `sentinel`, and the
+    /// server it talks to now (`host:port`).
+    pub fn topology(&self) -> (&'static str, String) {
+        let kind = match &self.endpoint {
+            Endpoint::Standalone(_) => "standalone",
+            Endpoint::Cluster(_) => "cluster",
+            Endpoint::Sentinel(_) => "sentinel",
+        };
+        (kind, super::endpoint::addr_of(&self.client))
+    }
+
+    /// The masters of the Redis Cluster this node belongs to (`host:port`, from `CLUSTER NODES`);
+    /// empty when it is not a cluster node.
+    pub fn cluster_masters(&mut self) -> Result<Vec<String>, NodeFailure> {
+        let enabled = self.call("INFO cluster", |c| {
+            redis::cmd("INFO").arg("cluster").query::<Value>(c)
+        })?;
+        if !info_fields(&enabled)
+            .iter()
+            .any(|(k, v)| k == "cluster_enabled" && v == "1")
+        {
+            return Ok(Vec::new());
+        }
+        let nodes = self.call("CLUSTER NODES", |c| {
+            redis::cmd("CLUSTER").arg("NODES").query::<String>(c)
+        })?;
+        // `<id> <ip:port@cport[,hostname]> <flags> <master> <ping> <pong> <epoch> <state> <slots...>`
+        let mut masters: Vec<String> = nodes
+            .lines()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let flags = f.get(2)?;
+                let serves = f.len() > 8;
+                (flags.split(',').any(|x| x == "master") && !flags.contains("fail") && serves)
+                    .then(|| f[1].split(['@', ',']).next().unwrap_or("").to_string())
+            })
+            .filter(|a| !a.is_empty())
+            .collect();
+        masters.sort();
+        Ok(masters)
+    }
+
+    /// A node for the server at `addr` (`host:port`) with this node's credentials, TLS and timeout:
+    /// one master of a cluster, for `list` and `doctor`.
+    pub fn at(&self, addr: &str) -> Result<Node, NodeFailure> {
+        let client = super::endpoint::client_at(&self.client, addr).map_err(|e| NodeFailure {
+            reason: format!("{}: cluster node {addr}: {e}", self.display),
+            maybe_applied: false,
+        })?;
+        Ok(Node {
+            display: format!("{} (master {addr})", self.display),
+            endpoint: Endpoint::Standalone(super::endpoint::standalone::Standalone::new(&client)),
+            client,
+            secret_url: self.secret_url.clone(),
+            conn: None,
+            stale: false,
+            timeout: self.timeout,
+            until: None,
+            pending: Mutex::new(None),
+            replicas: None,
+            want_replicas: self.want_replicas,
+            seen: std::collections::HashMap::new(),
+            refused: AtomicBool::new(false),
+            run_id: None,
+            accept_replica: false,
+            checked: false,
+        })
     }
 
     /// Bounds every later call to end by `until` too (`None`: the node timeout alone).
@@ -122,11 +260,21 @@ impl Node {
         Ok(conn)
     }
 
-    /// Runs `f` on this node's connection, opening it if needed; connecting and `f` together end
-    /// within the node timeout (and by the limit, if one is set).
+    /// Runs `f` on this node's connection, opening it if needed; connecting, following redirects and
+    /// `f` together end within the node timeout (and by the limit, if one is set).
     pub fn call<T>(
         &mut self,
         what: &str,
+        f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, NodeFailure> {
+        self.call_with(what, false, f)
+    }
+
+    /// [`Node::call`]; `durable`: a write that must reach the master's replicas before it counts.
+    fn call_with<T>(
+        &mut self,
+        what: &str,
+        durable: bool,
         mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, NodeFailure> {
         let budget = self.budget();
@@ -141,29 +289,133 @@ impl Node {
                 maybe_applied: false,
             });
         }
-        if self.conn.is_none() {
-            self.conn = Some(self.open_by(deadline)?);
-        }
         let started = Instant::now();
-        let result = match run_by(
-            self.conn.as_mut().expect("connection just opened"),
-            deadline,
-            &mut f,
-        ) {
-            Err(e) if !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
-                trace!("{}: connection dropped ({e}); reconnecting", self.display);
-                self.conn = None;
-                self.conn = Some(self.open_by(deadline).map_err(|mut fail| {
-                    fail.maybe_applied = true;
-                    fail
-                })?);
-                run_by(
-                    self.conn.as_mut().expect("connection just opened"),
-                    deadline,
-                    &mut f,
-                )
+        // Once a send may have reached a server, a later failure may leave its effect behind.
+        let mut sent = false;
+        let mut resent = false;
+        let mut rediscovered = false;
+        let mut hops = 0;
+        let mut ask: Option<Connection> = None;
+        let result = loop {
+            if ask.is_none() && self.conn.is_none() {
+                match self.connect_target(deadline) {
+                    Ok(c) => {
+                        self.conn = Some(c);
+                        self.checked = false;
+                    }
+                    Err(mut fail) => {
+                        fail.maybe_applied |= sent;
+                        return Err(fail);
+                    }
+                }
             }
-            other => other,
+            let (result, asked) = match ask.take() {
+                Some(mut c) => (
+                    run_by(&mut c, deadline, &mut |c: &mut Connection| {
+                        redis::cmd("ASKING").query::<()>(c)
+                    })
+                    .and_then(|_| run_by(&mut c, deadline, &mut f)),
+                    true,
+                ),
+                None => (
+                    run_by(
+                        self.conn.as_mut().expect("connection just opened"),
+                        deadline,
+                        &mut f,
+                    ),
+                    false,
+                ),
+            };
+            sent = true;
+            // A reply, or READONLY (a replica: say which master it follows, or find the master).
+            let answered = match &result {
+                Ok(_) => true,
+                Err(e) => is_readonly(e),
+            };
+            if answered && !asked && !self.checked {
+                match self.check_server(deadline) {
+                    Ok(()) => self.checked = true,
+                    Err(Check::Rediscover) if !rediscovered => {
+                        rediscovered = true;
+                        self.conn = None;
+                        self.endpoint.lost();
+                        continue;
+                    }
+                    Err(Check::Rediscover) => {
+                        self.refused.store(false, Ordering::Relaxed);
+                        return Err(NodeFailure {
+                            reason: format!(
+                                "{}{}: the Sentinels name a replica as the master (a failover \
+                                 under way?)",
+                                self.display,
+                                self.endpoint.describe_target()
+                            ),
+                            maybe_applied: true,
+                        });
+                    }
+                    Err(Check::Fail(fail)) => return Err(fail),
+                }
+            }
+            match result {
+                Err(e) if !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
+                    if asked || resent {
+                        break Err(e);
+                    }
+                    trace!("{}: connection dropped ({e}); reconnecting", self.display);
+                    resent = true;
+                    self.conn = None;
+                    self.endpoint.lost();
+                }
+                Err(e) if e.redirect_node().is_some() && hops < MAX_REDIRECTS => {
+                    hops += 1;
+                    let (addr, slot) = e.redirect_node().expect("checked");
+                    let addr = addr.to_string();
+                    let is_ask = e.code() == Some("ASK");
+                    trace!(
+                        "{}: slot {slot} {} {addr}",
+                        self.display,
+                        if is_ask { "asks for" } else { "moved to" }
+                    );
+                    if is_ask {
+                        let left = left(deadline);
+                        match self.endpoint.ask(&addr).and_then(|client| {
+                            client
+                                .get_connection_with_timeout(left)
+                                .and_then(|c| bounded(c, left))
+                        }) {
+                            Ok(c) => ask = Some(c),
+                            Err(e) => break Err(e),
+                        }
+                    } else {
+                        match self.endpoint.moved(&addr) {
+                            Ok(client) => {
+                                self.client = client;
+                                self.conn = None;
+                                self.replicas = None;
+                            }
+                            Err(e) => break Err(e),
+                        }
+                    }
+                }
+                Err(e)
+                    if is_readonly(&e)
+                        && !rediscovered
+                        && self.endpoint.on_replica() == OnReplica::Rediscover =>
+                {
+                    trace!(
+                        "{}: the master became a replica; asking again",
+                        self.display
+                    );
+                    rediscovered = true;
+                    self.conn = None;
+                    self.endpoint.lost();
+                }
+                Ok(v) if durable && !asked => match self.replicate(deadline) {
+                    Ok(()) => break Ok(v),
+                    Err(fail) => return Err(fail),
+                },
+                other => break other,
+            }
         };
         match result {
             Ok(v) => {
@@ -171,7 +423,15 @@ impl Node {
                 Ok(v)
             }
             Err(e) => {
-                let fail = self.failure(&e, what, budget);
+                let mut fail = self.failure(&e, what, budget);
+                if hops >= MAX_REDIRECTS && e.redirect_node().is_some() {
+                    self.refused.store(true, Ordering::Relaxed);
+                    fail.reason.push_str(&format!(
+                        " (still redirected after {MAX_REDIRECTS} hops: the cluster's slot map is \
+                         changing or inconsistent; check CLUSTER SHARDS)"
+                    ));
+                }
+                fail.maybe_applied |= resent;
                 trace!(
                     "{}: {what} failed after {:.3} ms: {}",
                     self.display,
@@ -183,7 +443,164 @@ impl Node {
         }
     }
 
-    /// Runs a lockctl script on this node.
+    /// A new connection to the endpoint's current server; a cluster's other seeds are tried when it
+    /// cannot be reached, each within what is left of the node timeout.
+    fn connect_target(&mut self, deadline: Instant) -> Result<Connection, NodeFailure> {
+        self.client = self
+            .endpoint
+            .target(left(deadline))
+            .map_err(|e| self.endpoint_failure(e))?;
+        let mut fail = match self.open_by(deadline) {
+            Ok(c) => return Ok(c),
+            Err(fail) => fail,
+        };
+        let mut reasons = vec![fail.reason.clone()];
+        for _ in 0..self.endpoint.alternatives() {
+            self.endpoint.lost();
+            if Instant::now() >= deadline {
+                break;
+            }
+            self.client = self
+                .endpoint
+                .target(left(deadline))
+                .map_err(|e| self.endpoint_failure(e))?;
+            match self.open_by(deadline) {
+                Ok(c) => return Ok(c),
+                Err(f) => reasons.push(f.reason),
+            }
+        }
+        self.endpoint.lost();
+        fail.reason = reasons.join("; ");
+        Err(fail)
+    }
+
+    /// The first reply on a new connection is followed by one `INFO` (its default sections): the
+    /// server's role (a replica is refused, or behind Sentinel the master is asked for again), its
+    /// replicas in sync, whether it is a cluster node, and its run id. It comes after the first
+    /// command rather than before, so that a command to a server that stopped answering is on its way
+    /// all the same, as it would be on an old connection.
+    fn check_server(&mut self, deadline: Instant) -> Result<(), Check> {
+        let conn = self.conn.as_mut().expect("connection in use");
+        let info = run_by(conn, deadline, &mut |c: &mut Connection| {
+            redis::cmd("INFO").query::<Value>(c)
+        });
+        let fields = match info {
+            Ok(v) => info_fields(&v),
+            Err(e) => {
+                let budget = self.budget();
+                let mut fail = self.failure(&e, "INFO", budget);
+                fail.maybe_applied = true;
+                return Err(Check::Fail(fail));
+            }
+        };
+        let get = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+        self.run_id = get("run_id").map(String::from);
+        let clustered = get("cluster_enabled") == Some("1");
+        self.replicas = Some(online_replicas(&fields));
+        if get("role") != Some("slave") || clustered {
+            // A cluster replica redirected the command to its master already.
+            return Ok(());
+        }
+        let master = format!(
+            "{}:{}",
+            get("master_host").unwrap_or("?"),
+            get("master_port").unwrap_or("?")
+        );
+        if self.endpoint.on_replica() == OnReplica::Rediscover {
+            trace!(
+                "{}: {} is a replica of {master}; asking the Sentinels again",
+                self.display,
+                super::endpoint::addr_of(&self.client)
+            );
+            return Err(Check::Rediscover);
+        }
+        if self.accept_replica {
+            return Ok(());
+        }
+        self.refused.store(true, Ordering::Relaxed);
+        Err(Check::Fail(NodeFailure {
+            reason: format!(
+                "{}{}: refused: this is a replica of {master}, which cannot hold locks; use the \
+                 master, or a redis+sentinel://SENTINEL:PORT/MASTER URL that finds it",
+                self.display,
+                self.endpoint.describe_target()
+            ),
+            maybe_applied: true,
+        }))
+    }
+
+    /// After a grant or renewal on the master: waits until its replicas have it (`WAIT`), within the
+    /// node timeout. A master that lost its replicas to a failover is asked about again next time.
+    fn replicate(&mut self, deadline: Instant) -> Result<(), NodeFailure> {
+        let budget = self.budget();
+        let conn = self.conn.as_mut().expect("connection in use");
+        let connected = match self.replicas.take() {
+            // Read on connect; a renewal on a kept connection reads it afresh.
+            Some(n) => n,
+            None => match run_by(conn, deadline, &mut |c: &mut Connection| {
+                redis::cmd("INFO").arg("replication").query::<Value>(c)
+            }) {
+                Ok(v) => online_replicas(&info_fields(&v)),
+                Err(e) => return Err(self.failure(&e, "INFO replication", budget)),
+            },
+        };
+        // Fewer replicas than this master had before: one may have been promoted, and a write
+        // acknowledged by the others would not be on the new master. Only `?replicas=N` overrides it.
+        let addr = super::endpoint::addr_of(&self.client);
+        let seen = self.seen.entry(addr).or_insert(0);
+        let need = self.want_replicas.unwrap_or(connected.max(*seen));
+        *seen = (*seen).max(connected);
+        if need == 0 {
+            return Ok(());
+        }
+        // The server gives up a little before our read does, so its answer is still read.
+        let wait_ms = (left(deadline).mul_f64(0.9).as_millis() as u64).max(1);
+        let conn = self.conn.as_mut().expect("connection in use");
+        let acked = if connected < need {
+            Ok(connected as i64)
+        } else {
+            run_by(conn, deadline, &mut |c: &mut Connection| {
+                redis::cmd("WAIT").arg(need).arg(wait_ms).query::<i64>(c)
+            })
+        };
+        match acked {
+            Ok(n) if n >= need as i64 => {
+                trace!("{}: {n} replica(s) acknowledged", self.display);
+                Ok(())
+            }
+            Ok(n) => {
+                // Replicas gone or lagging: a failover may be under way. Start afresh next time.
+                self.conn = None;
+                self.endpoint.lost();
+                Err(NodeFailure {
+                    reason: format!(
+                        "{}{}: only {n} of {need} replica(s) acknowledged the write within the \
+                         node timeout ({} connected); a failover could lose it",
+                        self.display,
+                        self.endpoint.describe_target(),
+                        connected
+                    ),
+                    maybe_applied: true,
+                })
+            }
+            Err(e) => {
+                let mut fail = self.failure(&e, "WAIT", budget);
+                fail.maybe_applied = true;
+                Err(fail)
+            }
+        }
+    }
+
+    fn endpoint_failure(&self, e: EndpointError) -> NodeFailure {
+        self.refused.store(e.refused, Ordering::Relaxed);
+        NodeFailure {
+            reason: format!("{}: {}", self.display, e.text),
+            maybe_applied: false,
+        }
+    }
+
+    /// Runs a lockctl script on this node. A grant or renewal (acquire, fence, renew) on a master with
+    /// replicas counts only once they have it (see [`super::endpoint`]).
     pub fn eval(
         &mut self,
         what: &str,
@@ -191,7 +608,9 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, NodeFailure> {
-        self.call(what, |conn| {
+        let durable = super::is_durable(script);
+        let source = super::script_source(script);
+        let result = self.call_with(what, durable, |conn| {
             let mut inv = script.prepare_invoke();
             for k in keys {
                 inv.key(*k);
@@ -202,7 +621,7 @@ impl Node {
             match inv.invoke(conn) {
                 // Flushed again between the reload and the retry (`SCRIPT FLUSH` in a loop, a
                 // failover mid-call): send the source itself, which cannot miss.
-                Err(e) if e.code() == Some("NOSCRIPT") => match super::script_source(script) {
+                Err(e) if e.code() == Some("NOSCRIPT") => match source {
                     Some(source) => redis::cmd("EVAL")
                         .arg(source)
                         .arg(keys.len())
@@ -213,6 +632,21 @@ impl Node {
                 },
                 other => other,
             }
+        });
+        result.map_err(|mut fail| {
+            // A script stops at the command that failed; the ones before it stay applied.
+            if fail.reason.contains("@user_script") {
+                fail.maybe_applied = true;
+            }
+            if let Some(which) = source.and_then(|s| script_command(&fail.reason, s)) {
+                // Named first, before the fix: "refused: ... [INFO] (the ACL user lacks ...)".
+                let after = fail.reason.find("refused: ").unwrap_or(0);
+                match fail.reason[after..].find(" (").map(|i| i + after) {
+                    Some(at) => fail.reason.insert_str(at, &which),
+                    None => fail.reason.push_str(&which),
+                }
+            }
+            fail
         })
     }
 
@@ -230,6 +664,8 @@ impl Node {
     }
 
     fn failure(&mut self, e: &RedisError, what: &str, budget: Duration) -> NodeFailure {
+        // `describe` sets it again for a refusal.
+        self.refused.store(false, Ordering::Relaxed);
         if e.is_timeout() {
             self.stale = true;
             let within = if budget < self.timeout {
@@ -242,9 +678,10 @@ impl Node {
             };
             NodeFailure {
                 reason: format!(
-                    "{}: no answer to {what} within {within}{}",
+                    "{}{}: no answer to {what} within {within}{}",
                     self.display,
-                    if self.display.starts_with("rediss:") {
+                    self.endpoint.describe_target(),
+                    if self.display.starts_with("rediss") {
                         " (a stopped server, or a port that does not speak TLS?)"
                     } else {
                         ""
@@ -254,6 +691,7 @@ impl Node {
             }
         } else if e.is_io_error() || e.is_connection_dropped() {
             self.conn = None;
+            self.endpoint.lost();
             NodeFailure {
                 reason: self.describe(e, what),
                 maybe_applied: true,
@@ -266,7 +704,8 @@ impl Node {
         }
     }
 
-    /// An error message that never contains the URL's secrets.
+    /// An error message that never contains the URL's secrets. A refusal (see [`refusal`]) marks the
+    /// node as refusing and says what to fix.
     fn describe(&self, e: &RedisError, what: &str) -> String {
         let mut text = e.to_string().replace(&self.secret_url, &self.display);
         // No server or library message is known to echo the password; this makes sure none does.
@@ -283,27 +722,142 @@ impl Node {
         if e.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
             // The reply could not be read as RESP at all: the bytes the parser choked on mean
             // nothing to the user, the port does.
+            self.refused.store(false, Ordering::Relaxed);
             return format!(
                 "{}: {what}: this does not look like a Redis server: it answered with something \
                  other than the Redis protocol (an HTTP server?); check the host and port",
                 self.display
             );
         }
-        let hint = hint(e, &text, self.display.starts_with("rediss:"));
-        format!("{}: {what}: {text}{hint}", self.display)
+        // The server quotes the first arguments of an unknown command: a script hash, keys, a token.
+        if let Some(cut) = text.find(", with args beginning with") {
+            text.truncate(cut);
+        }
+        let node = format!("{}{}", self.display, self.endpoint.describe_target());
+        let refused = refusal(e, &text);
+        self.refused.store(refused.is_some(), Ordering::Relaxed);
+        if let Some(fix) = refused {
+            return format!("{node}: {what}: refused: {text}{fix}");
+        }
+        let hint = hint(e, &text, self.display.starts_with("rediss"));
+        format!("{node}: {what}: {text}{hint}")
     }
 }
 
-/// What to do about a failure, for the failures users cause themselves: credentials, ACLs, TLS.
-fn hint(e: &RedisError, text: &str, tls: bool) -> &'static str {
-    if e.kind() == redis::ErrorKind::AuthenticationFailed || matches!(e.code(), Some("WRONGPASS")) {
-        " (check the user and password in the URL)"
-    } else if matches!(e.code(), Some("NOAUTH")) || text.contains("unauthenticated") {
+/// The rules an ACL user needs, for the default prefix (see docs/security.md for another).
+pub const ACL_RULES: &str = "~lockctl:* ~{lockctl:* ~{*}?lockctl:* &lockctl:* &{lockctl:* \
+    &{*}?lockctl:* &__keyspace@*__:lockctl:* +evalsha +eval +script|load +subscribe +get +set +incr \
+    +hset +hmget +hgetall +pttl +pexpire +del +publish +info +time +wait +scan +ping +role \
+    +config|get";
+
+/// When a node answered but refuses, what to fix; `None` for everything else. These replies come
+/// back the same until someone changes the setup, so they exit 78 rather than 69.
+fn refusal(e: &RedisError, text: &str) -> Option<String> {
+    let code = e.code().unwrap_or("");
+    let fix = if e.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
+        " (wrong user or password: check the user and password in the URL)".to_string()
+    } else if code == "NOAUTH" || text.contains("unauthenticated") {
         " (the server requires a password: redis://:PASSWORD@host or redis://USER:PASSWORD@host)"
-    } else if matches!(e.code(), Some("NOPERM")) {
-        " (the ACL user needs the keys ~PREFIX* and ~{PREFIX*, the channels &PREFIX*, &{PREFIX* and \
-         &__keyspace@*__:PREFIX*, and EVALSHA, EVAL, SCRIPT LOAD, SUBSCRIBE and the commands the \
-         scripts run; see the ACL recipe in docs/security.md)"
+            .to_string()
+    } else if code == "NOPERM"
+        || text.contains("can't run this command")
+        || text.contains("can't access at least one of the")
+        || text.contains("no permissions to")
+    {
+        format!(
+            " (the ACL user lacks a command, key or channel lockctl needs; for the default prefix \
+             it needs: {ACL_RULES}; see the ACL recipe in docs/security.md)"
+        )
+    } else if code == "READONLY" || text.contains("READONLY You can't write") {
+        " (this is a replica; use the master, or a redis+sentinel://SENTINEL:PORT/MASTER URL that \
+         finds it)"
+            .to_string()
+    } else if text.contains("unknown command")
+        || text.contains("Unknown Redis command")
+        || text.contains("Unknown command called from script")
+    {
+        " (the command is renamed or disabled on this server (rename-command); lockctl needs EVAL, \
+         EVALSHA, SCRIPT LOAD, INFO, WAIT and the commands its scripts run under their own names)"
+            .to_string()
+    } else if code == "CROSSSLOT" {
+        " (the lock's keys are in different cluster slots; use a name without '{' or '}')"
+            .to_string()
+    } else if e.redirect_node().is_some() {
+        " (a redirect that could not be followed)".to_string()
+    } else {
+        return None;
+    };
+    Some(fix)
+}
+
+/// A write refused by a replica: `READONLY`, or (Redis 6.2) a script error that quotes it.
+fn is_readonly(e: &RedisError) -> bool {
+    e.code() == Some("READONLY") || e.to_string().contains("READONLY You can't write")
+}
+
+/// For an error raised by a command inside one of lockctl's scripts, which command it was: the
+/// server names the script's line (`@user_script:N`), and that line of the source names the command.
+fn script_command(reason: &str, source: &str) -> Option<String> {
+    let at = reason.find("@user_script:")? + "@user_script:".len();
+    let line: usize = reason[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()?;
+    let text = source.lines().nth(line.checked_sub(1)?)?;
+    let commands: Vec<String> = text
+        .split("redis.call(")
+        .skip(1)
+        .filter_map(|c| {
+            c.trim_start()
+                .strip_prefix('\'')
+                .map(|c| c.split('\'').next().unwrap_or("").to_string())
+        })
+        .filter(|c| !c.is_empty())
+        .collect();
+    match commands.as_slice() {
+        [] => None,
+        [one] => Some(format!(" [the command the script could not run: {one}]")),
+        many => Some(format!(
+            " [the script could not run one of: {}]",
+            many.join(", ")
+        )),
+    }
+}
+
+/// The replicas of `INFO replication` that are in sync (`state=online`): one still loading a full
+/// copy cannot acknowledge anything yet.
+fn online_replicas(fields: &[(String, String)]) -> usize {
+    fields
+        .iter()
+        .filter(|(k, v)| {
+            k.starts_with("slave")
+                && k[5..].bytes().all(|b| b.is_ascii_digit())
+                && v.contains("state=online")
+        })
+        .count()
+}
+
+/// `key:value` lines of an INFO reply.
+fn info_fields(v: &Value) -> Vec<(String, String)> {
+    let text = match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::SimpleString(s) => s.clone(),
+        _ => String::new(),
+    };
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// What to do about a failure that is not a refusal: TLS setups, a server that is not there.
+fn hint(e: &RedisError, text: &str, tls: bool) -> &'static str {
+    if matches!(e.code(), Some("TRYAGAIN")) {
+        " (the lock's slot is being migrated between cluster nodes; it can be taken again once the \
+         migration ends: wait with -w, or retry)"
     } else if text.contains("UnknownIssuer") || text.contains("BadSignature") {
         " (the server's certificate is not signed by a CA this host trusts: pass the CA that \
          signed it with --tls-ca FILE or LOCKCTL_TLS_CA)"
@@ -392,6 +946,13 @@ pub fn connect(
     }
 }
 
+/// What is left until `deadline`, at least 1 ms.
+fn left(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
 /// The connection with its reads and writes bounded by `timeout`.
 pub fn bounded(conn: Connection, timeout: Duration) -> RedisResult<Connection> {
     conn.set_read_timeout(Some(timeout))?;
@@ -462,4 +1023,91 @@ fn open_client(spec: &NodeSpec, tls: &TlsFiles) -> Result<Client, LockError> {
         },
     )
     .map_err(|e| usage(format!("TLS setup for {} failed: {e}", spec.display)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_error_names_the_command_on_its_line() {
+        let source = "local a = redis.call('GET', KEYS[1])\nlocal t = redis.call('TIME')\n\
+                      return {redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}";
+        let reason = |line: usize| {
+            format!(
+                "refused: The user executing the script can't run this command script: ab, \
+                 on @user_script:{line}."
+            )
+        };
+        assert_eq!(
+            script_command(&reason(2), source).as_deref(),
+            Some(" [the command the script could not run: TIME]")
+        );
+        assert_eq!(
+            script_command(&reason(3), source).as_deref(),
+            Some(" [the script could not run one of: PTTL, HGETALL]")
+        );
+        assert_eq!(script_command(&reason(9), source), None);
+        assert_eq!(script_command("no line here", source), None);
+    }
+
+    #[test]
+    fn refusals_and_outages() {
+        let auth = RedisError::from((redis::ErrorKind::AuthenticationFailed, "denied"));
+        assert!(refusal(&auth, "denied").is_some());
+        let io: RedisError = std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+        assert!(refusal(&io, "connection refused").is_none());
+        let unknown = RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "unknown command 'EVALSHA'".to_string(),
+        ));
+        assert!(refusal(&unknown, &unknown.to_string()).is_some());
+        // Redis 6.2 quotes a replica's refusal inside a script error; Valkey words unknown commands
+        // in scripts its own way.
+        for text in [
+            "Error running script (call to f_1): @user_script:44: @user_script: 44: -READONLY \
+             You can't write against a read only replica.",
+            "Unknown command called from script script: 34c4, on @user_script:15.",
+        ] {
+            let e = RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "An error was signalled by the server",
+                text.to_string(),
+            ));
+            assert!(refusal(&e, text).is_some(), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_acl_rules_named_are_the_recipes() {
+        let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md"));
+        let start = doc.find("ACL SETUSER ").expect("the recipe");
+        let end = start + doc[start..].find("```").expect("its end");
+        let recipe: Vec<&str> = doc[start..end]
+            .split_whitespace()
+            .skip_while(|w| *w != "-@all")
+            .skip(1)
+            .collect();
+        assert_eq!(ACL_RULES.split_whitespace().collect::<Vec<_>>(), recipe);
+    }
+
+    #[test]
+    fn only_replicas_in_sync_count() {
+        let fields: Vec<(String, String)> = [
+            ("role", "master"),
+            ("connected_slaves", "3"),
+            ("slave0", "ip=127.0.0.1,port=1,state=online,offset=5,lag=0"),
+            (
+                "slave1",
+                "ip=127.0.0.1,port=2,state=wait_bgsave,offset=0,lag=0",
+            ),
+            ("slave2", "ip=127.0.0.1,port=3,state=online,offset=5,lag=1"),
+            ("slave_read_only", "1"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(online_replicas(&fields), 2);
+    }
 }

@@ -5,6 +5,8 @@
 //! [`lockctl`] builds a command for the binary under test with a clean `LOCKCTL_*` environment.
 #![allow(dead_code)]
 
+pub mod topology;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
