@@ -295,6 +295,8 @@ impl Node {
         let mut resent = false;
         let mut rediscovered = false;
         let mut hops = 0;
+        // A redirect to an address that is not `host:port`: a misconfigured cluster.
+        let mut unfollowable = false;
         let mut ask: Option<Connection> = None;
         let result = loop {
             if ask.is_none() && self.conn.is_none() {
@@ -384,7 +386,10 @@ impl Node {
                                 .and_then(|c| bounded(c, left))
                         }) {
                             Ok(c) => ask = Some(c),
-                            Err(e) => break Err(e),
+                            Err(e) => {
+                                unfollowable = e.kind() == redis::ErrorKind::InvalidClientConfig;
+                                break Err(e);
+                            }
                         }
                     } else {
                         match self.endpoint.moved(&addr) {
@@ -393,7 +398,10 @@ impl Node {
                                 self.conn = None;
                                 self.replicas = None;
                             }
-                            Err(e) => break Err(e),
+                            Err(e) => {
+                                unfollowable = true;
+                                break Err(e);
+                            }
                         }
                     }
                 }
@@ -424,6 +432,13 @@ impl Node {
             }
             Err(e) => {
                 let mut fail = self.failure(&e, what, budget);
+                if unfollowable {
+                    self.refused.store(true, Ordering::Relaxed);
+                    fail.reason.push_str(
+                        " (refused: the cluster redirected to an address that is not host:port; \
+                         check cluster-announce-ip and cluster-announce-port)",
+                    );
+                }
                 if hops >= MAX_REDIRECTS && e.redirect_node().is_some() {
                     self.refused.store(true, Ordering::Relaxed);
                     fail.reason.push_str(&format!(
