@@ -312,6 +312,8 @@ fn sample_fences(node: &mut Node, prefix: &str) -> Result<FenceSample, String> {
     let mut counters: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut cursor = 0u64;
     let mut complete = false;
+    // The permissions check's own scratch lock is not one of the user's.
+    let scratch = format!("{prefix}{}", permissions::SCRATCH);
     for _ in 0..FENCE_SCANS {
         let (next, keys): (u64, Vec<Vec<u8>>) = node
             .call("SCAN", |c| {
@@ -328,7 +330,7 @@ fn sample_fences(node: &mut Node, prefix: &str) -> Result<FenceSample, String> {
             .map_err(|f| f.reason)?;
         for k in keys {
             let lock = keys::lock_key_of_counter(&k)
-                .filter(|l| l.starts_with(prefix.as_bytes()))
+                .filter(|l| l.starts_with(prefix.as_bytes()) && *l != scratch.as_bytes())
                 .map(<[u8]>::to_vec);
             if let Some(lock) = lock {
                 counters.push((lock, k));
