@@ -1011,7 +1011,6 @@ fn status_and_doctor_show_the_quarantine() {
             n["quarantine_remaining_ms"].as_u64().unwrap() > 20_000,
             "{j}"
         );
-        assert_eq!(n["quarantine_spared"], false, "{j}");
     }
     // With the quarantine off, nothing is in it.
     let j = json_of(&run(servers
@@ -1049,24 +1048,23 @@ fn status_and_doctor_show_the_quarantine() {
     }
 }
 
-/// A node that fsyncs every write and kept this lock's counter is shown as voting.
+/// A node that fsyncs every write and kept this lock's counter is still shown in quarantine: its
+/// settings after the restart prove nothing about what it had before (see `tests/spared_aof.rs`).
 #[test]
-fn status_shows_a_node_spared_for_keeping_its_data() {
+fn status_shows_an_aof_node_in_quarantine_after_a_restart() {
     let mut s = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
     acquire_json(&mut lockctl_on(&s), "kept", &["--ttl", "1s"]);
     s.restart_in_place();
     let mut c = lockctl_on(&s);
     c.env_remove("LOCKCTL_QUARANTINE");
     let j = json_of(&run(c.args(["status", "kept", "--format", "json"])));
-    assert_eq!(j["per_node"][0]["quarantine_spared"], true, "{j}");
-    assert_eq!(j["per_node"][0]["quarantine_remaining_ms"], 0, "{j}");
-    assert_eq!(j["quorum_votes_in_ms"], 0, "{j}");
-    let mut c = lockctl_on(&s);
-    c.env_remove("LOCKCTL_QUARANTINE");
-    let j = json_of(&run(c.args(["status", "other", "--format", "json"])));
-    assert_eq!(
-        j["per_node"][0]["quarantine_spared"], false,
-        "never granted here: {j}"
+    assert!(j["per_node"][0].get("quarantine_spared").is_none(), "{j}");
+    assert!(
+        j["per_node"][0]["quarantine_remaining_ms"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{j}"
     );
     assert!(j["quorum_votes_in_ms"].as_u64().unwrap() > 0, "{j}");
 }

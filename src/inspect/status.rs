@@ -8,7 +8,7 @@
 //! The script also reads each node's uptime, so `status` shows which nodes are in the restart
 //! quarantine that `acquire` would apply (`--quarantine`, or the default TTL's), since when and for how
 //! much longer, and whether it keeps a free lock from being granted: otherwise a lock that nobody can
-//! take reads as plainly "free". A node that provably keeps its data is checked as `acquire` checks it.
+//! take reads as plainly "free".
 
 use std::time::Duration;
 
@@ -33,27 +33,19 @@ struct Quarantine {
     length: Duration,
     /// The nodes in it.
     nodes: Vec<Quarantined>,
-    /// Per node: up for less than the quarantine, but spared because it provably kept this lock's data.
-    spared: Vec<bool>,
     /// How long until a quorum can vote, when the quarantine stands in the way.
     blocks: Option<Duration>,
 }
 
 impl Quarantine {
-    fn of(engine: &mut Engine, m: &Merged, length: Duration) -> Quarantine {
+    fn of(m: &Merged, length: Duration) -> Quarantine {
         let mut nodes = Vec::new();
-        let mut spared = vec![false; m.views.len()];
         for (i, v) in m.views.iter().enumerate() {
             let Some(up) = v.as_ref().ok().and_then(|v| v.uptime_s) else {
                 continue;
             };
             let remaining = quarantine::remaining(length, up);
             if remaining.is_zero() {
-                continue;
-            }
-            let has_counter = v.as_ref().is_ok_and(|v| v.counter.is_some());
-            if has_counter && quarantine::keeps_data(&mut engine.nodes_mut()[i]) {
-                spared[i] = true;
                 continue;
             }
             nodes.push(Quarantined {
@@ -66,7 +58,6 @@ impl Quarantine {
         Quarantine {
             length,
             nodes,
-            spared,
             blocks,
         }
     }
@@ -89,7 +80,7 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
     let merged = survey(&mut engine, &keys);
     engine.check_independent()?;
     let length = settings.quarantine.unwrap_or(DEFAULT_TTL);
-    let q = Quarantine::of(&mut engine, &merged, length);
+    let q = Quarantine::of(&merged, length);
     let names: Vec<String> = engine.nodes().iter().map(|n| n.display.clone()).collect();
     match args.format {
         ReportFormat::Plain => {
@@ -170,17 +161,6 @@ fn plain(
                 quarantine::describe(nodes, &q.nodes, m.quorum),
                 humantime::format_duration(q.length),
                 quarantine::LIFT
-            ),
-        );
-    }
-    for (i, _) in q.spared.iter().enumerate().filter(|(_, &s)| s) {
-        kv(
-            "quarantine",
-            format!(
-                "{} started less than {} ago but fsyncs every write to its AOF and has this \
-                 lock's counter: it votes",
-                names[i],
-                humantime::format_duration(q.length)
             ),
         );
     }
@@ -272,7 +252,6 @@ fn to_json(keys: &LockKeys, m: &Merged, q: &Quarantine, names: &[String]) -> Jso
                 "age_ms": v.age_ms(),
                 "uptime_s": v.uptime_s,
                 "quarantine_remaining_ms": q.remaining_ms(i, v),
-                "quarantine_spared": q.spared[i],
             }),
             Err(e) => json!({
                 "node": name,
@@ -287,7 +266,6 @@ fn to_json(keys: &LockKeys, m: &Merged, q: &Quarantine, names: &[String]) -> Jso
                 "age_ms": null,
                 "uptime_s": null,
                 "quarantine_remaining_ms": null,
-                "quarantine_spared": null,
             }),
         })
         .collect();

@@ -45,7 +45,8 @@
 //! renewed elsewhere: Redlock's delayed-restart rule, enforced by the client. Redis reports the uptime
 //! in whole seconds as `floor(now) - floor(start)`, up to one second more than the truth, so a node
 //! votes only once `uptime - 1 s` covers the quarantine; a node whose uptime cannot be read does not
-//! vote for the whole period (fail closed). A node that provably kept its data is spared (see
+//! vote for the whole period (fail closed). No node is spared for its persistence settings: what
+//! a client can read after a restart does not prove what the node had when it stopped (see
 //! `quarantine.rs`).
 //!
 //! A holder's renewal may put its key back on a node that lost it in a restart (`renew.lua`), under
@@ -246,8 +247,6 @@ pub struct Engine {
     prefix: String,
     drift_factor: f64,
     quarantine: Option<Duration>,
-    /// Per node, once asked: whether it fsyncs every write (see `quarantine.rs`).
-    keeps_data: Vec<Option<bool>>,
 }
 
 impl Engine {
@@ -259,7 +258,6 @@ impl Engine {
             .map(|spec| Node::new(spec, &settings.tls, settings.node_timeout))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Engine {
-            keeps_data: vec![None; nodes.len()],
             nodes,
             prefix: settings.prefix.clone(),
             drift_factor: settings.drift_factor,
@@ -396,10 +394,6 @@ impl Engine {
                             return Err(err);
                         }
                     }
-                    if self.prove_kept_data(&refusal.quarantined) {
-                        // The same attempt again, now telling the script which nodes kept their data.
-                        continue;
-                    }
                     let quorum = self.quorum();
                     let (pause, reason) = if refusal.answered < quorum {
                         (wait::Pause::Outage, self.unavailable_detail(&refusal))
@@ -508,41 +502,6 @@ impl Engine {
         )
     }
 
-    /// Asks the quarantined nodes not asked before whether they keep their data; true when one does,
-    /// so that an attempt that tells the script so may win at once.
-    fn prove_kept_data(&mut self, quarantined: &[Quarantined]) -> bool {
-        let ask: Vec<bool> = (0..self.nodes.len())
-            .map(|i| self.keeps_data[i].is_none() && quarantined.iter().any(|q| q.node == i))
-            .collect();
-        if !ask.iter().any(|&a| a) {
-            return false;
-        }
-        let answers = quorum::each(
-            &mut self.nodes,
-            |i| ask[i],
-            |_, node| quarantine::keeps_data(node),
-        );
-        let mut proven = false;
-        for (i, a) in answers.into_iter().enumerate() {
-            if let Some(keeps) = a {
-                trace!(
-                    "{}: {}",
-                    self.nodes[i].display,
-                    if keeps {
-                        "fsyncs every write to its AOF: spared from the quarantine for locks it \
-                         has a fencing counter of"
-                    } else {
-                        "not proven to keep its data (no AOF with appendfsync always and \
-                         no-appendfsync-on-rewrite no, or CONFIG refused): quarantined"
-                    }
-                );
-                self.keeps_data[i] = Some(keeps);
-                proven |= keeps;
-            }
-        }
-        proven
-    }
-
     /// One attempt at the lock, rolled back where it did not win.
     fn attempt(
         &mut self,
@@ -557,15 +516,9 @@ impl Engine {
         let quarantine_ms = self.quarantine.unwrap_or(ttl).as_millis().to_string();
         let pid = holder.pid.to_string();
         let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
-        let keeps_data = &self.keeps_data;
 
         let started = Stamp::now();
-        let round1 = quorum::all(&mut self.nodes, |i, node| {
-            let kept = if keeps_data[i] == Some(true) {
-                "1"
-            } else {
-                "0"
-            };
+        let round1 = quorum::all(&mut self.nodes, |_, node| {
             let args = [
                 token.as_str(),
                 ttl_ms.as_str(),
@@ -573,7 +526,6 @@ impl Engine {
                 holder.host.as_str(),
                 pid.as_str(),
                 holder.cmd.as_str(),
-                kept,
             ];
             node.eval("acquire", &ACQUIRE, &key_list, &args)
                 .and_then(|v| parse_round1(v, &node.display))
@@ -872,16 +824,20 @@ impl Engine {
             node.eval("renew", &RENEW, &key_list, &args)
         });
         let elapsed = started.elapsed();
-        // A re-created key ({ttl, run id}) counts as held with that TTL, and its node's new run id is
-        // recorded at once.
+        // A key renewed or re-created for a holder that tracks run ids ({ttl, run id}) counts as held
+        // with that TTL, and the node's current run id is recorded at once: after a restart that kept
+        // the key as after one that lost it, a later disappearance on that node is final.
         if let Some((_, run_ids, _)) = recreate {
             for (i, r) in results.iter_mut().enumerate() {
                 if let Ok(Value::Array(items)) = r {
                     if let (Some(Value::BulkString(id)), Some(slot)) =
                         (items.get(1), run_ids.get_mut(i))
                     {
-                        trace!("renew '{}': key put back on node {i}", keys.name);
-                        *slot = String::from_utf8_lossy(id).into_owned();
+                        let id = String::from_utf8_lossy(id);
+                        if *slot != id {
+                            trace!("renew '{}': node {i} now has run id {id}", keys.name);
+                            *slot = id.into_owned();
+                        }
                     }
                     *r = Ok(items.first().cloned().unwrap_or(Value::Int(0)));
                 }

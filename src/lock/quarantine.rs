@@ -1,4 +1,4 @@
-//! The restart quarantine, as operators see it, and the nodes it may spare.
+//! The restart quarantine, as operators see it.
 //!
 //! A node that started recently may have forgotten locks it granted before it stopped: without
 //! persistence, or with an AOF that is fsynced only every second, the last grants are gone. Until every
@@ -9,22 +9,20 @@
 //! nowhere else; it is safe because no lease outlives its TTL without a renewal, and a renewal that
 //! finds the key gone is refused or re-creates it on the node (see `renew.lua`).
 //!
-//! A node that provably kept its data is spared, per lock:
-//! - it fsyncs every write before answering (`appendonly yes`, `appendfsync always`, and
-//!   `no-appendfsync-on-rewrite no`, which keeps fsyncing while the AOF is rewritten), read with
-//!   `CONFIG GET` once per node per process and only after the node first reports a quarantine, so the
-//!   steady state pays nothing; a node that refuses CONFIG (an ACL, a renamed command) is not proven;
-//! - and its data was loaded at start: `acquire.lua` skips the quarantine only when the lock's fencing
-//!   counter exists there. The counter never expires and is written with every grant, so it survives
-//!   only in loaded data; a name never granted on the node keeps the quarantine, which is conservative.
+//! No node is spared for its persistence, however safe its settings look: the client can only read
+//! the configuration and data the node has *after* the restart, and neither proves what it had when
+//! it stopped. `appendfsync` may have been `everysec` until a `CONFIG SET` after the crash; an AOF
+//! turned on by `CONFIG SET` is off again after a restart; a torn AOF tail is loaded anyway
+//! (`aof-load-truncated yes`); an older copy of the data may have been restored. In each case the
+//! lock's fencing counter is there (from an earlier grant) while the last grant is not, and a node
+//! spared on that evidence handed a second client a lock the first still held (`tests/spared_aof.rs`).
+//! An operator who knows the node kept its data lifts the quarantine with `--quarantine 0`.
 //!
 //! What this module says about a quarantine always names the node, how long ago it started (never
 //! "restarted": a first start looks the same), how much longer it waits, and how an operator who knows
 //! the node kept its data lifts it.
 
 use std::time::Duration;
-
-use redis::Value;
 
 use super::node::Node;
 use crate::output::human_ms;
@@ -100,31 +98,6 @@ pub fn describe(nodes: &[Node], quarantined: &[Quarantined], quorum: usize) -> S
         ));
     }
     s
-}
-
-/// True when the node fsyncs every write to its AOF before answering, also during rewrites. Anything
-/// short of proof (CONFIG refused or renamed, an odd reply) is false.
-pub fn keeps_data(node: &mut Node) -> bool {
-    let read = node.call("CONFIG GET", |conn| {
-        let mut pipe = redis::pipe();
-        for p in ["appendonly", "appendfsync", "no-appendfsync-on-rewrite"] {
-            pipe.cmd("CONFIG").arg("GET").arg(p);
-        }
-        pipe.query::<Vec<Value>>(conn)
-    });
-    let Ok(replies) = read else {
-        return false;
-    };
-    // CONFIG GET answers `[name, value]` (a map in RESP3); nothing at all for an unknown name.
-    let value = |i: usize, want: &str| {
-        let v = match replies.get(i) {
-            Some(Value::Array(items)) => items.get(1),
-            Some(Value::Map(m)) => m.first().map(|(_, v)| v),
-            _ => None,
-        };
-        matches!(v, Some(Value::BulkString(b)) if b.eq_ignore_ascii_case(want.as_bytes()))
-    };
-    value(0, "yes") && value(1, "always") && value(2, "no")
 }
 
 #[cfg(test)]

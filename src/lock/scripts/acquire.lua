@@ -1,8 +1,7 @@
 -- Round 1 of a grant: take the lock if it is free, count the grant on the fencing counter and record
 -- the holder, all in one atomic step.
 -- KEYS: lock, fence counter, holder hash
--- ARGV: token, ttl ms, quarantine ms, host, pid, command line, kept data ('1' when the client
---       proved the node fsyncs every write to an AOF: appendfsync always, no-appendfsync-on-rewrite no)
+-- ARGV: token, ttl ms, quarantine ms, host, pid, command line
 -- Returns {1, fence, run id}                     granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
@@ -37,11 +36,6 @@ if current then
 end
 local quarantine = tonumber(ARGV[3])
 local counter = redis.call('GET', KEYS[2])
--- A fencing counter survives a restart only in data loaded from disk: on a node that fsyncs every
--- write, it shows that this lock's history was loaded, so the node forgot no grant of it.
-if ARGV[7] == '1' and counter then
-  quarantine = 0
-end
 -- Restart quarantine, failing closed. uptime_in_seconds is floor(now) - floor(start), up to 1 s more
 -- than the true uptime, so the node votes only once uptime - 1 s covers the quarantine; without a
 -- readable uptime it does not vote for the whole period.

@@ -3,7 +3,8 @@
 -- ARGV: token, ttl ms ('' = the grant's, recorded with the holder), fence T, the node's run id when
 --       it last gave us the key ('' = never re-create), host, pid, command line, the ttl ms for ''
 --       when the holder record is not ours (a canonical client's key has none), quarantine ms
--- Returns the ttl ms set (renewed), {ttl ms set, run id} re-created (the node's current run id),
+-- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed or re-created for a holder that
+--         gave a run id (the node's current run id, which the holder records),
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
 --
 -- Re-creation: when the key is missing and the node's run id is no longer the one it had when it gave
@@ -21,12 +22,17 @@ if ttl == '' then
   ttl = (h[1] == token and h[2]) or ARGV[8]
 end
 local current = redis.call('GET', KEYS[1])
+local granted_by = ARGV[4]
 if current == token then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
-  return tonumber(ttl)
+  if granted_by == '' then
+    return tonumber(ttl)
+  end
+  -- A holder that may re-create learns the run id under which the key is still there: after a
+  -- restart that kept the key, a later disappearance (a `break`) is then final, not a restart loss.
+  return {tonumber(ttl), string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or granted_by}
 end
-local granted_by = ARGV[4]
 if current or granted_by == '' then
   return 0
 end
