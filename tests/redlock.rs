@@ -1051,3 +1051,144 @@ fn waiters_sleep_through_a_quarantine_instead_of_storming() {
     );
     assert_eq!(servers[0].get(&key("storm")), None);
 }
+
+/// With an even number of nodes, half of them is not a majority: `floor(N/2) + 1` of 2 is 2 and of
+/// 4 is 3. Taking `(N+1)/2` instead would let two clients hold the lock at once, each on one half.
+#[test]
+fn two_nodes_need_both() {
+    let servers = Servers::start(2);
+    set_foreign(&servers[0], "pair");
+    let o = run(servers.lockctl().args(["acquire", "pair", "-n"]));
+    assert_eq!(code(&o), 75, "one of two nodes granted it: {}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    assert_eq!(servers[0].get(&key("pair")).as_deref(), Some(FOREIGN));
+    assert!(
+        !exists(&servers[1], &key("pair")),
+        "the half it won was rolled back"
+    );
+    assert!(!exists(&servers[1], &holder_key("pair")));
+
+    del(&servers[0], &key("pair"));
+    let g = acquire_json(&mut servers.lockctl(), "pair", &["-n"]);
+    assert_eq!(
+        (g["nodes"].as_u64(), g["quorum"].as_u64()),
+        (Some(2), Some(2))
+    );
+    for s in &servers.0 {
+        assert_eq!(s.get(&key("pair")), Some(token(&g)));
+    }
+    // Renew and release need both nodes too.
+    let t = token(&g);
+    del(&servers[1], &key("pair"));
+    let o = run(servers.lockctl().args(["renew", "pair", "--token", &t]));
+    assert_eq!(code(&o), 76, "renewed on one of two: {}", stderr(&o));
+    let o = release(&servers, "pair", &t);
+    assert_eq!(code(&o), 76, "released on one of two: {}", stderr(&o));
+    assert!(!exists(&servers[0], &key("pair")), "our key still went");
+}
+
+#[test]
+fn four_nodes_need_three() {
+    let servers = Servers::start(4);
+    for i in [0, 1] {
+        set_foreign(&servers[i], "quad");
+    }
+    let o = run(servers.lockctl().args(["acquire", "quad", "-n"]));
+    assert_eq!(code(&o), 75, "two of four nodes granted it: {}", stderr(&o));
+    for i in [0, 1] {
+        assert_eq!(servers[i].get(&key("quad")).as_deref(), Some(FOREIGN));
+        assert!(pttl(&servers[i], &key("quad")) > 50_000);
+    }
+    for i in [2, 3] {
+        assert!(!exists(&servers[i], &key("quad")), "node {i} kept our key");
+        assert!(!exists(&servers[i], &holder_key("quad")));
+    }
+    // Waiting does not help while the other half is held: still busy at the deadline.
+    let o = run(servers.lockctl().args(["acquire", "quad", "-w", "300ms"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+
+    // Three of four free: a quorum.
+    del(&servers[1], &key("quad"));
+    let g = acquire_json(&mut servers.lockctl(), "quad", &["-n"]);
+    assert_eq!(
+        (g["nodes"].as_u64(), g["quorum"].as_u64()),
+        (Some(4), Some(3))
+    );
+    for i in [1, 2, 3] {
+        assert_eq!(servers[i].get(&key("quad")), Some(token(&g)), "node {i}");
+    }
+    assert_eq!(servers[0].get(&key("quad")).as_deref(), Some(FOREIGN));
+
+    // Our token on two of four renews nothing and releases nothing: the lease is lost.
+    let t = token(&g);
+    del(&servers[3], &key("quad"));
+    let o = run(servers
+        .lockctl()
+        .args(["renew", "quad", "--ttl", "40s", "--token", &t]));
+    assert_eq!(code(&o), 76, "renewed on two of four: {}", stderr(&o));
+    assert!(stderr(&o).contains("2 of 4"), "{}", stderr(&o));
+    let o = release(&servers, "quad", &t);
+    assert_eq!(code(&o), 76, "released on two of four: {}", stderr(&o));
+    for i in [1, 2] {
+        assert!(!exists(&servers[i], &key("quad")), "node {i} kept our key");
+    }
+    assert_eq!(servers[0].get(&key("quad")).as_deref(), Some(FOREIGN));
+}
+
+/// The uptime of a server in whole seconds, as it reports it.
+fn uptime(s: &Server) -> u64 {
+    let info: String = s.cmd(&["INFO", "server"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("uptime_in_seconds in INFO server")
+}
+
+/// The quarantine is the whole period asked, not a part of it: checked once the restarted servers
+/// are several seconds old, a long quarantine still keeps them from voting, and a short one that has
+/// passed lets them. (A check made while the uptime is still 0 cannot tell a full quarantine from
+/// one cut to a second.)
+#[test]
+fn quarantine_holds_for_the_whole_period_asked() {
+    let mut servers = Servers::start(3);
+    // The first holder takes the lock on servers this test has just started: quarantine off.
+    let a = acquire_json(&mut servers.lockctl(), "long-q", &["--ttl", "60s"]);
+    servers[1].restart_empty();
+    servers[2].restart_empty();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            uptime(&servers[1]) >= 4 && uptime(&servers[2]) >= 4
+        }),
+        "the restarted servers never reached 4 s of uptime"
+    );
+
+    // Up 4 s or more, far below 60 s (the holder's TTL, the default quarantine) and 30 s.
+    let mut by_default = servers.lockctl();
+    by_default.env_remove("LOCKCTL_QUARANTINE");
+    let o = run(by_default.args(["acquire", "long-q", "-n", "--ttl", "60s"]));
+    assert_eq!(code(&o), 75, "granted within the TTL: {}", stderr(&o));
+    assert!(stderr(&o).contains("quarantine"), "{}", stderr(&o));
+    let o = run(servers
+        .lockctl()
+        .args(["acquire", "long-q", "-n", "--quarantine", "30s"]));
+    assert_eq!(code(&o), 75, "granted within 30 s: {}", stderr(&o));
+    for i in [1, 2] {
+        assert!(
+            servers[i].keys().is_empty(),
+            "node {i} voted in quarantine: {:?}",
+            servers[i].keys()
+        );
+    }
+    assert_eq!(servers[0].get(&key("long-q")), Some(token(&a)));
+
+    // A 2 s quarantine has passed: the two restarted nodes vote again (and, with the first holder's
+    // lease still running, show what a quarantine shorter than the TTL lets through).
+    let b = acquire_json(
+        &mut servers.lockctl(),
+        "long-q",
+        &["-n", "--quarantine", "2s"],
+    );
+    for i in [1, 2] {
+        assert_eq!(servers[i].get(&key("long-q")), Some(token(&b)), "node {i}");
+    }
+}
