@@ -600,6 +600,93 @@ fn break_on_a_terminal_asks_first() {
     assert_eq!(s.get("lockctl:asked"), None);
 }
 
+/// Reads a child's output on a thread, so a test can wait for a prompt that ends without a newline.
+fn output_reader(
+    mut out: impl std::io::Read + Send + 'static,
+) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The lock changes hands while the operator reads the question: the answer confirms the holder
+/// that was shown, so the new holder's key stays, and break says so.
+#[test]
+fn break_leaves_a_holder_that_came_after_the_question() {
+    use std::io::Write;
+    let s = Server::start();
+    let first = acquire_json(&mut lockctl_on(&s), "moved", &["--ttl", "60s"]);
+    let first_token = first["token"].as_str().unwrap().to_string();
+    let c = lockctl_on(&s);
+    let mut cmd = Command::new("script");
+    // `script` gives lockctl a pseudo-terminal; what it shows there comes out on script's stdout.
+    cmd.args([
+        "-qec",
+        &format!("{} break moved", env!("CARGO_BIN_EXE_lockctl")),
+        "/dev/null",
+    ]);
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script(1) from util-linux");
+    let mut answer = child.stdin.take().unwrap();
+    let chunks = output_reader(child.stdout.take().unwrap());
+    let mut screen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !screen.contains("[y/N]") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match chunks.recv_timeout(left) {
+            Ok(bytes) => screen.push_str(&String::from_utf8_lossy(&bytes)),
+            Err(_) => panic!("no question within 30 s: {screen}"),
+        }
+    }
+    assert!(screen.contains(&first_token), "{screen}");
+
+    // Before the answer, the first holder lets go and another takes the lock.
+    let o = run(lockctl_on(&s).args(["release", "moved", "--token", &first_token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let second = acquire_json(&mut lockctl_on(&s), "moved", &["--ttl", "60s"]);
+    let second_token = second["token"].as_str().unwrap().to_string();
+    let holder_before: Vec<String> = s.cmd(&["HGETALL", "{lockctl:moved}\u{1f}holder"]);
+
+    answer.write_all(b"y\n").unwrap();
+    let o = wait_output(child, Duration::from_secs(60));
+    drop(answer);
+    while let Ok(bytes) = chunks.recv_timeout(Duration::from_secs(5)) {
+        screen.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    assert_eq!(code(&o), 1, "{screen}{}", stderr(&o));
+    assert!(screen.contains("changed hands"), "break says so: {screen}");
+    assert!(!screen.contains("broke lock"), "{screen}");
+    assert_eq!(
+        s.get("lockctl:moved"),
+        Some(second_token),
+        "the new holder's lock was broken"
+    );
+    assert!(s.cmd::<i64>(&["PTTL", "lockctl:moved"]) > 50_000);
+    let holder_after: Vec<String> = s.cmd(&["HGETALL", "{lockctl:moved}\u{1f}holder"]);
+    assert!(!holder_after.is_empty());
+    assert_eq!(
+        holder_after, holder_before,
+        "the new holder's record changed"
+    );
+}
+
 #[test]
 fn break_in_redlock_mode_clears_every_node() {
     let s = Servers::start(3);
