@@ -375,3 +375,138 @@ fn password_with_at_and_slash_works_percent_encoded() {
     ]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// Every command that reports a node's failure names the node, and the name never carries the
+/// password: a wrong password, a database the server refuses, a port nobody listens on, and a
+/// stopped server (the node timeout's message), each through every command.
+#[test]
+fn errors_that_name_a_node_never_show_its_password() {
+    let s = server_with_password();
+    let port = s.port.unwrap();
+    let stopped = server_with_password();
+    let stopped_port = stopped.port.unwrap();
+    stopped.pause();
+    let nobody = free_port();
+    let cases = [
+        (
+            format!("redis://:{WRONG}@127.0.0.1:{port}"),
+            format!("redis://:***@127.0.0.1:{port}"),
+        ),
+        (
+            format!("redis://:{PASSWORD}@127.0.0.1:{port}/99"),
+            format!("redis://:***@127.0.0.1:{port}/99"),
+        ),
+        (
+            format!("redis://user:{PASSWORD}@127.0.0.1:{nobody}/2"),
+            format!("redis://user:***@127.0.0.1:{nobody}/2"),
+        ),
+        (
+            format!("unix://{}?pass={PASSWORD}&db=99", s.socket().display()),
+            format!("unix://{}?pass=***&db=99", s.socket().display()),
+        ),
+        (
+            format!("redis://:{PASSWORD}@127.0.0.1:{stopped_port}"),
+            format!("redis://:***@127.0.0.1:{stopped_port}"),
+        ),
+    ];
+    let token = "0123456789abcdef0123456789abcdef";
+    let commands: [&[&str]; 8] = [
+        &["acquire", "job", "-n"],
+        &["release", "job", "--token", token],
+        &["renew", "job", "--token", token],
+        &["exec", "job", "-n", "--", "true"],
+        &["status", "job"],
+        &["list"],
+        &["break", "job", "--yes"],
+        &["doctor"],
+    ];
+    for (url, shown) in &cases {
+        for args in commands {
+            let o = clean(
+                lockctl()
+                    .args(["-v", "--node-timeout", "300ms", "-r", url])
+                    .args(args),
+            );
+            assert_ne!(code(&o), 0, "{args:?} through {shown}");
+            let all = format!("{}{}", stdout(&o), stderr(&o));
+            assert!(
+                all.contains(&format!("{shown}: ")),
+                "{args:?}: the error names the node as {shown}:\n{all}"
+            );
+        }
+    }
+    // Redlock: the summary of several nodes' failures, one node per server.
+    let distinct = [&cases[0], &cases[2], &cases[4]];
+    let urls = distinct.map(|(u, _)| u.as_str()).join(",");
+    let o = clean(lockctl().env("LOCKCTL_REDIS", &urls).args([
+        "--node-timeout",
+        "300ms",
+        "acquire",
+        "job",
+        "-n",
+    ]));
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    for (_, shown) in distinct {
+        assert!(
+            stderr(&o).contains(shown.as_str()),
+            "{shown}: {}",
+            stderr(&o)
+        );
+    }
+    stopped.resume();
+
+    // A server that stops while a holder is connected: the renewal's timeout names the node.
+    let held = server_with_password();
+    let held_port = held.port.unwrap();
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{held_port}");
+    let child = lockctl()
+        .args(["-v", "--node-timeout", "300ms", "-r", &url])
+        .args([
+            "exec",
+            "held",
+            "--ttl",
+            "1s",
+            "--kill-after",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let granted = eventually(std::time::Duration::from_secs(30), || {
+        let mut c = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("EXISTS")
+            .arg("lockctl:held")
+            .query::<i64>(&mut c)
+            .unwrap()
+            == 1
+    });
+    held.pause();
+    let o = wait_output(child, std::time::Duration::from_secs(60));
+    held.resume();
+    assert!(granted, "exec never took the lock: {}", stderr(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    for secret in [PASSWORD, USER_PASSWORD, WRONG] {
+        assert!(!all.contains(secret), "a password leaked:\n{all}");
+    }
+    assert_eq!(code(&o), 76, "{all}");
+    assert!(
+        all.contains(&format!("redis://:***@127.0.0.1:{held_port}: no answer")),
+        "the renewal's timeout names the node: {all}"
+    );
+
+    let keys: Vec<String> = {
+        let mut c = redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{port}"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("KEYS").arg("*").query(&mut c).unwrap()
+    };
+    assert!(keys.is_empty(), "{keys:?}");
+}
