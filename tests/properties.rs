@@ -101,11 +101,45 @@ proptest! {
         prop_assert!(parse_duration_or_zero(&absurd).is_err(), "{absurd}");
     }
 
+    /// Exactly the numbers in [0, 0.5) are accepted, as themselves; everything else is refused with
+    /// a message that shows a usable value.
     #[test]
-    fn drift_factor_is_a_small_fraction(s in prop_oneof![any::<String>(), "-?[0-9]{0,3}(\\.[0-9]{0,6})?", "(nan|inf|-0|0\\.5|1e-3)"]) {
-        if let Ok(f) = parse_drift_factor(&s) {
-            prop_assert!((0.0..0.5).contains(&f), "{s:?} gave {f}");
+    fn drift_factor_is_a_small_fraction(s in prop_oneof![
+        any::<String>(),
+        "-?[0-9]{0,3}(\\.[0-9]{0,6})?",
+        " ?-?0\\.(0[0-9]{0,3}|4[0-9]{0,5}|5[0-9]{0,3}|9) ?",
+        "(nan|NaN|inf|-inf|-0|0|0\\.5|0\\.49999|1e-3|5e-1|4\\.9e-1|0x1)",
+    ]) {
+        let number = s.trim().parse::<f64>().ok();
+        let in_range = number.filter(|f| (0.0..0.5).contains(f));
+        match parse_drift_factor(&s) {
+            Ok(f) => prop_assert_eq!(Some(f), in_range, "{:?} was accepted as {}", s, f),
+            Err(m) => {
+                prop_assert!(in_range.is_none(), "{:?} was refused: {}", s, m);
+                prop_assert!(m.contains("0.01"), "{:?}: {}", s, m);
+            }
         }
+    }
+}
+
+/// The edges of the drift factor's range, as a user types them.
+#[test]
+fn drift_factor_edges() {
+    for (text, want) in [
+        ("0", Some(0.0)),
+        ("0.01", Some(0.01)),
+        (" 0.2 ", Some(0.2)),
+        ("0.4999", Some(0.4999)),
+        ("0.5", None),
+        ("0.6", None),
+        ("1", None),
+        ("-0.01", None),
+        ("nan", None),
+        ("inf", None),
+        ("", None),
+        ("0.01s", None),
+    ] {
+        assert_eq!(parse_drift_factor(text).ok(), want, "{text:?}");
     }
 }
 
