@@ -544,6 +544,76 @@ fn busy_names_only_the_current_holder() {
     );
 }
 
+/// A loopback relay to `port` that, once, drops the client's connection in place of passing on a
+/// reply that is an array (the acquire script's): the server ran the command, the client never heard.
+/// Returns the relay's port and a flag that says whether it dropped one.
+fn relay_dropping_first_array_reply(
+    port: u16,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay_port = listener.local_addr().unwrap().port();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&dropped);
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let (mut up_from, mut up_to) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up_from, &mut up_to);
+                let _ = up_to.shutdown(Shutdown::Write);
+            });
+            let flag = Arc::clone(&flag);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = server.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if buf[0] == b'*' && !flag.swap(true, Ordering::SeqCst) {
+                        break;
+                    }
+                    if client.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    (relay_port, dropped)
+}
+
+/// The connection drops after the server granted the lock but before the reply came: lockctl sends
+/// the attempt again on a new connection, and the server, finding the same token, says it is ours.
+/// The grant is not lost (busy on our own key, left there for the TTL) and the counter moved once.
+#[test]
+fn an_attempt_sent_again_after_a_dropped_reply_still_wins() {
+    let s = Server::start_tcp();
+    let (relay, dropped) = relay_dropping_first_array_reply(s.port.unwrap());
+    let o = run(lockctl()
+        .args(["-r", &format!("redis://127.0.0.1:{relay}")])
+        .args(["acquire", "resent", "-n", "--format", "json"]));
+    assert!(
+        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "no reply was dropped"
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(s.get("lockctl:resent").as_deref(), g["token"].as_str());
+    let counter: String = s.cmd(&["GET", "{lockctl:resent}\u{1f}fence"]);
+    assert_eq!(
+        Some(counter.as_str()),
+        g["fence"].as_u64().map(|f| f.to_string()).as_deref()
+    );
+}
+
 // ------------------------------------------------------------------ the restart quarantine (issue 13)
 
 /// A lockctl command with the default restart quarantine (the harness turns it off).
