@@ -1265,3 +1265,49 @@ fn recreated_keys_raise_counters_across_a_digit_boundary() {
     let g = acquire_json(&mut next, name, &["--ttl", "2s", "-w", "30s"]);
     assert!(fence(&g) > first, "{g} after {first}");
 }
+
+/// Round 2 counts a node only while the lock there still holds our token. Node 2 is stopped, so
+/// round 1 waits for its node timeout; meanwhile our key on node 1, which round 2 must raise (its
+/// counter is behind node 0's), is replaced by another holder's. Node 1 then must not count: one node
+/// of three is no quorum, and the other holder keeps its key.
+#[test]
+fn round_two_counts_a_node_only_while_it_still_holds_our_token() {
+    let servers = Servers::start(3);
+    warm_up(&servers);
+    let name = "swapped";
+    let _: () = servers[0].cmd(&["SET", &fence_key(name), "100"]);
+    servers[2].pause();
+    let child = servers
+        .lockctl()
+        .args([
+            "acquire",
+            name,
+            "-n",
+            "--node-timeout",
+            "5s",
+            "--format",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let won = eventually(Duration::from_secs(4), || {
+        servers[1].get(&key(name)).is_some()
+    });
+    set_foreign(&servers[1], name);
+    let o = wait_output(child, Duration::from_secs(60));
+    servers[2].resume();
+    assert!(won, "round 1 never reached node 1");
+    assert_eq!(
+        code(&o),
+        75,
+        "granted with one node of three: {}",
+        stdout(&o)
+    );
+    assert_eq!(servers[1].get(&key(name)).as_deref(), Some(FOREIGN));
+    assert!(
+        !exists(&servers[0], &key(name)),
+        "node 0 was not rolled back"
+    );
+}
