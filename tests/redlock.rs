@@ -1211,6 +1211,14 @@ fn round_two_raises_counters_across_a_digit_boundary() {
     for i in 0..3 {
         assert_eq!(counter(&servers[i], name), t, "node {i} was not raised");
     }
+    // The holder record says so too, on every node: `status` shows the grant's fence.
+    let o = run(servers.lockctl().args(["status", name, "--format", "json"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let status: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(status["fence"].as_u64(), Some(t), "{status}");
+    for n in status["per_node"].as_array().expect("per_node") {
+        assert_eq!(n["fence"].as_u64(), Some(t), "{n}");
+    }
     let o = release(&servers, name, &token(&g));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     // The next grant, through the two nodes that round 2 raised, gets a larger token.
