@@ -1262,6 +1262,12 @@ fn recreated_keys_raise_counters_across_a_digit_boundary() {
             "node {i}: counter {} below the holder's token {first}",
             counter(&servers[i], name)
         );
+        // Re-created with the TTL, holder record included: a holder that dies now leaves nothing
+        // that outlives its lease.
+        for k in [key(name), holder_key(name)] {
+            let ttl = pttl(&servers[i], &k);
+            assert!(ttl > 0 && ttl <= 2000, "node {i}: {k:?} has PTTL {ttl}");
+        }
     }
     let o = finish_exec(child);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
