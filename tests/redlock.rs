@@ -1325,3 +1325,30 @@ fn round_two_counts_a_node_only_while_it_still_holds_our_token() {
         "node 0 was not rolled back"
     );
 }
+
+/// The nodes are called in parallel: two stopped nodes cost one node timeout together, not one each.
+/// With a 3 s node timeout and a 5 s TTL, a parallel attempt keeps about 2 s of validity; calling the
+/// two stopped nodes one after the other would take 6 s, more than the TTL, and grant nothing.
+#[test]
+fn stopped_nodes_cost_one_node_timeout_together() {
+    let servers = Servers::start(5);
+    warm_up(&servers);
+    servers[1].pause();
+    servers[3].pause();
+    let o = run(servers.lockctl().args([
+        "acquire",
+        "parallel",
+        "-n",
+        "--ttl",
+        "5s",
+        "--node-timeout",
+        "3s",
+        "--format",
+        "json",
+    ]));
+    servers[1].resume();
+    servers[3].resume();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(g["validity_ms"].as_u64().unwrap() > 0, "{g}");
+}
