@@ -127,6 +127,24 @@ fn missing_program_gives_127_and_releases() {
     assert_eq!(code(&o), 2, "exec without a command is a usage error");
 }
 
+/// The stop policy kills what is left of the job's process group only when the lease was lost: a
+/// member the command left running when it exited normally is not killed.
+#[test]
+fn a_normal_exit_kills_nothing_left_in_the_group() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("late");
+    let o = run(exec_on(&s, "left")
+        .env("F", &file)
+        .args(["-c", "(sleep 1; echo done > \"$F\") & exit 0"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        eventually(Duration::from_secs(30), || std::fs::read_to_string(&file)
+            .is_ok_and(|t| t.trim() == "done")),
+        "the group's remaining member was killed"
+    );
+}
+
 #[test]
 fn short_ttl_survives_a_longer_child() {
     let s = Server::start();
