@@ -687,6 +687,39 @@ fn break_leaves_a_holder_that_came_after_the_question() {
     );
 }
 
+/// A break wakes the waiters at once, as a release does, instead of leaving them to sleep out their
+/// backoff. With -v the waiter logs what ended its sleep.
+#[test]
+fn break_wakes_the_waiters() {
+    use std::io::BufRead;
+    let s = Server::start();
+    acquire_json(&mut lockctl_on(&s), "awaited", &["--ttl", "60s"]);
+    let mut waiter = lockctl_on(&s)
+        .args(["-v", "acquire", "awaited", "--ttl", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(waiter.stderr.take().unwrap());
+    let mut log = String::new();
+    while !log.contains("waiting for lock") {
+        assert!(
+            err.read_line(&mut log).unwrap() > 0,
+            "the waiter ended: {log}"
+        );
+    }
+    let rest = collect_stderr(err.into_inner());
+    // Subscribed and asleep in its backoff.
+    std::thread::sleep(Duration::from_secs(3));
+    let o = run(lockctl_on(&s).args(["break", "awaited", "--yes"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = wait_output(waiter, Duration::from_secs(60));
+    log.push_str(&rest.join().unwrap());
+    assert_eq!(code(&out), 0, "{log}");
+    assert_eq!(s.get("lockctl:awaited"), Some(stdout(&out)));
+    assert!(log.contains("woken by a release of 'awaited'"), "{log}");
+}
+
 #[test]
 fn break_in_redlock_mode_clears_every_node() {
     let s = Servers::start(3);
