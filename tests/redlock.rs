@@ -1228,8 +1228,9 @@ fn round_two_raises_counters_across_a_digit_boundary() {
 }
 
 /// A renewal that re-creates a key lost in a restart raises the node's counter to the holder's token,
-/// compared as a number: the restarted nodes come back from an older snapshot whose counter has
-/// fewer digits than the token.
+/// compared as a number: the restarted node comes back from an older snapshot whose counter has fewer
+/// digits than the token. The restart quarantine stays on (the TTL), so the key may come back only
+/// once it has passed.
 #[test]
 fn recreated_keys_raise_counters_across_a_digit_boundary() {
     let mut servers = Servers::start(3);
@@ -1237,42 +1238,48 @@ fn recreated_keys_raise_counters_across_a_digit_boundary() {
     for s in &servers.0 {
         let _: () = s.cmd(&["SET", &fence_key(name), "999999999999999999"]);
     }
-    // Nodes 1 and 2 will come back from this snapshot (redis-server loads it when it starts): a
-    // counter one below the holder's token, with fewer digits, so that as text it sorts above it.
-    for i in [1, 2] {
-        let _: String = servers[i].cmd(&["SAVE"]);
-    }
-    // The holder takes the lock on servers this test has just started: quarantine off.
+    // Node 1 will come back from this snapshot (redis-server loads it when it starts): a counter one
+    // below the holder's token, with fewer digits, so that as text it sorts above it.
+    let _: String = servers[1].cmd(&["SAVE"]);
+    // Every node past the default quarantine (the 2 s TTL), counted in whole seconds.
+    assert!(eventually(Duration::from_secs(30), || servers
+        .0
+        .iter()
+        .all(|s| uptime(s) >= 4)));
     let mut cmd = servers.lockctl();
-    cmd.args(["exec", name, "--ttl", "2s", "--node-timeout", "300ms"]);
+    cmd.env_remove("LOCKCTL_QUARANTINE").args([
+        "exec",
+        name,
+        "--ttl",
+        "2s",
+        "--node-timeout",
+        "300ms",
+    ]);
     let (child, token, first) = start_exec(cmd);
     assert!(first >= 1_000_000_000_000_000_000, "fence {first}");
     servers[1].restart_empty();
-    servers[2].restart_empty();
-    for i in [1, 2] {
-        assert!(
-            eventually(Duration::from_secs(10), || servers[i]
-                .get(&key(name))
-                .is_some()),
-            "node {i}: our key was not re-created"
-        );
-        assert_eq!(servers[i].get(&key(name)), Some(token.clone()));
-        assert!(
-            counter(&servers[i], name) >= first,
-            "node {i}: counter {} below the holder's token {first}",
-            counter(&servers[i], name)
-        );
-        // Re-created with the TTL, holder record included: a holder that dies now leaves nothing
-        // that outlives its lease.
-        for k in [key(name), holder_key(name)] {
-            let ttl = pttl(&servers[i], &k);
-            assert!(ttl > 0 && ttl <= 2000, "node {i}: {k:?} has PTTL {ttl}");
-        }
+    assert!(
+        eventually(Duration::from_secs(20), || servers[1]
+            .get(&key(name))
+            .is_some()),
+        "our key was not re-created"
+    );
+    assert_eq!(servers[1].get(&key(name)), Some(token.clone()));
+    assert!(
+        counter(&servers[1], name) >= first,
+        "counter {} below the holder's token {first}",
+        counter(&servers[1], name)
+    );
+    // Re-created with the TTL, holder record included: a holder that dies now leaves nothing that
+    // outlives its lease.
+    for k in [key(name), holder_key(name)] {
+        let ttl = pttl(&servers[1], &k);
+        assert!(ttl > 0 && ttl <= 2000, "{k:?} has PTTL {ttl}");
     }
     let o = finish_exec(child);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    // The next grant, through the restarted nodes only, gets a larger token. It keeps the default
-    // quarantine (the TTL) and waits it out.
+    // The next grant, through the restarted node and node 2, gets a larger token. It keeps the
+    // default quarantine and waits it out.
     set_foreign(&servers[0], name);
     let mut next = servers.lockctl();
     next.env_remove("LOCKCTL_QUARANTINE");
@@ -1289,7 +1296,9 @@ fn round_two_counts_a_node_only_while_it_still_holds_our_token() {
     let servers = Servers::start(3);
     warm_up(&servers);
     let name = "swapped";
-    let _: () = servers[0].cmd(&["SET", &fence_key(name), "100"]);
+    // Node 0's counter is above any other node's (and any server clock), so round 2 must raise
+    // node 1's.
+    let _: () = servers[0].cmd(&["SET", &fence_key(name), "100000000000000000"]);
     servers[2].pause();
     let child = servers
         .lockctl()
