@@ -145,6 +145,28 @@ fn a_normal_exit_kills_nothing_left_in_the_group() {
     );
 }
 
+/// A lease lost while the command ran: the command is stopped, and lockctl says both why the lease
+/// was lost and which status of the command its 76 replaces.
+#[test]
+fn a_lost_lease_names_its_reason_and_the_status_it_replaces() {
+    let s = Server::start();
+    let (child, _out) = start_ready(
+        exec_on(&s, "replaced"),
+        &["--ttl", "1s"],
+        "echo ready; exec sleep 30",
+        "ready",
+    );
+    let _: i64 = s.cmd(&["DEL", "lockctl:replaced"]);
+    let o = wait_output(child, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 76, "{err}");
+    assert!(err.contains("no longer ours"), "the reason: {err}");
+    assert!(
+        err.contains("instead of the command's 143"),
+        "the status replaced (SIGTERM): {err}"
+    );
+}
+
 #[test]
 fn short_ttl_survives_a_longer_child() {
     let s = Server::start();
