@@ -164,6 +164,38 @@ fn fencing_tokens_strictly_increase_and_tokens_are_unique() {
     assert_eq!(pttl(&s, "{lockctl:fenced}\u{1f}fence"), -1);
 }
 
+/// Fences keep increasing when a server comes back from an older snapshot: its counter, restored
+/// behind the fences handed out since, is overtaken by the server's clock once a second has passed.
+#[test]
+fn fences_increase_across_a_restore_from_an_older_snapshot() {
+    let mut s = Server::start();
+    // The server is seconds old: the harness's quarantine 0 serves these grants.
+    let grant = |s: &Server| -> u64 {
+        let g = acquire_json(&mut lockctl_on(s), "restored", &["--ttl", "2s"]);
+        let token = g["token"].as_str().unwrap();
+        let o = run(lockctl_on(s).args(["release", "restored", "--token", token]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        g["fence"].as_u64().unwrap()
+    };
+    let mut fences = vec![grant(&s)];
+    let _: String = s.cmd(&["SAVE"]);
+    for _ in 0..3 {
+        fences.push(grant(&s));
+    }
+    // kill -9; redis-server starts again from the snapshot taken after the first grant.
+    s.restart_empty();
+    // The restarted server keeps the default quarantine (the TTL); the grant waits it out.
+    let mut after = lockctl_on(&s);
+    after.env_remove("LOCKCTL_QUARANTINE");
+    let g = acquire_json(&mut after, "restored", &["--ttl", "2s", "-w", "30s"]);
+    let last = g["fence"].as_u64().unwrap();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    assert!(
+        last > fences[3],
+        "{fences:?}, then {last} after the restore"
+    );
+}
+
 #[test]
 fn json_output_has_the_contract_fields() {
     let s = Server::start();
