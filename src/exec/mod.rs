@@ -98,10 +98,11 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     }
     let env = grant.env();
     // The watcher first: it must not be adopted by lockctl as a subreaper (see watcher.rs).
-    let watcher = match watcher::Watcher::start().and_then(|w| {
-        child::become_subreaper()?;
-        Ok(w)
-    }) {
+    let watcher = match watcher::Watcher::start(grant.started.add(grant.validity), args.kill_after)
+        .and_then(|w| {
+            child::become_subreaper()?;
+            Ok(w)
+        }) {
         Ok(w) => w,
         Err(e) => {
             let _ = engine.release(&keys, &grant.token);
@@ -125,7 +126,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         }
     };
     let pid = child.id();
-    let supervisor = Supervisor::new(pid, args.kill_after);
+    let supervisor = Supervisor::new(pid, args.kill_after, watcher.link());
     {
         let mut r = route.lock().unwrap_or_else(|e| e.into_inner());
         *r = Route::Child(Arc::clone(&supervisor));
@@ -135,7 +136,13 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         supervisor.forward(signal);
     }
 
-    let lease = match Lease::start(engine, grant.clone(), holder, Arc::clone(&supervisor)) {
+    let lease = match Lease::start(
+        engine,
+        grant.clone(),
+        holder,
+        Arc::clone(&supervisor),
+        watcher.link(),
+    ) {
         Ok(lease) => lease,
         Err(e) => {
             // No renewal: the command must not run on; the engine went with the thread that never

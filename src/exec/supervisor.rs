@@ -24,6 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::child::{exited, group_exists, kill_group, reap, Ended};
+use super::watcher::Link;
 use crate::trace;
 
 /// How often the group is looked for while no child exits (see [`Supervisor::wait_job`]).
@@ -45,15 +46,17 @@ struct State {
 pub struct Supervisor {
     pgid: u32,
     kill_after: Duration,
+    watcher: Link,
     state: Mutex<State>,
     exited: Condvar,
 }
 
 impl Supervisor {
-    pub fn new(pgid: u32, kill_after: Duration) -> Arc<Supervisor> {
+    pub fn new(pgid: u32, kill_after: Duration, watcher: Link) -> Arc<Supervisor> {
         Arc::new(Supervisor {
             pgid,
             kill_after,
+            watcher,
             state: Mutex::new(State::default()),
             exited: Condvar::new(),
         })
@@ -89,6 +92,7 @@ impl Supervisor {
             st.lost = Some(reason);
         }
         if !st.exited && !st.stopping {
+            self.watcher.handling();
             kill_group(self.pgid, libc::SIGTERM);
             self.arm_kill_timer(&mut st);
         }
