@@ -8,13 +8,14 @@
 //! 2. The watcher is forked (`watcher.rs`: it kills the job's group if lockctl dies), then the command
 //!    is spawned from the main thread (see `child.rs` for the process group, the parent-death signal,
 //!    the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN` and
-//!    `LOCKCTL_FENCE` in its environment. From then on, signals are forwarded to its process group
+//!    `LOCKCTL_FENCE` in its environment. From then on, signals are forwarded to the job
 //!    (`supervisor.rs`).
 //! 3. The renewal thread (`lease.rs`) keeps the lease and a timer enforces its deadline
-//!    (`deadline.rs`); when the lease is lost, the group gets SIGTERM, then SIGKILL after
+//!    (`deadline.rs`); when the lease is lost, the job gets SIGTERM, then SIGKILL after
 //!    `--kill-after`.
-//! 4. When no process of the command's group is left (the command and whatever it left running in
-//!    the background), the watcher stands down, renewal stops and the lock is released, on every path.
+//! 4. When no process of the job is left (the command and every process it started, whatever group
+//!    or session it moved to), the watcher stands down, renewal stops and the lock is released, on
+//!    every path.
 //! 5. Exit status: 76 if the lease was lost at any point (also when the release finds the lock no
 //!    longer ours); otherwise the command's exit code, or 128+N if signal N killed it; 127/126 if it
 //!    could not be started.
@@ -22,6 +23,7 @@
 mod child;
 mod deadline;
 mod lease;
+mod procs;
 mod supervisor;
 mod watcher;
 

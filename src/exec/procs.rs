@@ -1,0 +1,148 @@
+//! Finding the job's processes in `/proc`: every descendant of lockctl, whatever process group it
+//! moved to.
+//!
+//! A process group is not a boundary a job keeps: coreutils `timeout` and a shell with job control
+//! (`set -m`) put their children in groups of their own, so a `killpg` on the job's first group
+//! misses them. The ancestry does hold: lockctl is the subreaper of everything it started, so every
+//! process of the job is a descendant of lockctl for as long as lockctl lives (an orphan comes back
+//! to lockctl, not to init). Signals therefore go to the job's group *and* to every descendant found
+//! by following parent links in `/proc`, and to the groups those descendants lead.
+//!
+//! A walk is a snapshot: a process forked after it is not in it. Its parent is, and a stopping
+//! signal (SIGKILL) is sent in rounds until a walk finds nothing new. A PID found by a walk could in
+//! principle exit, be reaped by its own parent and be handed out again before the signal, in the few
+//! microseconds between reading `/proc` and `kill`; only a wrap-around of the whole PID space in
+//! that moment makes that possible.
+
+use std::collections::HashSet;
+
+/// One process, as `/proc/PID/stat` describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    /// Start time, in clock ticks since boot: with the PID, it names one process for good.
+    pub start: u64,
+}
+
+/// Every process visible in `/proc` now.
+pub fn snapshot() -> Vec<Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(read)
+        .collect()
+}
+
+/// The process `pid`, if it exists.
+pub fn read(pid: i32) -> Option<Proc> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may itself contain spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(0) ppid(1) pgrp(2) session(3) ... starttime(19).
+    Some(Proc {
+        pid,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgid: fields.get(2)?.parse().ok()?,
+        sid: fields.get(3)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The processes of `procs` whose chain of parents reaches one of `roots` (the roots excluded).
+pub fn descendants(procs: &[Proc], roots: &HashSet<i32>) -> Vec<Proc> {
+    let mut inside: HashSet<i32> = roots.clone();
+    let mut found = Vec::new();
+    loop {
+        let before = found.len();
+        for p in procs {
+            if !inside.contains(&p.pid) && inside.contains(&p.ppid) {
+                inside.insert(p.pid);
+                found.push(*p);
+            }
+        }
+        if found.len() == before {
+            return found;
+        }
+    }
+}
+
+/// Sends `signal` once to each of `members` not in the group `done` (already signalled as a whole):
+/// to each group one of them leads, as a whole, and to the others one by one. A group led by a
+/// process outside the job is not signalled as a whole: a member may have joined one (`setpgid`
+/// into another group of the session), and the other processes there are not the job's.
+pub fn signal_all(members: &[Proc], signal: i32, done: i32) {
+    let pids: HashSet<i32> = members.iter().map(|p| p.pid).collect();
+    let mut groups = HashSet::from([done]);
+    for p in members {
+        if p.pgid == done {
+            continue;
+        }
+        // SAFETY: kill/killpg with plain integers; see the module docs for the PIDs' validity.
+        unsafe {
+            if pids.contains(&p.pgid) {
+                if groups.insert(p.pgid) {
+                    libc::killpg(p.pgid, signal);
+                }
+            } else {
+                libc::kill(p.pid, signal);
+            }
+        }
+    }
+}
+
+/// Sends `signal` to every descendant of this process outside the group `done`, in rounds for
+/// SIGKILL (a fork between a walk and the signal escapes one round, not the next).
+pub fn signal_descendants(signal: i32, done: i32) {
+    let me = HashSet::from([std::process::id() as i32]);
+    let rounds = if signal == libc::SIGKILL { 4 } else { 1 };
+    let mut seen: HashSet<(i32, u64)> = HashSet::new();
+    for _ in 0..rounds {
+        let found: Vec<Proc> = descendants(&snapshot(), &me)
+            .into_iter()
+            .filter(|p| seen.insert((p.pid, p.start)))
+            .collect();
+        if found.is_empty() {
+            return;
+        }
+        signal_all(&found, signal, done);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(pid: i32, ppid: i32) -> Proc {
+        Proc {
+            pid,
+            ppid,
+            pgid: pid,
+            sid: 1,
+            start: 0,
+        }
+    }
+
+    #[test]
+    fn descendants_follow_parent_chains_in_any_order() {
+        let procs = [p(5, 4), p(4, 3), p(3, 1), p(9, 1), p(6, 3)];
+        let mut found: Vec<i32> = descendants(&procs, &HashSet::from([3]))
+            .iter()
+            .map(|p| p.pid)
+            .collect();
+        found.sort();
+        assert_eq!(found, [4, 5, 6]);
+    }
+
+    #[test]
+    fn this_process_reads_itself() {
+        let me = read(std::process::id() as i32).unwrap();
+        assert_eq!(me.pid, std::process::id() as i32);
+        // SAFETY: getppid has no preconditions.
+        assert_eq!(me.ppid, unsafe { libc::getppid() });
+    }
+}
