@@ -159,3 +159,55 @@ fn a_stopped_lockctl_s_job_writes_nothing_after_the_next_grant() {
     );
     assert_eq!(code(&first), 76, "{}", stderr(&first));
 }
+
+/// The PIDs of the processes whose command line, arguments joined by spaces, contains `needle`: what
+/// `pkill -f` matches.
+fn matching(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn pkill_by_command_line_spares_the_watcher_and_the_job_dies() {
+    let s = Server::start();
+    let (mut child, member) = start(
+        &s,
+        "pkilled",
+        "sleep 300 & echo ready; echo \"pid $!\"; wait",
+    );
+    let lockctl = child.id() as i32;
+    // The watcher tells itself apart by name and command line.
+    let needle = format!("lockctl-guard --lockctl-guard {lockctl} ");
+    let mut guards = Vec::new();
+    // The watcher runs as soon as it has exec'd, which may come after the job's first line.
+    eventually(Duration::from_secs(10), || {
+        guards = matching(&needle);
+        !guards.is_empty()
+    });
+    assert_eq!(guards.len(), 1, "one watcher for lockctl {lockctl}");
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", guards[0])).unwrap();
+    assert_eq!(comm.trim(), "lockctl-guard");
+    // `pkill -9 -f 'exec pkilled'`.
+    let hits = matching("exec pkilled");
+    assert_eq!(
+        hits,
+        [lockctl],
+        "only lockctl's command line names the lock"
+    );
+    for pid in hits {
+        kill(pid, libc::SIGKILL);
+    }
+    child.wait().unwrap();
+    let died = eventually(Duration::from_secs(10), || !alive(member));
+    kill(member, libc::SIGTERM);
+    assert!(died, "the job outlived lockctl killed by its command line");
+}

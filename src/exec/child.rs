@@ -173,12 +173,14 @@ pub fn reap(pid: u32) {
     {}
 }
 
-/// Sends `signal` to the job: its process group `pgid`, and every other descendant of lockctl (see
+/// Sends `signal` to the job: its process group `pgid` (if still known), and every other descendant of lockctl (see
 /// `procs.rs`). Quietly skips what is gone.
-pub fn kill_job(pgid: u32, signal: i32) {
-    // SAFETY: killpg on a group we created; the caller guarantees the ID is not recycled.
-    unsafe { libc::killpg(pgid as libc::pid_t, signal) };
-    super::procs::signal_descendants(signal, pgid as i32);
+pub fn kill_job(pgid: Option<u32>, signal: i32) {
+    if let Some(pgid) = pgid {
+        // SAFETY: killpg on a group we created; the caller guarantees the ID is not recycled.
+        unsafe { libc::killpg(pgid as libc::pid_t, signal) };
+    }
+    super::procs::signal_descendants(signal, pgid.map_or(0, |g| g as i32));
 }
 
 /// True while lockctl has a child, exited or not. Without one it has no descendant at all: it is

@@ -42,6 +42,14 @@ use child::Ended;
 use lease::Lease;
 use supervisor::Supervisor;
 
+/// When lockctl was started as an `exec`'s watcher (see `watcher.rs`), runs it and never returns.
+pub fn guard_mode() {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == watcher::GUARD_ARG) {
+        watcher::guard(&args[1..]);
+    }
+}
+
 /// Where a signal sent to lockctl goes: to the waiter before the command runs, to its group after.
 enum Route {
     Waiter(Sender<Wake>),

@@ -14,7 +14,7 @@
 //! microseconds between reading `/proc` and `kill`; only a wrap-around of the whole PID space in
 //! that moment makes that possible.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// One process, as `/proc/PID/stat` describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct Proc {
     pub sid: i32,
     /// Start time, in clock ticks since boot: with the PID, it names one process for good.
     pub start: u64,
+    /// Another lockctl's watcher (`lockctl-guard`), never part of a job.
+    pub guard: bool,
 }
 
 /// Every process visible in `/proc` now.
@@ -41,7 +43,9 @@ pub fn snapshot() -> Vec<Proc> {
 pub fn read(pid: i32) -> Option<Proc> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name, in parentheses, may itself contain spaces and parentheses.
-    let rest = &stat[stat.rfind(')')? + 1..];
+    let close = stat.rfind(')')?;
+    let name = &stat[stat.find('(')? + 1..close];
+    let rest = &stat[close + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(0) ppid(1) pgrp(2) session(3) ... starttime(19).
     Some(Proc {
@@ -50,6 +54,7 @@ pub fn read(pid: i32) -> Option<Proc> {
         pgid: fields.get(2)?.parse().ok()?,
         sid: fields.get(3)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
+        guard: name == "lockctl-guard",
     })
 }
 
@@ -113,6 +118,125 @@ pub fn signal_descendants(signal: i32, done: i32) {
     }
 }
 
+/// The watcher's view of the job (in the exec'd watcher only: it allocates). While lockctl lives,
+/// its descendants are the job; once it is gone, they are orphans of init, and only what the
+/// watcher saw, or can still tell apart, is found:
+///
+/// - the processes of its last look (every [`super::watcher`] wake, a tenth of a second at most),
+///   checked by start time so a recycled PID is not taken for one of them, and their descendants;
+/// - orphans in lockctl's session whose parent is outside it (they were reparented), started after
+///   lockctl, in a group of the job or leading a group of their own started since that last look.
+///
+/// A process that moved to a group of its own within a tenth of a second before lockctl's death,
+/// whose parent died with lockctl, and that forked its children only after the watcher's last look,
+/// is found by the second rule only if it leads its group; its children in that group go with it.
+pub struct Walker {
+    lockctl: i32,
+    me: i32,
+    /// lockctl's session and start time.
+    sid: i32,
+    start: u64,
+    /// The job's processes at the last look, by PID.
+    seen: HashMap<i32, Proc>,
+    /// Clock ticks since boot at the last look.
+    looked: u64,
+}
+
+impl Walker {
+    pub fn new(lockctl: i32) -> Walker {
+        let me = read(lockctl);
+        let mut w = Walker {
+            lockctl,
+            me: std::process::id() as i32,
+            sid: me.map_or(0, |p| p.sid),
+            start: me.map_or(0, |p| p.start),
+            seen: HashMap::new(),
+            looked: 0,
+        };
+        w.refresh();
+        w
+    }
+
+    /// Looks again at lockctl's descendants.
+    pub fn refresh(&mut self) {
+        let looked = ticks();
+        let procs = snapshot();
+        let found = descendants(&procs, &HashSet::from([self.lockctl]));
+        self.seen = found
+            .into_iter()
+            .filter(|p| p.pid != self.me && !p.guard)
+            .map(|p| (p.pid, p))
+            .collect();
+        self.looked = looked;
+    }
+
+    /// Sends `signal` to the job outside the group `group` (already signalled as a whole); `orphaned`:
+    /// lockctl is gone, so look for its orphans too (see the type's docs).
+    pub fn signal(&mut self, group: i32, signal: i32, orphaned: bool) {
+        let rounds = if signal == libc::SIGKILL { 4 } else { 1 };
+        let mut done: HashSet<(i32, u64)> = HashSet::new();
+        for _ in 0..rounds {
+            let procs = snapshot();
+            let by_pid: HashMap<i32, &Proc> = procs.iter().map(|p| (p.pid, p)).collect();
+            let still = |p: &Proc| by_pid.get(&p.pid).is_some_and(|q| q.start == p.start);
+            let mut roots: HashSet<i32> = self
+                .seen
+                .values()
+                .filter(|p| still(p))
+                .map(|p| p.pid)
+                .collect();
+            roots.insert(self.lockctl);
+            if group > 0 {
+                roots.insert(group);
+            }
+            let mut members: HashMap<i32, Proc> = descendants(&procs, &roots)
+                .into_iter()
+                .chain(self.seen.values().filter(|p| still(p)).copied())
+                .map(|p| (p.pid, p))
+                .collect();
+            if orphaned && self.sid > 0 {
+                let groups: HashSet<i32> = members
+                    .values()
+                    .flat_map(|p| [p.pgid, p.pid])
+                    .chain([group])
+                    .collect();
+                let recent = self.looked.saturating_sub(RECENT_TICKS);
+                for p in &procs {
+                    let reparented = by_pid.get(&p.ppid).is_none_or(|q| q.sid != self.sid);
+                    if p.sid == self.sid
+                        && p.start >= self.start
+                        && reparented
+                        && (groups.contains(&p.pgid) || (p.pgid == p.pid && p.start >= recent))
+                    {
+                        members.insert(p.pid, *p);
+                    }
+                }
+            }
+            let fresh: Vec<Proc> = members
+                .into_values()
+                .filter(|p| p.pid != self.me && p.pid != self.lockctl && !p.guard)
+                .filter(|p| done.insert((p.pid, p.start)))
+                .collect();
+            if fresh.is_empty() {
+                return;
+            }
+            signal_all(&fresh, signal, group);
+            self.seen.extend(fresh.into_iter().map(|p| (p.pid, p)));
+        }
+    }
+}
+
+/// How far before the last look a process counts as started since (start times are in ticks).
+const RECENT_TICKS: u64 = 10;
+
+/// Clock ticks since boot, the unit of [`Proc::start`].
+fn ticks() -> u64 {
+    let ns = crate::clock::Stamp::now().since_boot().as_nanos() as u64;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ns / (1_000_000_000 / hz)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +248,7 @@ mod tests {
             pgid: pid,
             sid: 1,
             start: 0,
+            guard: false,
         }
     }
 

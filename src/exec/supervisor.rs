@@ -30,6 +30,8 @@ struct State {
     exited: bool,
     /// A stop signal went out and the SIGKILL timer runs.
     stopping: bool,
+    /// The direct child, whose PID is the group's ID, has been reaped: the ID may be reused.
+    leader_reaped: bool,
     /// Signals received by lockctl while the child ran.
     signals: u32,
     /// Why the lease was lost, if it was.
@@ -69,10 +71,10 @@ impl Supervisor {
         st.signals += 1;
         if st.signals > 1 {
             trace!("second signal: SIGKILL to process group {}", self.pgid);
-            kill_job(self.pgid, libc::SIGKILL);
+            self.kill(&st, libc::SIGKILL);
         } else {
             trace!("forwarding signal {signal} to process group {}", self.pgid);
-            kill_job(self.pgid, signal);
+            self.kill(&st, signal);
             self.arm_kill_timer(&mut st);
         }
     }
@@ -87,10 +89,16 @@ impl Supervisor {
         }
         if !st.exited && !st.stopping {
             self.watcher.handling();
-            kill_job(self.pgid, libc::SIGTERM);
+            self.kill(&st, libc::SIGTERM);
             self.arm_kill_timer(&mut st);
         }
         first
+    }
+
+    /// Sends `signal` to the job: its group while the group's ID is surely still its own, and every
+    /// other descendant.
+    fn kill(&self, st: &State, signal: i32) {
+        kill_job((!st.leader_reaped).then_some(self.pgid), signal);
     }
 
     fn arm_kill_timer(self: &Arc<Self>, st: &mut State) {
@@ -110,12 +118,12 @@ impl Supervisor {
                     .unwrap_or_else(|e| e.into_inner());
                 if !st.exited {
                     trace!("child still running after --kill-after: SIGKILL");
-                    kill_job(this.pgid, libc::SIGKILL);
+                    this.kill(&st, libc::SIGKILL);
                 }
             });
         if spawned.is_err() {
             // No thread for the timer: do not let the child outlive the lease.
-            kill_job(self.pgid, libc::SIGKILL);
+            self.kill(st, libc::SIGKILL);
         }
     }
 
@@ -124,7 +132,7 @@ impl Supervisor {
     pub fn kill_now(&self) {
         let mut st = self.state();
         if !st.exited {
-            kill_job(self.pgid, libc::SIGKILL);
+            self.kill(&st, libc::SIGKILL);
             st.exited = true;
             self.exited.notify_all();
         }
@@ -139,6 +147,11 @@ impl Supervisor {
     /// the lock, so that no signal can go out between the reap and the check.
     fn reap(&self, pid: u32) {
         let mut st = self.state();
+        if pid == self.pgid {
+            // The group's ID is about to be free: nobody may signal it as a group any more.
+            self.watcher.forget_group();
+            st.leader_reaped = true;
+        }
         reap(pid);
         if !st.exited && !has_children() {
             st.exited = true;

@@ -1,5 +1,5 @@
-//! The watcher: a tiny process that kills the job's process group if lockctl dies, and stops it when
-//! the lease's deadline passes while lockctl cannot (it was stopped, SIGSTOP or a debugger).
+//! The watcher (`lockctl-guard`): a small process that kills the job if lockctl dies, and stops it
+//! when the lease's deadline passes while lockctl cannot (it was stopped, SIGSTOP or a debugger).
 //!
 //! When lockctl dies, nobody renews the lease any more, and after the TTL another client may hold the
 //! lock; no process of the job may run on then. The parent-death signal (`child.rs`) reaches only the
@@ -12,8 +12,22 @@
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
-//! - On end-of-file without a "done" byte first, the watcher sends SIGKILL to the group and exits.
-//!   lockctl writes "done" once the whole group has exited, as soon as it knows, before the release.
+//! - On end-of-file without a "done" byte first, the watcher sends SIGKILL to the group and to every
+//!   other process of the job it can find (below), and exits. lockctl writes "done" once the whole
+//!   job has exited, as soon as it knows, before the release.
+//! - **Processes that left the group** (`timeout`, `set -m`, `setsid`) are lockctl's descendants, not
+//!   the group's members. While lockctl lives the watcher looks at lockctl's descendants in `/proc`
+//!   every tenth of a second and remembers them; when lockctl dies they become init's orphans, the
+//!   parent links that led to lockctl are gone, and the watcher kills what it remembers, their
+//!   descendants, and the orphans it can still tell apart (`procs.rs`, [`Walker`]). Its limit: a
+//!   process that moved to a group of its own less than a tenth of a second before lockctl's death,
+//!   whose parent died with lockctl, is found only if it leads that group.
+//! - **A name of its own.** It is not a fork of lockctl left running but lockctl's binary started
+//!   again (`/proc/self/exe`) with the command line `lockctl-guard --lockctl-guard PID KILL_AFTER`
+//!   and the process name `lockctl-guard`, which `main` recognises before parsing anything. So
+//!   `pkill -f 'exec NAME'` and `killall lockctl` kill lockctl and not its watcher, which then kills
+//!   the job. An unanchored `pkill lockctl` matches both. Should the exec fail (no `/proc`), the
+//!   forked copy watches by itself, without looking for processes that left the group.
 //! - **The deadline backstop.** lockctl's deadline timer is a thread inside lockctl: a stopped lockctl
 //!   runs no threads, while its job, in a group of its own, runs on after the key expires in Redis and
 //!   another client holds the lock. So the watcher enforces the deadline too. lockctl sends it each
@@ -26,9 +40,10 @@
 //!   be stopped in between. Both may send the SIGTERM when both see the same deadline pass. `poll`'s
 //!   timeout runs on the monotonic clock, which stops during a suspend, so no wait is longer than a
 //!   second before the boot-time clock is read again.
-//! - Between fork and exit the watcher only makes async-signal-safe calls (lockctl has threads, and
-//!   only the forking thread exists in the copy): `fork`, `sigprocmask`, `setpgid`,
-//!   `close_range`/`close`, `poll`, `read`, `clock_gettime`, `killpg`, `_exit`; it allocates nothing. It blocks every signal, closes every other
+//! - Between fork and exec (and in the fallback copy) the watcher only makes async-signal-safe calls (lockctl has threads, and
+//!   only the forking thread exists in the copy): `fork`, `sigprocmask`, `setpgid`, `dup2`/`fcntl`,
+//!   `close_range`/`close`, `execve`, `poll`, `read`, `clock_gettime`, `killpg`, `_exit`; it
+//!   allocates nothing (the exec's arguments are built before the fork). It blocks every signal, closes every other
 //!   descriptor (it must not hold the terminal, lockctl's output pipes or its Redis connections), and
 //!   sits in a process group of its own, so a signal sent to lockctl's job (a shell's `kill %1`,
 //!   Ctrl-C) does not take it along.
@@ -39,20 +54,19 @@
 //! **Why the group ID cannot be another process's.** Linux keeps a PID number allocated while any
 //! process uses it as its PID, process-group ID or session ID, zombies included. The job's group `P` is
 //! the direct child's PID, so `P` cannot be reused while any member of the group exists, even one that
-//! has exited and awaits reaping. lockctl reaps the group's members itself (it is their subreaper) and
-//! says "done" right after the last of them, before doing anything else. So a `killpg(P)` from the
-//! watcher can only reach a recycled `P` if lockctl died in the few instructions between reaping the
-//! last member and writing "done", and the kernel then handed out the freed number again, as a group
-//! ID, before the watcher's next read: PIDs are allocated cyclically, so that needs the whole PID
-//! space to wrap around in that moment. The same holds, with a window of up to a tenth of a second,
-//! when the last members leave the group (`setsid`) instead of exiting: lockctl notices that by
-//! looking (see `supervisor.rs`).
+//! has exited and awaits reaping. lockctl reaps the direct child itself and, just before, tells the
+//! watcher to forget the group (from then on the group's members are found by looking, like any
+//! other process of the job). So a `killpg(P)` from the watcher can only reach a recycled `P` if the
+//! kernel handed out the freed number again, as a group ID, between the watcher reading its pipe and
+//! its `killpg`: PIDs are allocated cyclically, so that needs the whole PID space to wrap around in
+//! that moment.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::procs::Walker;
 use crate::clock::Stamp;
 
 /// The announcement the child writes: this tag, then its group ID as 4 native-endian bytes.
@@ -63,6 +77,15 @@ const DEADLINE_TAG: u8 = b't';
 const HANDLING: u8 = b'l';
 /// Written by lockctl once the group has exited.
 const DONE: u8 = b'd';
+/// The watcher's first argument after exec; `main` looks for it before parsing the command line.
+pub const GUARD_ARG: &str = "--lockctl-guard";
+/// Its process name (`comm`) and `argv[0]`: not lockctl's, so `killall lockctl` and
+/// `pkill -f 'exec NAME'` spare it.
+const GUARD_NAME: &[u8] = b"lockctl-guard\0";
+/// The descriptor the exec'd watcher reads its pipe from.
+const GUARD_FD: RawFd = 3;
+/// How often the exec'd watcher looks for the job's processes while lockctl lives.
+const WALK_MS: u64 = 100;
 /// The longest wait in one `poll`: its timeout runs on the monotonic clock, which stops during a
 /// suspend, so the boot-time clock is read again at least this often.
 const RECHECK_MS: u64 = 1000;
@@ -89,6 +112,15 @@ impl Link {
         let mut msg = [DEADLINE_TAG; 9];
         msg[1..].copy_from_slice(&(at.since_boot().as_nanos() as u64).to_ne_bytes());
         self.send(&msg)
+    }
+
+    /// The job's first process, whose PID is the group's ID, is about to be reaped: the ID may be
+    /// reused from then on, so the watcher stops signalling it as a group (the walker still finds
+    /// the group's members).
+    pub fn forget_group(&self) {
+        let mut msg = [GROUP_TAG; 5];
+        msg[1..].copy_from_slice(&0i32.to_ne_bytes());
+        self.send(&msg);
     }
 
     /// lockctl is stopping the job for a lost lease itself: the watcher sends no SIGTERM of its own.
@@ -118,13 +150,32 @@ impl Watcher {
             return Err(io::Error::last_os_error());
         }
         let kill_after = kill_after.as_nanos().min(u64::MAX as u128) as u64;
+        // Everything exec needs is built before the fork: the copy may not allocate.
+        let exe = c"/proc/self/exe";
+        let pid =
+            std::ffi::CString::new(std::process::id().to_string()).map_err(io::Error::other)?;
+        let ns = std::ffi::CString::new(kill_after.to_string()).map_err(io::Error::other)?;
+        let argv = [
+            GUARD_NAME.as_ptr().cast::<libc::c_char>(),
+            c"--lockctl-guard".as_ptr(),
+            pid.as_ptr(),
+            ns.as_ptr(),
+            std::ptr::null(),
+        ];
+        let envp = [std::ptr::null::<libc::c_char>()];
         // SAFETY: fork has no preconditions; the child only forks the watcher and exits (below).
         let middle = unsafe { libc::fork() };
         if middle == 0 {
             // SAFETY: in the forked copy, async-signal-safe calls only; `watch` never returns.
             unsafe {
                 match libc::fork() {
-                    0 => watch(read.as_raw_fd(), kill_after),
+                    0 => {
+                        isolate(read.as_raw_fd());
+                        libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                        // No exec (no /proc?): watch from this copy, without looking for
+                        // processes that left the group.
+                        watch(GUARD_FD, kill_after, None)
+                    }
                     -1 => libc::_exit(1),
                     _ => libc::_exit(0),
                 }
@@ -206,19 +257,51 @@ struct Known {
     killed: bool,
 }
 
-/// The watcher's whole life, in the forked copy of lockctl.
+/// Readies the forked copy to be the watcher: every signal blocked (the mask survives exec), a
+/// process group of its own, and no descriptor but the pipe, on [`GUARD_FD`].
 ///
 /// # Safety
-/// Only for the child of a fork; never returns.
-unsafe fn watch(read: RawFd, kill_after: u64) -> ! {
-    // SAFETY: async-signal-safe calls on process state and our own descriptors; no allocation.
+/// Async-signal-safe; only for the child of a fork.
+unsafe fn isolate(read: RawFd) {
+    // SAFETY: async-signal-safe calls on process state and our own descriptors.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
         libc::setpgid(0, 0);
-        close_all_but(read);
+        if read == GUARD_FD {
+            libc::fcntl(GUARD_FD, libc::F_SETFD, 0);
+        } else {
+            // dup2 leaves the copy without close-on-exec.
+            libc::dup2(read, GUARD_FD);
+        }
+        close_all_but(GUARD_FD);
+    }
+}
 
+/// The exec'd watcher (`lockctl-guard`): `args` are what follows [`GUARD_ARG`]. Never returns.
+pub fn guard(args: &[std::ffi::OsString]) -> ! {
+    let parse = |i: usize| args.get(i)?.to_str()?.parse::<u64>().ok();
+    let (Some(lockctl), Some(kill_after)) = (parse(0), parse(1)) else {
+        eprintln!("lockctl: {GUARD_ARG} is internal to `lockctl exec`");
+        std::process::exit(64);
+    };
+    // SAFETY: PR_SET_NAME with a NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, GUARD_NAME.as_ptr(), 0, 0, 0) };
+    let mut walker = Walker::new(lockctl as i32);
+    // SAFETY: this process is the watcher; the walker may allocate, since it was exec'd.
+    unsafe { watch(GUARD_FD, kill_after, Some(&mut walker)) }
+}
+
+/// The watcher's whole life: in the exec'd `lockctl-guard` with a walker, or in the forked copy of
+/// lockctl without one.
+///
+/// # Safety
+/// Only in the watcher; never returns. Without a walker, async-signal-safe.
+unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -> ! {
+    // SAFETY: async-signal-safe calls on process state and our own descriptors; no allocation
+    // except in the walker.
+    unsafe {
         let mut known = Known {
             group: 0,
             deadline: 0,
@@ -253,6 +336,9 @@ unsafe fn watch(read: RawFd, kill_after: u64) -> ! {
                     // lockctl is gone without saying "done".
                     if known.group > 0 {
                         libc::killpg(known.group, libc::SIGKILL);
+                    }
+                    if let Some(w) = walker.as_deref_mut() {
+                        w.signal(known.group, libc::SIGKILL, true);
                     }
                     libc::_exit(0);
                 }
@@ -303,7 +389,11 @@ unsafe fn watch(read: RawFd, kill_after: u64) -> ! {
                 timeout = 0;
                 continue;
             }
-            timeout = enforce(&mut known, now, kill_after);
+            timeout = enforce(&mut known, now, kill_after, walker.as_deref_mut());
+            if let Some(w) = walker.as_deref_mut() {
+                w.refresh();
+                timeout = timeout.min(WALK_MS as libc::c_int);
+            }
         }
     }
 }
@@ -312,12 +402,20 @@ unsafe fn watch(read: RawFd, kill_after: u64) -> ! {
 ///
 /// # Safety
 /// Async-signal-safe.
-unsafe fn enforce(known: &mut Known, now: u64, kill_after: u64) -> libc::c_int {
+unsafe fn enforce(
+    known: &mut Known,
+    now: u64,
+    kill_after: u64,
+    mut walker: Option<&mut Walker>,
+) -> libc::c_int {
     let expired = known.deadline != 0 && now >= known.deadline;
     if expired && !known.handling && known.kill_at == 0 {
         // SAFETY: killpg on the job's group (see the module docs for why the ID is not recycled).
         if known.group > 0 {
             unsafe { libc::killpg(known.group, libc::SIGTERM) };
+        }
+        if let Some(w) = walker.as_deref_mut() {
+            w.signal(known.group, libc::SIGTERM, false);
         }
         known.kill_at = now.saturating_add(kill_after).max(1);
     }
@@ -325,6 +423,9 @@ unsafe fn enforce(known: &mut Known, now: u64, kill_after: u64) -> libc::c_int {
         if known.group > 0 {
             // SAFETY: as above.
             unsafe { libc::killpg(known.group, libc::SIGKILL) };
+        }
+        if let Some(w) = walker {
+            w.signal(known.group, libc::SIGKILL, false);
         }
         known.killed = true;
     }
