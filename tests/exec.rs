@@ -435,6 +435,22 @@ fn sighup_and_sigint_are_forwarded() {
 }
 
 #[test]
+fn sigusr1_is_forwarded_and_the_lock_released() {
+    // Its default action would kill lockctl and leave the key until its TTL.
+    let s = Server::start();
+    let (child, _out) = start_ready(
+        exec_on(&s, "usr1"),
+        &["--ttl", "60s"],
+        "trap 'exit 13' USR1; echo ready; while :; do sleep 0.05; done",
+        "ready",
+    );
+    kill(child.id() as i32, libc::SIGUSR1);
+    let o = wait_output(child, Duration::from_secs(30));
+    assert_eq!(code(&o), 13, "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:usr1"), None, "released");
+}
+
+#[test]
 fn forwarded_signal_is_followed_by_sigkill_after_kill_after() {
     let s = Server::start();
     let (child, _out) = start_ready(
