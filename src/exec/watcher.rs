@@ -37,7 +37,8 @@
 //!   deadline passes with no extension it applies the same policy as lockctl: SIGTERM to the group,
 //!   SIGKILL `--kill-after` later. When lockctl handles a lost lease itself it says so, and the
 //!   watcher sends no SIGTERM, only a SIGKILL a little after lockctl's, as a backstop should lockctl
-//!   be stopped in between. Both may send the SIGTERM when both see the same deadline pass. `poll`'s
+//!   be stopped in between. Both may send the SIGTERM when both see the same deadline pass; the
+//!   watcher's SIGKILL then waits for `--kill-after` after lockctl's SIGTERM too. `poll`'s
 //!   timeout runs on the monotonic clock, which stops during a suspend, so no wait is longer than a
 //!   second before the boot-time clock is read again.
 //! - Between fork and exec (and in the fallback copy) the watcher only makes async-signal-safe calls (lockctl has threads, and
@@ -353,12 +354,14 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
                         libc::_exit(0);
                     }
                     if got == 0 && byte == HANDLING {
+                        // Also after a SIGTERM of our own: lockctl's may come later, and the job
+                        // is owed `--kill-after` from it.
                         known.handling = true;
-                        if known.kill_at == 0 {
-                            known.kill_at = boottime_ns()
+                        known.kill_at = known.kill_at.max(
+                            boottime_ns()
                                 .saturating_add(kill_after)
-                                .saturating_add(BACKSTOP_GRACE.as_nanos() as u64);
-                        }
+                                .saturating_add(BACKSTOP_GRACE.as_nanos() as u64),
+                        );
                         continue;
                     }
                     msg[got] = byte;
