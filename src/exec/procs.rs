@@ -143,24 +143,36 @@ pub struct Walker {
 }
 
 impl Walker {
-    pub fn new(lockctl: i32) -> Walker {
-        let me = read(lockctl);
+    /// `lockctl` is the PID of the lockctl that started `start` (clock ticks since boot); the watcher
+    /// shares its session. lockctl may be gone already: until the watcher has looked while it lived,
+    /// everything since lockctl's start counts as recent.
+    pub fn new(lockctl: i32, start: u64) -> Walker {
+        // SAFETY: getsid has no preconditions.
+        let sid = unsafe { libc::getsid(0) };
         let mut w = Walker {
             lockctl,
             me: std::process::id() as i32,
-            sid: me.map_or(0, |p| p.sid),
-            start: me.map_or(0, |p| p.start),
+            sid,
+            start,
             seen: HashMap::new(),
-            looked: 0,
+            looked: start,
         };
         w.refresh();
         w
     }
 
-    /// Looks again at lockctl's descendants.
+    /// True while lockctl runs (its PID is not another process's by now).
+    fn lockctl_lives(&self) -> bool {
+        read(self.lockctl).is_some_and(|p| p.start == self.start)
+    }
+
+    /// Looks again at lockctl's descendants, if lockctl still runs.
     pub fn refresh(&mut self) {
         let looked = ticks();
         let procs = snapshot();
+        if !self.lockctl_lives() {
+            return;
+        }
         let found = descendants(&procs, &HashSet::from([self.lockctl]));
         self.seen = found
             .into_iter()
@@ -185,7 +197,9 @@ impl Walker {
                 .filter(|p| still(p))
                 .map(|p| p.pid)
                 .collect();
-            roots.insert(self.lockctl);
+            if self.lockctl_lives() {
+                roots.insert(self.lockctl);
+            }
             if group > 0 {
                 roots.insert(group);
             }
@@ -194,7 +208,7 @@ impl Walker {
                 .chain(self.seen.values().filter(|p| still(p)).copied())
                 .map(|p| (p.pid, p))
                 .collect();
-            if orphaned && self.sid > 0 {
+            if orphaned && self.sid > 0 && self.start > 0 {
                 let groups: HashSet<i32> = members
                     .values()
                     .flat_map(|p| [p.pgid, p.pid])
@@ -230,7 +244,7 @@ impl Walker {
 const RECENT_TICKS: u64 = 10;
 
 /// Clock ticks since boot, the unit of [`Proc::start`].
-fn ticks() -> u64 {
+pub fn ticks() -> u64 {
     let ns = crate::clock::Stamp::now().since_boot().as_nanos() as u64;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;

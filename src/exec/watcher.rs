@@ -23,7 +23,8 @@
 //!   process that moved to a group of its own less than a tenth of a second before lockctl's death,
 //!   whose parent died with lockctl, is found only if it leads that group.
 //! - **A name of its own.** It is not a fork of lockctl left running but lockctl's binary started
-//!   again (`/proc/self/exe`) with the command line `lockctl-guard --lockctl-guard PID KILL_AFTER`
+//!   again (`/proc/self/exe`) with the command line
+//!   `lockctl-guard --lockctl-guard PID:START KILL_AFTER_NS`
 //!   and the process name `lockctl-guard`, which `main` recognises before parsing anything. So
 //!   `pkill -f 'exec NAME'` and `killall lockctl` kill lockctl and not its watcher, which then kills
 //!   the job. An unanchored `pkill lockctl` matches both. Should the exec fail (no `/proc`), the
@@ -153,8 +154,9 @@ impl Watcher {
         let kill_after = kill_after.as_nanos().min(u64::MAX as u128) as u64;
         // Everything exec needs is built before the fork: the copy may not allocate.
         let exe = c"/proc/self/exe";
-        let pid =
-            std::ffi::CString::new(std::process::id().to_string()).map_err(io::Error::other)?;
+        let me = std::process::id() as i32;
+        let start = super::procs::read(me).map_or(0, |p| p.start);
+        let pid = std::ffi::CString::new(format!("{me}:{start}")).map_err(io::Error::other)?;
         let ns = std::ffi::CString::new(kill_after.to_string()).map_err(io::Error::other)?;
         let argv = [
             GUARD_NAME.as_ptr().cast::<libc::c_char>(),
@@ -282,14 +284,19 @@ unsafe fn isolate(read: RawFd) {
 
 /// The exec'd watcher (`lockctl-guard`): `args` are what follows [`GUARD_ARG`]. Never returns.
 pub fn guard(args: &[std::ffi::OsString]) -> ! {
-    let parse = |i: usize| args.get(i)?.to_str()?.parse::<u64>().ok();
-    let (Some(lockctl), Some(kill_after)) = (parse(0), parse(1)) else {
+    let arg = |i: usize| args.get(i)?.to_str();
+    let lockctl = arg(0).and_then(|a| {
+        let (pid, start) = a.split_once(':')?;
+        Some((pid.parse::<i32>().ok()?, start.parse::<u64>().ok()?))
+    });
+    let kill_after = arg(1).and_then(|a| a.parse::<u64>().ok());
+    let (Some((lockctl, start)), Some(kill_after)) = (lockctl, kill_after) else {
         eprintln!("lockctl: {GUARD_ARG} is internal to `lockctl exec`");
         std::process::exit(64);
     };
     // SAFETY: PR_SET_NAME with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, GUARD_NAME.as_ptr(), 0, 0, 0) };
-    let mut walker = Walker::new(lockctl as i32);
+    let mut walker = Walker::new(lockctl, start);
     // SAFETY: this process is the watcher; the walker may allocate, since it was exec'd.
     unsafe { watch(GUARD_FD, kill_after, Some(&mut walker)) }
 }
