@@ -169,11 +169,11 @@ impl Walker {
     /// Looks again at lockctl's descendants, if lockctl still runs.
     pub fn refresh(&mut self) {
         let looked = ticks();
-        let procs = snapshot();
         if !self.lockctl_lives() {
             return;
         }
-        let found = descendants(&procs, &HashSet::from([self.lockctl]));
+        let found = children_of(self.lockctl)
+            .unwrap_or_else(|| descendants(&snapshot(), &HashSet::from([self.lockctl])));
         self.seen = found
             .into_iter()
             .filter(|p| p.pid != self.me && !p.guard)
@@ -240,6 +240,48 @@ impl Walker {
     }
 }
 
+/// The descendants of `root`, read from the kernel's lists of children
+/// (`/proc/PID/task/TID/children`): a look that reads only the job's processes, not every process
+/// of the machine, as [`snapshot`] does; this one runs ten times a second. `None` if the kernel keeps
+/// no such lists.
+fn children_of(root: i32) -> Option<Vec<Proc>> {
+    let mut found = Vec::new();
+    let mut queue = vec![root];
+    let mut inside = HashSet::from([root]);
+    while let Some(pid) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let list = match std::fs::read_to_string(task.path().join("children")) {
+                Ok(list) => list,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && pid == root => {
+                    // Gone with its thread, or no such lists at all: ask the thread that stays.
+                    if !std::path::Path::new(&format!("/proc/{pid}/task/{pid}/children")).exists()
+                        && std::path::Path::new(&format!("/proc/{pid}")).exists()
+                    {
+                        return None;
+                    }
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            for child in list
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                if inside.insert(child) {
+                    if let Some(p) = read(child) {
+                        found.push(p);
+                        queue.push(child);
+                    }
+                }
+            }
+        }
+    }
+    Some(found)
+}
+
 /// How far before the last look a process counts as started since (start times are in ticks).
 const RECENT_TICKS: u64 = 10;
 
@@ -275,6 +317,31 @@ mod tests {
             .collect();
         found.sort();
         assert_eq!(found, [4, 5, 6]);
+    }
+
+    #[test]
+    fn the_lists_of_children_find_a_grandchild() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let grandchild: i32 = line.trim().parse().unwrap();
+        let me = std::process::id() as i32;
+        let found = children_of(me).map(|v| v.iter().map(|p| p.pid).collect::<Vec<_>>());
+        // SAFETY: kill on the processes this test started.
+        unsafe { libc::kill(grandchild, libc::SIGKILL) };
+        child.wait().unwrap();
+        if let Some(found) = found {
+            assert!(found.contains(&(child.id() as i32)), "{found:?}");
+            assert!(found.contains(&grandchild), "{found:?}");
+        }
     }
 
     #[test]
