@@ -246,10 +246,11 @@ Examples:
     /// Run a command while holding the lock, renewing it, and release it afterwards
     ///
     /// The command gets LOCKCTL_NAME, LOCKCTL_KEY, LOCKCTL_TOKEN and LOCKCTL_FENCE. If the lease is
-    /// lost its process group gets SIGTERM, then SIGKILL after --kill-after, and lockctl exits 76.
-    /// Otherwise lockctl exits with the command's status (128+N for signal N). The lock is held until
-    /// every process of the command's process group has exited, background ones included; a process
-    /// that must outlive the job leaves the group with setsid, and then runs outside the lock.
+    /// lost every process it started gets SIGTERM, then SIGKILL after --kill-after, and lockctl exits
+    /// 76. Otherwise lockctl exits with the command's status (128+N for signal N). The lock is held
+    /// until every process the command started has exited, background ones and those in other process
+    /// groups or sessions included; a process that must outlive the job is handed to a service
+    /// manager (systemd-run, at now), and then runs outside the lock.
     #[command(
         override_usage = "lockctl exec [OPTIONS] <NAME> (-c <COMMAND> | -- <PROGRAM> [ARGS]...)",
         after_long_help = "Exit status:

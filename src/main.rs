@@ -8,6 +8,8 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // An `exec`'s watcher, started again from this binary, never reaches the command line parser.
+    lockctl::exec::guard_mode();
     share_one_malloc_arena();
     lockctl::run(lockctl::cli::parse()).into()
 }

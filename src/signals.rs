@@ -1,9 +1,16 @@
-//! Terminating signals (SIGINT, SIGTERM, SIGHUP), received on a thread of their own.
+//! Terminating signals (SIGINT, SIGTERM, SIGHUP, and SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM), received on
+//! a thread of their own.
 //!
 //! lockctl must never die between setting a key and reporting it, nor leave a child unsupervised, so
 //! these signals are never left to their default action: a dedicated thread receives them (through
 //! signal-hook's self-pipe, which is async-signal-safe) and hands each one to the command, which decides
-//! what it means: end a wait cleanly, or forward it to the child's process group.
+//! what it means: end a wait cleanly, or forward it to the job.
+//!
+//! The last four are not a user's usual way to stop a command, but their default action kills too:
+//! left to it, a `kill -USR1` meant for the job (or a stray `alarm`) would kill lockctl, strand the
+//! key until its TTL runs out, and leave the job running without a lease. So they are handled like
+//! the others: a wait ends (exit 128+N), a running job gets the signal forwarded, under the same
+//! policy (`exec/supervisor.rs`).
 //!
 //! **Why signal-hook and not `ctrlc`.** The first design named the `ctrlc` crate. It does not fit:
 //! `exec` must forward *every* terminating signal to the job, SIGTERM (from `kill`, systemd, a CI
@@ -14,11 +21,11 @@
 //! signal-hook's iterator hands over each signal with its number, on an ordinary thread where any
 //! code may run (locks, `killpg`, waking a waiter), while the handler itself only writes to a pipe.
 
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGALRM, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 /// The signals lockctl handles.
-pub const HANDLED: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+pub const HANDLED: [i32; 7] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM];
 
 /// Starts receiving the handled signals; `on_signal` runs on the receiving thread for each one.
 pub fn listen(mut on_signal: impl FnMut(i32) + Send + 'static) -> std::io::Result<()> {

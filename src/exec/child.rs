@@ -1,5 +1,6 @@
 //! The child process: spawned in a process group of its own, tied to lockctl's life, waited for
-//! without being reaped early, and killed as a group. The job is the whole group, not the child alone.
+//! without being reaped early, and killed with everything it started. The job is every descendant
+//! of lockctl (the watcher is not one), not the child alone, and not only the child's group.
 //!
 //! - **Own process group**: a lease-loss or forwarded signal must reach everything the job started
 //!   (`sh -c 'a | b'`, a script's background helpers), and only that; `killpg` on the child's group does
@@ -9,20 +10,24 @@
 //!   watcher before exec. `PR_SET_PDEATHSIG(SIGKILL)` kills the direct child too, should the watcher
 //!   itself be gone. The kernel sends it when the *thread* that forked the child exits, so the child is
 //!   always spawned from the main thread, which lives until the end.
-//! - **The job ends when the group does**: lockctl is the child subreaper (`PR_SET_CHILD_SUBREAPER`),
-//!   so members of the group orphaned by the direct child's exit (`sh -c 'work & exit 0'`) become
-//!   lockctl's children instead of init's. lockctl reaps them as they exit and keeps the lease,
-//!   renewing, until no process of the group is left: like `flock(1)`, whose lock lasts as long
-//!   as any process holding the inherited descriptor. A command that must outlive the job leaves the
-//!   group (`setsid`), and then runs outside the lock.
+//! - **The job ends when lockctl has no child left**: lockctl is the child subreaper
+//!   (`PR_SET_CHILD_SUBREAPER`), so processes orphaned by the direct child's exit
+//!   (`sh -c 'work & exit 0'`) become lockctl's children instead of init's, whatever process group or
+//!   session they moved to (`timeout`, `set -m`, `setsid`). lockctl reaps them as they exit and keeps
+//!   the lease, renewing, until `waitid` finds no child at all, and then it has no descendant either:
+//!   like `flock(1)`, whose lock lasts as long as any process holding the inherited descriptor. A
+//!   command that must outlive the job is handed to a service manager (`systemd-run`, `at now`), and
+//!   then runs outside the lock.
 //! - **Terminal**: in an interactive shell the child's new group would be a background group and stop on
 //!   its first read of the terminal, so when lockctl owns the terminal's foreground it hands it to the
 //!   child (both sides call `tcsetpgrp`, as shells do, so neither order loses) and takes it back after.
 //!   Ctrl-C then goes straight to the child, as it would without lockctl.
 //! - **Waiting without reaping** (`waitid(WNOWAIT)`): the process-group ID stays reserved while any
 //!   member of the group exists, zombies included, so a late `killpg` from the timer, renewal or signal
-//!   thread can never hit a recycled ID. Every member is reaped under the supervisor's lock, which then
-//!   checks whether the group still exists and, if not, marks it gone before anyone may signal it.
+//!   thread can never hit a recycled ID. Every child is reaped under the supervisor's lock, which then
+//!   checks whether any child is left and, if not, marks the job gone before anyone may signal it.
+//!   Descendants that are not lockctl's children are found in `/proc` when a signal goes out
+//!   (`procs.rs`).
 
 use std::ffi::OsString;
 use std::io;
@@ -168,14 +173,29 @@ pub fn reap(pid: u32) {
     {}
 }
 
-/// Sends `signal` to the process group `pgid`. Quietly does nothing if the group is gone.
-pub fn kill_group(pgid: u32, signal: i32) {
-    // SAFETY: killpg on a group we created; the caller guarantees the ID is not recycled.
-    unsafe { libc::killpg(pgid as libc::pid_t, signal) };
+/// Sends `signal` to the job: its process group `pgid` (if still known), and every other descendant of lockctl (see
+/// `procs.rs`). Quietly skips what is gone.
+pub fn kill_job(pgid: Option<u32>, signal: i32) {
+    if let Some(pgid) = pgid {
+        // SAFETY: killpg on a group we created; the caller guarantees the ID is not recycled.
+        unsafe { libc::killpg(pgid as libc::pid_t, signal) };
+    }
+    super::procs::signal_descendants(signal, pgid.map_or(0, |g| g as i32));
 }
 
-/// True while any process of the group exists.
-pub fn group_exists(pgid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
+/// True while lockctl has a child, exited or not. Without one it has no descendant at all: it is
+/// their subreaper, so an orphan of the job becomes its child.
+pub fn has_children() -> bool {
+    // SAFETY: siginfo_t is plain data; waitid with WNOHANG | WNOWAIT only looks.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid with a valid out-pointer.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    !(rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
 }

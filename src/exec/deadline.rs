@@ -65,12 +65,21 @@ impl Deadline {
 
     /// Moves the deadline to `at` if that is later. Returns false, changing nothing, if the deadline
     /// has already passed: a lease that ran out stays lost.
-    pub fn extend(&self, at: Stamp) -> bool {
+    ///
+    /// `announce(at)` runs first, while the old deadline has not passed, and must have finished
+    /// before it passes (checked after it returns): the watcher, which enforces the deadline too,
+    /// finds the new one in its pipe whenever it wakes after the old one.
+    pub fn extend(&self, at: Stamp, announce: impl FnOnce(Stamp)) -> bool {
         let mut st = self.state();
         if st.fired || self.clock.now() >= st.at {
             return false;
         }
-        st.at = st.at.max(at);
+        let at = st.at.max(at);
+        announce(at);
+        if self.clock.now() >= st.at {
+            return false;
+        }
+        st.at = at;
         true
     }
 
@@ -191,9 +200,9 @@ mod tests {
         let clock = Arc::new(FakeClock::default());
         let (deadline, rx) = timer(&clock, 10);
         clock.set(secs(5));
-        assert!(deadline.extend(Stamp::at(secs(20))));
+        assert!(deadline.extend(Stamp::at(secs(20)), |_| {}));
         assert!(
-            deadline.extend(Stamp::at(secs(15))),
+            deadline.extend(Stamp::at(secs(15)), |_| {}),
             "an earlier one is ignored"
         );
         assert_eq!(deadline.at(), Stamp::at(secs(20)));
@@ -213,14 +222,14 @@ mod tests {
         assert!(!deadline.passed());
         clock.set(secs(40));
         assert!(deadline.passed());
-        assert!(!deadline.extend(Stamp::at(secs(50))));
+        assert!(!deadline.extend(Stamp::at(secs(50)), |_| {}));
         assert_eq!(deadline.at(), Stamp::at(secs(10)));
         assert!(deadline.passed());
         // Nor once the timer has fired, whatever the clock says.
         let (deadline, rx) = timer(&clock, 45);
         clock.set(secs(45));
         rx.recv_timeout(PROMPT).unwrap();
-        assert!(!deadline.extend(Stamp::at(secs(90))));
+        assert!(!deadline.extend(Stamp::at(secs(90)), |_| {}));
         assert_eq!(deadline.disarm(), Some(Stamp::at(secs(45))));
     }
 

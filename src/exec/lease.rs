@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use super::deadline::Deadline;
 use super::supervisor::Supervisor;
+use super::watcher::Link;
 use crate::clock::{Boottime, Stamp};
 use crate::exit::LockError;
 use crate::lock::{Engine, Grant, Holder};
@@ -48,6 +49,7 @@ impl Lease {
         grant: Grant,
         holder: Holder,
         supervisor: Arc<Supervisor>,
+        watcher: Link,
     ) -> std::io::Result<Lease> {
         let deadline = Deadline::new(Arc::new(Boottime), grant.started.add(grant.validity));
         let name = grant.keys.name.clone();
@@ -63,7 +65,15 @@ impl Lease {
             .stack_size(256 * 1024)
             .spawn(move || {
                 let mut grant = grant;
-                renew_loop(engine, &mut grant, &holder, &supervisor, &deadline2, &stop2)
+                renew_loop(
+                    engine,
+                    &mut grant,
+                    &holder,
+                    &supervisor,
+                    &deadline2,
+                    &watcher,
+                    &stop2,
+                )
             });
         let handle = match spawned {
             Ok(h) => h,
@@ -147,6 +157,7 @@ fn renew_loop(
     holder: &Holder,
     supervisor: &Arc<Supervisor>,
     deadline: &Deadline,
+    watcher: &Link,
     stop: &(Mutex<bool>, Condvar),
 ) -> (Engine, Option<String>) {
     let ttl = grant.ttl;
@@ -175,7 +186,9 @@ fn renew_loop(
             let started = Stamp::now();
             match engine.renew_grant(grant, holder) {
                 Ok(validity) => {
-                    if !deadline.extend(started.add(validity)) {
+                    if !deadline.extend(started.add(validity), |at| {
+                        watcher.deadline(at);
+                    }) {
                         // Answered after the deadline: too late to count.
                         return (engine, ran_out());
                     }

@@ -8,13 +8,14 @@
 //! 2. The watcher is forked (`watcher.rs`: it kills the job's group if lockctl dies), then the command
 //!    is spawned from the main thread (see `child.rs` for the process group, the parent-death signal,
 //!    the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN` and
-//!    `LOCKCTL_FENCE` in its environment. From then on, signals are forwarded to its process group
+//!    `LOCKCTL_FENCE` in its environment. From then on, signals are forwarded to the job
 //!    (`supervisor.rs`).
 //! 3. The renewal thread (`lease.rs`) keeps the lease and a timer enforces its deadline
-//!    (`deadline.rs`); when the lease is lost, the group gets SIGTERM, then SIGKILL after
+//!    (`deadline.rs`); when the lease is lost, the job gets SIGTERM, then SIGKILL after
 //!    `--kill-after`.
-//! 4. When no process of the command's group is left (the command and whatever it left running in
-//!    the background), the watcher stands down, renewal stops and the lock is released, on every path.
+//! 4. When no process of the job is left (the command and every process it started, whatever group
+//!    or session it moved to), the watcher stands down, renewal stops and the lock is released, on
+//!    every path.
 //! 5. Exit status: 76 if the lease was lost at any point (also when the release finds the lock no
 //!    longer ours); otherwise the command's exit code, or 128+N if signal N killed it; 127/126 if it
 //!    could not be started.
@@ -22,6 +23,7 @@
 mod child;
 mod deadline;
 mod lease;
+mod procs;
 mod supervisor;
 mod watcher;
 
@@ -39,6 +41,14 @@ use crate::{say, signals, trace};
 use child::Ended;
 use lease::Lease;
 use supervisor::Supervisor;
+
+/// When lockctl was started as an `exec`'s watcher (see `watcher.rs`), runs it and never returns.
+pub fn guard_mode() {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == watcher::GUARD_ARG) {
+        watcher::guard(&args[1..]);
+    }
+}
 
 /// Where a signal sent to lockctl goes: to the waiter before the command runs, to its group after.
 enum Route {
@@ -98,10 +108,11 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     }
     let env = grant.env();
     // The watcher first: it must not be adopted by lockctl as a subreaper (see watcher.rs).
-    let watcher = match watcher::Watcher::start().and_then(|w| {
-        child::become_subreaper()?;
-        Ok(w)
-    }) {
+    let watcher = match watcher::Watcher::start(grant.started.add(grant.validity), args.kill_after)
+        .and_then(|w| {
+            child::become_subreaper()?;
+            Ok(w)
+        }) {
         Ok(w) => w,
         Err(e) => {
             let _ = engine.release(&keys, &grant.token);
@@ -125,7 +136,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         }
     };
     let pid = child.id();
-    let supervisor = Supervisor::new(pid, args.kill_after);
+    let supervisor = Supervisor::new(pid, args.kill_after, watcher.link());
     {
         let mut r = route.lock().unwrap_or_else(|e| e.into_inner());
         *r = Route::Child(Arc::clone(&supervisor));
@@ -135,7 +146,13 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         supervisor.forward(signal);
     }
 
-    let lease = match Lease::start(engine, grant.clone(), holder, Arc::clone(&supervisor)) {
+    let lease = match Lease::start(
+        engine,
+        grant.clone(),
+        holder,
+        Arc::clone(&supervisor),
+        watcher.link(),
+    ) {
         Ok(lease) => lease,
         Err(e) => {
             // No renewal: the command must not run on; the engine went with the thread that never

@@ -2,32 +2,27 @@
 //!
 //! Four threads can want the job stopped: the signal thread (SIGINT, SIGTERM or SIGHUP sent to
 //! lockctl), the deadline timer and the renewal thread (the lease was lost), and the main thread
-//! (which only waits and reaps). The job is the child's whole process group. The policy, in one place:
+//! (which only waits and reaps). The job is every descendant of lockctl: the child's process group and
+//! whatever left it (`procs.rs`). The policy, in one place:
 //!
-//! 1. A first signal sent to lockctl is forwarded as is to the job's process group; a lost lease
-//!    sends SIGTERM to it.
-//! 2. If the group has not exited `--kill-after` later, it gets SIGKILL.
+//! 1. A first signal sent to lockctl is forwarded as is to the job (its process group, and each
+//!    descendant outside it, once); a lost lease sends SIGTERM to it.
+//! 2. If the job has not exited `--kill-after` later, it gets SIGKILL.
 //! 3. A second signal sent to lockctl escalates to SIGKILL at once.
-//! 4. The job is over when no process of the group is left, not when the direct child exits: members
+//! 4. The job is over when lockctl has no child left, not when the direct child exits: processes
 //!    left behind keep the lease (it is renewed) and, if it is lost, get the same SIGTERM and SIGKILL,
-//!    since no part of the job may go on without the lock. Once the group is gone, nothing is sent to
-//!    it any more: its ID may be reused.
+//!    since no part of the job may go on without the lock. Once the job is gone, nothing is sent to
+//!    it any more: its IDs may be reused.
 //!
-//! Every member is reaped under the same mutex, and the group is marked gone there as soon as none is
-//! left, so a signal is never sent to a recycled ID (see `child.rs`). One case is noticed by looking
-//! rather than by an exit: the last members leaving the group (`setsid`); the group ID is free from
-//! then until lockctl looks again (a tenth of a second at most), and only a wrap-around of the whole
-//! PID space in that time could hand it to another process.
+//! Every child is reaped under the same mutex, and the job is marked gone there as soon as none is
+//! left, so a signal is never sent to the group's ID once it may be recycled (see `child.rs`).
 
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::child::{exited, group_exists, kill_group, reap, Ended};
+use super::child::{exited, has_children, kill_job, reap, Ended};
+use super::watcher::Link;
 use crate::trace;
-
-/// How often the group is looked for while no child exits (see [`Supervisor::wait_job`]).
-const GROUP_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Default)]
 struct State {
@@ -35,6 +30,8 @@ struct State {
     exited: bool,
     /// A stop signal went out and the SIGKILL timer runs.
     stopping: bool,
+    /// The direct child, whose PID is the group's ID, has been reaped: the ID may be reused.
+    leader_reaped: bool,
     /// Signals received by lockctl while the child ran.
     signals: u32,
     /// Why the lease was lost, if it was.
@@ -45,15 +42,17 @@ struct State {
 pub struct Supervisor {
     pgid: u32,
     kill_after: Duration,
+    watcher: Link,
     state: Mutex<State>,
     exited: Condvar,
 }
 
 impl Supervisor {
-    pub fn new(pgid: u32, kill_after: Duration) -> Arc<Supervisor> {
+    pub fn new(pgid: u32, kill_after: Duration, watcher: Link) -> Arc<Supervisor> {
         Arc::new(Supervisor {
             pgid,
             kill_after,
+            watcher,
             state: Mutex::new(State::default()),
             exited: Condvar::new(),
         })
@@ -72,10 +71,10 @@ impl Supervisor {
         st.signals += 1;
         if st.signals > 1 {
             trace!("second signal: SIGKILL to process group {}", self.pgid);
-            kill_group(self.pgid, libc::SIGKILL);
+            self.kill(&st, libc::SIGKILL);
         } else {
             trace!("forwarding signal {signal} to process group {}", self.pgid);
-            kill_group(self.pgid, signal);
+            self.kill(&st, signal);
             self.arm_kill_timer(&mut st);
         }
     }
@@ -89,10 +88,17 @@ impl Supervisor {
             st.lost = Some(reason);
         }
         if !st.exited && !st.stopping {
-            kill_group(self.pgid, libc::SIGTERM);
+            self.watcher.handling();
+            self.kill(&st, libc::SIGTERM);
             self.arm_kill_timer(&mut st);
         }
         first
+    }
+
+    /// Sends `signal` to the job: its group while the group's ID is surely still its own, and every
+    /// other descendant.
+    fn kill(&self, st: &State, signal: i32) {
+        kill_job((!st.leader_reaped).then_some(self.pgid), signal);
     }
 
     fn arm_kill_timer(self: &Arc<Self>, st: &mut State) {
@@ -112,12 +118,12 @@ impl Supervisor {
                     .unwrap_or_else(|e| e.into_inner());
                 if !st.exited {
                     trace!("child still running after --kill-after: SIGKILL");
-                    kill_group(this.pgid, libc::SIGKILL);
+                    this.kill(&st, libc::SIGKILL);
                 }
             });
         if spawned.is_err() {
             // No thread for the timer: do not let the child outlive the lease.
-            kill_group(self.pgid, libc::SIGKILL);
+            self.kill(st, libc::SIGKILL);
         }
     }
 
@@ -126,7 +132,7 @@ impl Supervisor {
     pub fn kill_now(&self) {
         let mut st = self.state();
         if !st.exited {
-            kill_group(self.pgid, libc::SIGKILL);
+            self.kill(&st, libc::SIGKILL);
             st.exited = true;
             self.exited.notify_all();
         }
@@ -137,78 +143,44 @@ impl Supervisor {
         self.state().lost.clone()
     }
 
-    /// Reaps `pid`, an exited child, then marks the group gone if nothing of it is left: both under
+    /// Reaps `pid`, an exited child, then marks the job gone if lockctl has no child left: both under
     /// the lock, so that no signal can go out between the reap and the check.
     fn reap(&self, pid: u32) {
         let mut st = self.state();
+        if pid == self.pgid {
+            // The group's ID is about to be free: nobody may signal it as a group any more.
+            self.watcher.forget_group();
+            st.leader_reaped = true;
+        }
         reap(pid);
-        self.check_gone(&mut st);
-    }
-
-    fn check_gone(&self, st: &mut State) -> bool {
-        if !st.exited && !group_exists(self.pgid) {
+        if !st.exited && !has_children() {
             st.exited = true;
             self.exited.notify_all();
         }
-        st.exited
     }
 
-    /// Waits until no process of the job's group is left; returns how the direct child `pid` ended.
-    ///
-    /// A reaper thread blocks in `waitid` for any child (the group's members, and adopted orphans
-    /// that left the group) and reaps each as it exits. Exits are not the only way a group empties:
-    /// its last members may leave it (`setsid`), which wakes no `waitid` (the kernel wakes a
-    /// `waitid(P_PGID)` only for a child that is still in the group). So this thread also looks every
-    /// [`GROUP_POLL`] whether the group still exists.
+    /// Waits until lockctl has no child left (no descendant, then: see `child::has_children`), reaping
+    /// each as it exits; returns how the direct child `pid` ended.
     pub fn wait_job(self: &Arc<Self>, pid: u32) -> std::io::Result<Ended> {
-        let (tx, rx) = mpsc::channel();
-        let this = Arc::clone(self);
-        std::thread::Builder::new()
-            .name("reaper".into())
-            .stack_size(64 * 1024)
-            .spawn(move || loop {
-                match exited() {
-                    Ok(Some((p, how))) => {
-                        this.reap(p);
-                        if tx.send(Ok((p, how))).is_err() {
-                            return;
-                        }
-                    }
-                    // No child left at all.
-                    Ok(None) => return,
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                }
-            })?;
         let mut ended = None;
         loop {
-            if let Some(how) = ended.filter(|_| self.state().exited) {
-                return Ok(how);
-            }
-            match rx.recv_timeout(GROUP_POLL) {
-                Ok(Ok((p, how))) if p == pid => {
-                    ended = Some(how);
-                    if !self.state().exited {
-                        trace!("the command exited ({how:?}); waiting for the rest of its group");
+            match exited()? {
+                Some((p, how)) => {
+                    self.reap(p);
+                    if p == pid {
+                        ended = Some(how);
+                        if !self.state().exited {
+                            trace!("the command exited ({how:?}); waiting for the rest of the job");
+                        }
                     }
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(RecvTimeoutError::Timeout) => {
-                    self.check_gone(&mut self.state());
-                }
-                // No child of ours is left, but the group may still have members that are not
-                // (their parent left the group): look for it until it is gone.
-                Err(RecvTimeoutError::Disconnected) if ended.is_some() => {
-                    std::thread::sleep(GROUP_POLL);
-                    self.check_gone(&mut self.state());
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(std::io::Error::other(
-                        "the command ended without an exit status",
-                    ))
+                None => {
+                    let mut st = self.state();
+                    st.exited = true;
+                    self.exited.notify_all();
+                    return ended.ok_or_else(|| {
+                        std::io::Error::other("the command ended without an exit status")
+                    });
                 }
             }
         }

@@ -1,4 +1,5 @@
-//! The watcher: a tiny process that kills the job's process group if lockctl dies.
+//! The watcher (`lockctl-guard`): a small process that kills the job if lockctl dies, and stops it
+//! when the lease's deadline passes while lockctl cannot (it was stopped, SIGSTOP or a debugger).
 //!
 //! When lockctl dies, nobody renews the lease any more, and after the TTL another client may hold the
 //! lock; no process of the job may run on then. The parent-death signal (`child.rs`) reaches only the
@@ -11,11 +12,40 @@
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
-//! - On end-of-file without a "done" byte first, the watcher sends SIGKILL to the group and exits.
-//!   lockctl writes "done" once the whole group has exited, as soon as it knows, before the release.
-//! - Between fork and exit the watcher only makes async-signal-safe calls (lockctl has threads, and
-//!   only the forking thread exists in the copy): `fork`, `sigprocmask`, `setpgid`,
-//!   `close_range`/`close`, `read`, `killpg`, `_exit`. It blocks every signal, closes every other
+//! - On end-of-file without a "done" byte first, the watcher sends SIGKILL to the group and to every
+//!   other process of the job it can find (below), and exits. lockctl writes "done" once the whole
+//!   job has exited, as soon as it knows, before the release.
+//! - **Processes that left the group** (`timeout`, `set -m`, `setsid`) are lockctl's descendants, not
+//!   the group's members. While lockctl lives the watcher looks at lockctl's descendants in `/proc`
+//!   every tenth of a second and remembers them; when lockctl dies they become init's orphans, the
+//!   parent links that led to lockctl are gone, and the watcher kills what it remembers, their
+//!   descendants, and the orphans it can still tell apart (`procs.rs`, [`Walker`]). Its limit: a
+//!   process that moved to a group of its own less than a tenth of a second before lockctl's death,
+//!   whose parent died with lockctl, is found only if it leads that group.
+//! - **A name of its own.** It is not a fork of lockctl left running but lockctl's binary started
+//!   again (`/proc/self/exe`) with the command line
+//!   `lockctl-guard --lockctl-guard PID:START KILL_AFTER_NS`
+//!   and the process name `lockctl-guard`, which `main` recognises before parsing anything. So
+//!   `pkill -f 'exec NAME'` and `killall lockctl` kill lockctl and not its watcher, which then kills
+//!   the job. An unanchored `pkill lockctl` matches both. Should the exec fail (no `/proc`), the
+//!   forked copy watches by itself, without looking for processes that left the group.
+//! - **The deadline backstop.** lockctl's deadline timer is a thread inside lockctl: a stopped lockctl
+//!   runs no threads, while its job, in a group of its own, runs on after the key expires in Redis and
+//!   another client holds the lock. So the watcher enforces the deadline too. lockctl sends it each
+//!   new deadline (boot-time nanoseconds) *before* extending its own, and only while the old one has
+//!   not passed, checked again after the write; the watcher reads the clock, then drains the pipe,
+//!   then decides, so a new deadline always reaches it before it could act on the old one. When the
+//!   deadline passes with no extension it applies the same policy as lockctl: SIGTERM to the group,
+//!   SIGKILL `--kill-after` later. When lockctl handles a lost lease itself it says so, and the
+//!   watcher sends no SIGTERM, only a SIGKILL a little after lockctl's, as a backstop should lockctl
+//!   be stopped in between. Both may send the SIGTERM when both see the same deadline pass; the
+//!   watcher's SIGKILL then waits for `--kill-after` after lockctl's SIGTERM too. `poll`'s
+//!   timeout runs on the monotonic clock, which stops during a suspend, so no wait is longer than a
+//!   second before the boot-time clock is read again.
+//! - Between fork and exec (and in the fallback copy) the watcher only makes async-signal-safe calls (lockctl has threads, and
+//!   only the forking thread exists in the copy): `fork`, `sigprocmask`, `setpgid`, `dup2`/`fcntl`,
+//!   `close_range`/`close`, `execve`, `poll`, `read`, `clock_gettime`, `killpg`, `_exit`; it
+//!   allocates nothing (the exec's arguments are built before the fork). It blocks every signal, closes every other
 //!   descriptor (it must not hold the terminal, lockctl's output pipes or its Redis connections), and
 //!   sits in a process group of its own, so a signal sent to lockctl's job (a shell's `kill %1`,
 //!   Ctrl-C) does not take it along.
@@ -26,31 +56,90 @@
 //! **Why the group ID cannot be another process's.** Linux keeps a PID number allocated while any
 //! process uses it as its PID, process-group ID or session ID, zombies included. The job's group `P` is
 //! the direct child's PID, so `P` cannot be reused while any member of the group exists, even one that
-//! has exited and awaits reaping. lockctl reaps the group's members itself (it is their subreaper) and
-//! says "done" right after the last of them, before doing anything else. So a `killpg(P)` from the
-//! watcher can only reach a recycled `P` if lockctl died in the few instructions between reaping the
-//! last member and writing "done", and the kernel then handed out the freed number again, as a group
-//! ID, before the watcher's next read: PIDs are allocated cyclically, so that needs the whole PID
-//! space to wrap around in that moment. The same holds, with a window of up to a tenth of a second,
-//! when the last members leave the group (`setsid`) instead of exiting: lockctl notices that by
-//! looking (see `supervisor.rs`).
+//! has exited and awaits reaping. lockctl reaps the direct child itself and, just before, tells the
+//! watcher to forget the group (from then on the group's members are found by looking, like any
+//! other process of the job). So a `killpg(P)` from the watcher can only reach a recycled `P` if the
+//! kernel handed out the freed number again, as a group ID, between the watcher reading its pipe and
+//! its `killpg`: PIDs are allocated cyclically, so that needs the whole PID space to wrap around in
+//! that moment.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::procs::Walker;
+use crate::clock::Stamp;
 
 /// The announcement the child writes: this tag, then its group ID as 4 native-endian bytes.
 pub const GROUP_TAG: u8 = b'g';
+/// A new lease deadline: this tag, then boot-time nanoseconds as 8 native-endian bytes.
+const DEADLINE_TAG: u8 = b't';
+/// Written by lockctl when it stops the job for a lost lease itself.
+const HANDLING: u8 = b'l';
 /// Written by lockctl once the group has exited.
 const DONE: u8 = b'd';
+/// The watcher's first argument after exec; `main` looks for it before parsing the command line.
+pub const GUARD_ARG: &str = "--lockctl-guard";
+/// Its process name (`comm`) and `argv[0]`: not lockctl's, so `killall lockctl` and
+/// `pkill -f 'exec NAME'` spare it.
+const GUARD_NAME: &[u8] = b"lockctl-guard\0";
+/// The descriptor the exec'd watcher reads its pipe from.
+const GUARD_FD: RawFd = 3;
+/// How often the exec'd watcher looks for the job's processes while lockctl lives.
+const WALK_MS: u64 = 100;
+/// The longest wait in one `poll`: its timeout runs on the monotonic clock, which stops during a
+/// suspend, so the boot-time clock is read again at least this often.
+const RECHECK_MS: u64 = 1000;
+/// When lockctl handles a lost lease itself, the watcher's SIGKILL comes this much after lockctl's,
+/// should lockctl be stopped or gone by then.
+const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
+
+/// The lockctl side of the pipe to the watcher, shared by the threads that report to it.
+#[derive(Clone)]
+pub struct Link(Arc<OwnedFd>);
+
+impl Link {
+    /// One message, written whole (shorter than PIPE_BUF, so atomic among writers).
+    fn send(&self, msg: &[u8]) -> bool {
+        // SAFETY: a write from a live buffer on our own pipe; a watcher that is gone makes it fail
+        // (EPIPE, with SIGPIPE ignored by the Rust runtime).
+        unsafe {
+            libc::write(self.0.as_raw_fd(), msg.as_ptr().cast(), msg.len()) == msg.len() as isize
+        }
+    }
+
+    /// Tells the watcher the lease now runs until `at`.
+    pub fn deadline(&self, at: Stamp) -> bool {
+        let mut msg = [DEADLINE_TAG; 9];
+        msg[1..].copy_from_slice(&(at.since_boot().as_nanos() as u64).to_ne_bytes());
+        self.send(&msg)
+    }
+
+    /// The job's first process, whose PID is the group's ID, is about to be reaped: the ID may be
+    /// reused from then on, so the watcher stops signalling it as a group (the walker still finds
+    /// the group's members).
+    pub fn forget_group(&self) {
+        let mut msg = [GROUP_TAG; 5];
+        msg[1..].copy_from_slice(&0i32.to_ne_bytes());
+        self.send(&msg);
+    }
+
+    /// lockctl is stopping the job for a lost lease itself: the watcher sends no SIGTERM of its own.
+    pub fn handling(&self) {
+        self.send(&[HANDLING]);
+    }
+}
 
 /// A running watcher.
 pub struct Watcher {
-    write: OwnedFd,
+    link: Link,
 }
 
 impl Watcher {
-    /// Forks the watcher.
-    pub fn start() -> io::Result<Watcher> {
+    /// Forks the watcher, which enforces the lease `deadline` (and later ones it is sent) with the
+    /// stop policy: SIGTERM, then SIGKILL `kill_after` later.
+    pub fn start(deadline: Stamp, kill_after: Duration) -> io::Result<Watcher> {
         let mut fds = [0 as RawFd; 2];
         // SAFETY: pipe2 writes two descriptors into the array.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -58,13 +147,38 @@ impl Watcher {
         }
         // SAFETY: both descriptors were just created and are owned here.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let link = Link(Arc::new(write));
+        if !link.deadline(deadline) {
+            return Err(io::Error::last_os_error());
+        }
+        let kill_after = kill_after.as_nanos().min(u64::MAX as u128) as u64;
+        // Everything exec needs is built before the fork: the copy may not allocate.
+        let exe = c"/proc/self/exe";
+        let me = std::process::id() as i32;
+        let start = super::procs::read(me).map_or(0, |p| p.start);
+        let pid = std::ffi::CString::new(format!("{me}:{start}")).map_err(io::Error::other)?;
+        let ns = std::ffi::CString::new(kill_after.to_string()).map_err(io::Error::other)?;
+        let argv = [
+            GUARD_NAME.as_ptr().cast::<libc::c_char>(),
+            c"--lockctl-guard".as_ptr(),
+            pid.as_ptr(),
+            ns.as_ptr(),
+            std::ptr::null(),
+        ];
+        let envp = [std::ptr::null::<libc::c_char>()];
         // SAFETY: fork has no preconditions; the child only forks the watcher and exits (below).
         let middle = unsafe { libc::fork() };
         if middle == 0 {
             // SAFETY: in the forked copy, async-signal-safe calls only; `watch` never returns.
             unsafe {
                 match libc::fork() {
-                    0 => watch(read.as_raw_fd()),
+                    0 => {
+                        isolate(read.as_raw_fd());
+                        libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                        // No exec (no /proc?): watch from this copy, without looking for
+                        // processes that left the group.
+                        watch(GUARD_FD, kill_after, None)
+                    }
                     -1 => libc::_exit(1),
                     _ => libc::_exit(0),
                 }
@@ -84,19 +198,22 @@ impl Watcher {
         if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
             return Err(io::Error::other("cannot fork the watcher process"));
         }
-        Ok(Watcher { write })
+        Ok(Watcher { link })
     }
 
     /// The descriptor on which the child announces its group (see [`announce`]).
     pub fn fd(&self) -> RawFd {
-        self.write.as_raw_fd()
+        self.link.0.as_raw_fd()
+    }
+
+    /// A handle for the threads that report deadlines and lease losses.
+    pub fn link(&self) -> Link {
+        self.link.clone()
     }
 
     /// The group has exited: the watcher stands down.
     pub fn done(self) {
-        // SAFETY: a one-byte write on our own pipe; a watcher that is gone makes it fail (EPIPE,
-        // with SIGPIPE ignored by the Rust runtime), which changes nothing.
-        unsafe { libc::write(self.write.as_raw_fd(), [DONE].as_ptr().cast(), 1) };
+        self.link.send(&[DONE]);
     }
 }
 
@@ -117,51 +234,220 @@ pub unsafe fn announce(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// The watcher's whole life, in the forked copy of lockctl.
+/// Nanoseconds on the boot-time clock.
 ///
 /// # Safety
-/// Only for the child of a fork; never returns.
-unsafe fn watch(read: RawFd) -> ! {
+/// Async-signal-safe.
+unsafe fn boottime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_BOOTTIME always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What the watcher knows, from the messages read so far.
+struct Known {
+    group: libc::pid_t,
+    /// The lease's deadline (boot-time ns); 0 before the first.
+    deadline: u64,
+    /// lockctl handles a lost lease itself.
+    handling: bool,
+    /// When the SIGKILL is due (boot-time ns); 0 while none is.
+    kill_at: u64,
+    killed: bool,
+}
+
+/// Readies the forked copy to be the watcher: every signal blocked (the mask survives exec), a
+/// process group of its own, and no descriptor but the pipe, on [`GUARD_FD`].
+///
+/// # Safety
+/// Async-signal-safe; only for the child of a fork.
+unsafe fn isolate(read: RawFd) {
     // SAFETY: async-signal-safe calls on process state and our own descriptors.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
         libc::setpgid(0, 0);
-        close_all_but(read);
+        if read == GUARD_FD {
+            libc::fcntl(GUARD_FD, libc::F_SETFD, 0);
+        } else {
+            // dup2 leaves the copy without close-on-exec.
+            libc::dup2(read, GUARD_FD);
+        }
+        close_all_but(GUARD_FD);
+    }
+}
 
-        let mut msg = [0u8; 5];
+/// The exec'd watcher (`lockctl-guard`): `args` are what follows [`GUARD_ARG`]. Never returns.
+pub fn guard(args: &[std::ffi::OsString]) -> ! {
+    let arg = |i: usize| args.get(i)?.to_str();
+    let lockctl = arg(0).and_then(|a| {
+        let (pid, start) = a.split_once(':')?;
+        Some((pid.parse::<i32>().ok()?, start.parse::<u64>().ok()?))
+    });
+    let kill_after = arg(1).and_then(|a| a.parse::<u64>().ok());
+    let (Some((lockctl, start)), Some(kill_after)) = (lockctl, kill_after) else {
+        eprintln!("lockctl: {GUARD_ARG} is internal to `lockctl exec`");
+        std::process::exit(64);
+    };
+    // SAFETY: PR_SET_NAME with a NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, GUARD_NAME.as_ptr(), 0, 0, 0) };
+    let mut walker = Walker::new(lockctl, start);
+    // SAFETY: this process is the watcher; the walker may allocate, since it was exec'd.
+    unsafe { watch(GUARD_FD, kill_after, Some(&mut walker)) }
+}
+
+/// The watcher's whole life: in the exec'd `lockctl-guard` with a walker, or in the forked copy of
+/// lockctl without one.
+///
+/// # Safety
+/// Only in the watcher; never returns. Without a walker, async-signal-safe.
+unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -> ! {
+    // SAFETY: async-signal-safe calls on process state and our own descriptors; no allocation
+    // except in the walker.
+    unsafe {
+        let mut known = Known {
+            group: 0,
+            deadline: 0,
+            handling: false,
+            kill_at: 0,
+            killed: false,
+        };
+        let mut msg = [0u8; 9];
         let mut got = 0usize;
-        let mut group: libc::pid_t = 0;
+        let mut timeout: libc::c_int = 0;
         loop {
-            let mut byte = 0u8;
-            let n = libc::read(read, (&mut byte as *mut u8).cast(), 1);
-            if n == 0 {
-                // lockctl is gone without saying "done".
-                if group > 0 {
-                    libc::killpg(group, libc::SIGKILL);
+            // Read the clock first, then take in everything in the pipe: a deadline lockctl sent
+            // before the old one passed was written before `now`, so it is read before any verdict.
+            let now = boottime_ns();
+            let mut pfd = libc::pollfd {
+                fd: read,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ready = libc::poll(&mut pfd, 1, timeout);
+            if ready < 0 {
+                if *libc::__errno_location() != libc::EINTR {
+                    libc::_exit(1);
                 }
-                libc::_exit(0);
+                timeout = 0;
+                continue;
             }
-            if n < 0 {
-                if *libc::__errno_location() == libc::EINTR {
-                    continue;
+            if ready > 0 {
+                let mut buf = [0u8; 64];
+                let n = libc::read(read, buf.as_mut_ptr().cast(), buf.len());
+                if n == 0 {
+                    // lockctl is gone without saying "done".
+                    if known.group > 0 {
+                        libc::killpg(known.group, libc::SIGKILL);
+                    }
+                    if let Some(w) = walker.as_deref_mut() {
+                        w.signal(known.group, libc::SIGKILL, true);
+                    }
+                    libc::_exit(0);
                 }
-                libc::_exit(1);
-            }
-            if got == 0 && byte == DONE {
-                libc::_exit(0);
-            }
-            msg[got] = byte;
-            got += 1;
-            if got == msg.len() {
-                if msg[0] == GROUP_TAG {
-                    group = libc::pid_t::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
+                if n < 0 {
+                    if *libc::__errno_location() == libc::EINTR {
+                        continue;
+                    }
+                    libc::_exit(1);
                 }
-                got = 0;
+                for &byte in &buf[..n as usize] {
+                    if got == 0 && byte == DONE {
+                        libc::_exit(0);
+                    }
+                    if got == 0 && byte == HANDLING {
+                        // Also after a SIGTERM of our own: lockctl's may come later, and the job
+                        // is owed `--kill-after` from it.
+                        known.handling = true;
+                        known.kill_at = known.kill_at.max(
+                            boottime_ns()
+                                .saturating_add(kill_after)
+                                .saturating_add(BACKSTOP_GRACE.as_nanos() as u64),
+                        );
+                        continue;
+                    }
+                    msg[got] = byte;
+                    got += 1;
+                    let whole = match msg[0] {
+                        GROUP_TAG => 5,
+                        DEADLINE_TAG => 9,
+                        _ => 1,
+                    };
+                    if got == whole {
+                        if msg[0] == GROUP_TAG {
+                            known.group =
+                                libc::pid_t::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
+                        } else if msg[0] == DEADLINE_TAG {
+                            let mut ns = [0u8; 8];
+                            ns.copy_from_slice(&msg[1..9]);
+                            known.deadline = known.deadline.max(u64::from_ne_bytes(ns));
+                        }
+                        got = 0;
+                    }
+                }
+                // Drain whatever else is there before deciding.
+                timeout = 0;
+                continue;
+            }
+            if timeout > 0 {
+                // The wait ended: read the clock again before deciding.
+                timeout = 0;
+                continue;
+            }
+            timeout = enforce(&mut known, now, kill_after, walker.as_deref_mut());
+            if let Some(w) = walker.as_deref_mut() {
+                w.refresh();
+                timeout = timeout.min(WALK_MS as libc::c_int);
             }
         }
     }
+}
+
+/// Applies the stop policy as of `now` (the pipe drained); returns how long to wait next, in ms.
+///
+/// # Safety
+/// Async-signal-safe.
+unsafe fn enforce(
+    known: &mut Known,
+    now: u64,
+    kill_after: u64,
+    mut walker: Option<&mut Walker>,
+) -> libc::c_int {
+    let expired = known.deadline != 0 && now >= known.deadline;
+    if expired && !known.handling && known.kill_at == 0 {
+        // SAFETY: killpg on the job's group (see the module docs for why the ID is not recycled).
+        if known.group > 0 {
+            unsafe { libc::killpg(known.group, libc::SIGTERM) };
+        }
+        if let Some(w) = walker.as_deref_mut() {
+            w.signal(known.group, libc::SIGTERM, false);
+        }
+        known.kill_at = now.saturating_add(kill_after).max(1);
+    }
+    if known.kill_at != 0 && !known.killed && now >= known.kill_at {
+        if known.group > 0 {
+            // SAFETY: as above.
+            unsafe { libc::killpg(known.group, libc::SIGKILL) };
+        }
+        if let Some(w) = walker {
+            w.signal(known.group, libc::SIGKILL, false);
+        }
+        known.killed = true;
+    }
+    let mut wait = RECHECK_MS * 1_000_000;
+    if !expired && known.deadline != 0 {
+        wait = wait.min(known.deadline - now);
+    }
+    if known.kill_at != 0 && !known.killed {
+        wait = wait.min(known.kill_at.saturating_sub(now));
+    }
+    // Round up, so the next look comes at or after the moment, not just before it.
+    wait.div_ceil(1_000_000) as libc::c_int
 }
 
 /// Closes every descriptor except `keep`.

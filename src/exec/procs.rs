@@ -1,0 +1,354 @@
+//! Finding the job's processes in `/proc`: every descendant of lockctl, whatever process group it
+//! moved to.
+//!
+//! A process group is not a boundary a job keeps: coreutils `timeout` and a shell with job control
+//! (`set -m`) put their children in groups of their own, so a `killpg` on the job's first group
+//! misses them. The ancestry does hold: lockctl is the subreaper of everything it started, so every
+//! process of the job is a descendant of lockctl for as long as lockctl lives (an orphan comes back
+//! to lockctl, not to init). Signals therefore go to the job's group *and* to every descendant found
+//! by following parent links in `/proc`, and to the groups those descendants lead.
+//!
+//! A walk is a snapshot: a process forked after it is not in it. Its parent is, and a stopping
+//! signal (SIGKILL) is sent in rounds until a walk finds nothing new. A PID found by a walk could in
+//! principle exit, be reaped by its own parent and be handed out again before the signal, in the few
+//! microseconds between reading `/proc` and `kill`; only a wrap-around of the whole PID space in
+//! that moment makes that possible.
+
+use std::collections::{HashMap, HashSet};
+
+/// One process, as `/proc/PID/stat` describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    /// Start time, in clock ticks since boot: with the PID, it names one process for good.
+    pub start: u64,
+    /// Another lockctl's watcher (`lockctl-guard`), never part of a job.
+    pub guard: bool,
+}
+
+/// Every process visible in `/proc` now.
+pub fn snapshot() -> Vec<Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(read)
+        .collect()
+}
+
+/// The process `pid`, if it exists.
+pub fn read(pid: i32) -> Option<Proc> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may itself contain spaces and parentheses.
+    let close = stat.rfind(')')?;
+    let name = &stat[stat.find('(')? + 1..close];
+    let rest = &stat[close + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(0) ppid(1) pgrp(2) session(3) ... starttime(19).
+    Some(Proc {
+        pid,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgid: fields.get(2)?.parse().ok()?,
+        sid: fields.get(3)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+        guard: name == "lockctl-guard",
+    })
+}
+
+/// The processes of `procs` whose chain of parents reaches one of `roots` (the roots excluded).
+pub fn descendants(procs: &[Proc], roots: &HashSet<i32>) -> Vec<Proc> {
+    let mut inside: HashSet<i32> = roots.clone();
+    let mut found = Vec::new();
+    loop {
+        let before = found.len();
+        for p in procs {
+            if !inside.contains(&p.pid) && inside.contains(&p.ppid) {
+                inside.insert(p.pid);
+                found.push(*p);
+            }
+        }
+        if found.len() == before {
+            return found;
+        }
+    }
+}
+
+/// Sends `signal` once to each of `members` not in the group `done` (already signalled as a whole):
+/// to each group one of them leads, as a whole, and to the others one by one. A group led by a
+/// process outside the job is not signalled as a whole: a member may have joined one (`setpgid`
+/// into another group of the session), and the other processes there are not the job's.
+pub fn signal_all(members: &[Proc], signal: i32, done: i32) {
+    let pids: HashSet<i32> = members.iter().map(|p| p.pid).collect();
+    let mut groups = HashSet::from([done]);
+    for p in members {
+        if p.pgid == done {
+            continue;
+        }
+        // SAFETY: kill/killpg with plain integers; see the module docs for the PIDs' validity.
+        unsafe {
+            if pids.contains(&p.pgid) {
+                if groups.insert(p.pgid) {
+                    libc::killpg(p.pgid, signal);
+                }
+            } else {
+                libc::kill(p.pid, signal);
+            }
+        }
+    }
+}
+
+/// Sends `signal` to every descendant of this process outside the group `done`, in rounds for
+/// SIGKILL (a fork between a walk and the signal escapes one round, not the next).
+pub fn signal_descendants(signal: i32, done: i32) {
+    let me = HashSet::from([std::process::id() as i32]);
+    let rounds = if signal == libc::SIGKILL { 4 } else { 1 };
+    let mut seen: HashSet<(i32, u64)> = HashSet::new();
+    for _ in 0..rounds {
+        let found: Vec<Proc> = descendants(&snapshot(), &me)
+            .into_iter()
+            .filter(|p| seen.insert((p.pid, p.start)))
+            .collect();
+        if found.is_empty() {
+            return;
+        }
+        signal_all(&found, signal, done);
+    }
+}
+
+/// The watcher's view of the job (in the exec'd watcher only: it allocates). While lockctl lives,
+/// its descendants are the job; once it is gone, they are orphans of init, and only what the
+/// watcher saw, or can still tell apart, is found:
+///
+/// - the processes of its last look (every [`super::watcher`] wake, a tenth of a second at most),
+///   checked by start time so a recycled PID is not taken for one of them, and their descendants;
+/// - orphans in lockctl's session whose parent is outside it (they were reparented), started after
+///   lockctl, in a group of the job or leading a group of their own started since that last look.
+///
+/// A process that moved to a group of its own within a tenth of a second before lockctl's death,
+/// whose parent died with lockctl, and that forked its children only after the watcher's last look,
+/// is found by the second rule only if it leads its group; its children in that group go with it.
+pub struct Walker {
+    lockctl: i32,
+    me: i32,
+    /// lockctl's session and start time.
+    sid: i32,
+    start: u64,
+    /// The job's processes at the last look, by PID.
+    seen: HashMap<i32, Proc>,
+    /// Clock ticks since boot at the last look.
+    looked: u64,
+}
+
+impl Walker {
+    /// `lockctl` is the PID of the lockctl that started `start` (clock ticks since boot); the watcher
+    /// shares its session. lockctl may be gone already: until the watcher has looked while it lived,
+    /// everything since lockctl's start counts as recent.
+    pub fn new(lockctl: i32, start: u64) -> Walker {
+        // SAFETY: getsid has no preconditions.
+        let sid = unsafe { libc::getsid(0) };
+        let mut w = Walker {
+            lockctl,
+            me: std::process::id() as i32,
+            sid,
+            start,
+            seen: HashMap::new(),
+            looked: start,
+        };
+        w.refresh();
+        w
+    }
+
+    /// True while lockctl runs (its PID is not another process's by now).
+    fn lockctl_lives(&self) -> bool {
+        read(self.lockctl).is_some_and(|p| p.start == self.start)
+    }
+
+    /// Looks again at lockctl's descendants, if lockctl still runs.
+    pub fn refresh(&mut self) {
+        let looked = ticks();
+        if !self.lockctl_lives() {
+            return;
+        }
+        let found = children_of(self.lockctl)
+            .unwrap_or_else(|| descendants(&snapshot(), &HashSet::from([self.lockctl])));
+        self.seen = found
+            .into_iter()
+            .filter(|p| p.pid != self.me && !p.guard)
+            .map(|p| (p.pid, p))
+            .collect();
+        self.looked = looked;
+    }
+
+    /// Sends `signal` to the job outside the group `group` (already signalled as a whole); `orphaned`:
+    /// lockctl is gone, so look for its orphans too (see the type's docs).
+    pub fn signal(&mut self, group: i32, signal: i32, orphaned: bool) {
+        let rounds = if signal == libc::SIGKILL { 4 } else { 1 };
+        let mut done: HashSet<(i32, u64)> = HashSet::new();
+        for _ in 0..rounds {
+            let procs = snapshot();
+            let by_pid: HashMap<i32, &Proc> = procs.iter().map(|p| (p.pid, p)).collect();
+            let still = |p: &Proc| by_pid.get(&p.pid).is_some_and(|q| q.start == p.start);
+            let mut roots: HashSet<i32> = self
+                .seen
+                .values()
+                .filter(|p| still(p))
+                .map(|p| p.pid)
+                .collect();
+            if self.lockctl_lives() {
+                roots.insert(self.lockctl);
+            }
+            if group > 0 {
+                roots.insert(group);
+            }
+            let mut members: HashMap<i32, Proc> = descendants(&procs, &roots)
+                .into_iter()
+                .chain(self.seen.values().filter(|p| still(p)).copied())
+                .map(|p| (p.pid, p))
+                .collect();
+            if orphaned && self.sid > 0 && self.start > 0 {
+                let groups: HashSet<i32> = members
+                    .values()
+                    .flat_map(|p| [p.pgid, p.pid])
+                    .chain([group])
+                    .collect();
+                let recent = self.looked.saturating_sub(RECENT_TICKS);
+                for p in &procs {
+                    let reparented = by_pid.get(&p.ppid).is_none_or(|q| q.sid != self.sid);
+                    if p.sid == self.sid
+                        && p.start >= self.start
+                        && reparented
+                        && (groups.contains(&p.pgid) || (p.pgid == p.pid && p.start >= recent))
+                    {
+                        members.insert(p.pid, *p);
+                    }
+                }
+            }
+            let fresh: Vec<Proc> = members
+                .into_values()
+                .filter(|p| p.pid != self.me && p.pid != self.lockctl && !p.guard)
+                .filter(|p| done.insert((p.pid, p.start)))
+                .collect();
+            if fresh.is_empty() {
+                return;
+            }
+            signal_all(&fresh, signal, group);
+            self.seen.extend(fresh.into_iter().map(|p| (p.pid, p)));
+        }
+    }
+}
+
+/// The descendants of `root`, read from the kernel's lists of children
+/// (`/proc/PID/task/TID/children`): a look that reads only the job's processes, not every process
+/// of the machine, as [`snapshot`] does; this one runs ten times a second. `None` if the kernel keeps
+/// no such lists.
+fn children_of(root: i32) -> Option<Vec<Proc>> {
+    let mut found = Vec::new();
+    let mut queue = vec![root];
+    let mut inside = HashSet::from([root]);
+    while let Some(pid) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let list = match std::fs::read_to_string(task.path().join("children")) {
+                Ok(list) => list,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && pid == root => {
+                    // Gone with its thread, or no such lists at all: ask the thread that stays.
+                    if !std::path::Path::new(&format!("/proc/{pid}/task/{pid}/children")).exists()
+                        && std::path::Path::new(&format!("/proc/{pid}")).exists()
+                    {
+                        return None;
+                    }
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            for child in list
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                if inside.insert(child) {
+                    if let Some(p) = read(child) {
+                        found.push(p);
+                        queue.push(child);
+                    }
+                }
+            }
+        }
+    }
+    Some(found)
+}
+
+/// How far before the last look a process counts as started since (start times are in ticks).
+const RECENT_TICKS: u64 = 10;
+
+/// Clock ticks since boot, the unit of [`Proc::start`].
+pub fn ticks() -> u64 {
+    let ns = crate::clock::Stamp::now().since_boot().as_nanos() as u64;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ns / (1_000_000_000 / hz)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(pid: i32, ppid: i32) -> Proc {
+        Proc {
+            pid,
+            ppid,
+            pgid: pid,
+            sid: 1,
+            start: 0,
+            guard: false,
+        }
+    }
+
+    #[test]
+    fn descendants_follow_parent_chains_in_any_order() {
+        let procs = [p(5, 4), p(4, 3), p(3, 1), p(9, 1), p(6, 3)];
+        let mut found: Vec<i32> = descendants(&procs, &HashSet::from([3]))
+            .iter()
+            .map(|p| p.pid)
+            .collect();
+        found.sort();
+        assert_eq!(found, [4, 5, 6]);
+    }
+
+    #[test]
+    fn the_lists_of_children_find_a_grandchild() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let grandchild: i32 = line.trim().parse().unwrap();
+        let me = std::process::id() as i32;
+        let found = children_of(me).map(|v| v.iter().map(|p| p.pid).collect::<Vec<_>>());
+        // SAFETY: kill on the processes this test started.
+        unsafe { libc::kill(grandchild, libc::SIGKILL) };
+        child.wait().unwrap();
+        if let Some(found) = found {
+            assert!(found.contains(&(child.id() as i32)), "{found:?}");
+            assert!(found.contains(&grandchild), "{found:?}");
+        }
+    }
+
+    #[test]
+    fn this_process_reads_itself() {
+        let me = read(std::process::id() as i32).unwrap();
+        assert_eq!(me.pid, std::process::id() as i32);
+        // SAFETY: getppid has no preconditions.
+        assert_eq!(me.ppid, unsafe { libc::getppid() });
+    }
+}

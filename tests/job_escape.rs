@@ -1,0 +1,221 @@
+//! Processes of an `exec` job that lockctl does not stop before another client holds the lock.
+//!
+//! - A member that moves to a process group of its own without leaving the session: coreutils
+//!   `timeout` does so (it calls `setpgid(0, 0)`), as does a shell with job control (`bash -c
+//!   'set -m; ...'`). lockctl is its subreaper, so it becomes lockctl's child, yet lockctl ends the
+//!   job, releases the lock, and neither the lease-loss signals nor the watcher reach it.
+//! - A stopped lockctl (SIGSTOP): the job runs on in its own group while the lease runs out in
+//!   Redis and another client takes the lock; it is stopped only once lockctl resumes.
+
+mod support;
+
+use std::io::BufRead;
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::*;
+
+/// Starts `exec NAME --ttl 2s -- sh -c SCRIPT` and returns it with the PID the script printed after
+/// `ready `.
+fn start(s: &Server, name: &str, script: &str) -> (std::process::Child, i32) {
+    let mut child = lockctl_on(s)
+        .args(["exec", name, "--ttl", "2s", "--kill-after", "1s", "--"])
+        .args(["sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = wait_for_line(
+        child.stdout.take().unwrap(),
+        "ready",
+        Duration::from_secs(30),
+    );
+    // The line was consumed; the script prints it again with the PID.
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pid = line.trim().strip_prefix("pid ").unwrap().parse().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (child, pid)
+}
+
+/// One attempt at `name`: true if busy (75), false if granted (0). Any other outcome (a node timeout
+/// on a loaded machine) says nothing about the lock, so the attempt is made again.
+fn busy(s: &Server, name: &str) -> bool {
+    for _ in 0..50 {
+        let o = run(lockctl_on(s).args(["acquire", name, "-n", "--ttl", "60s"]));
+        match code(&o) {
+            75 => return true,
+            0 => return false,
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    panic!("no attempt at '{name}' came to a verdict");
+}
+
+#[test]
+fn a_member_under_timeout_keeps_the_lock_while_it_runs() {
+    let s = Server::start();
+    let (child, member) = start(
+        &s,
+        "tmo",
+        "timeout 300 sleep 300 & echo ready; echo \"pid $!\"; exit 0",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let still_running = alive(member);
+    let held = busy(&s, "tmo");
+    kill(member, libc::SIGTERM);
+    let _ = wait_output(child, Duration::from_secs(30));
+    assert!(still_running, "the member under timeout runs");
+    assert!(
+        held,
+        "another client was granted the lock while a job member ran"
+    );
+}
+
+#[test]
+fn sigkill_to_lockctl_kills_a_member_under_timeout() {
+    let s = Server::start();
+    let (mut child, member) = start(
+        &s,
+        "tmo9",
+        "timeout 300 sleep 300 & echo ready; echo \"pid $!\"; wait",
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let died = eventually(Duration::from_secs(10), || !alive(member));
+    kill(member, libc::SIGTERM);
+    assert!(died, "a job member outlived its lockctl, killed by SIGKILL");
+}
+
+#[test]
+fn a_stopped_lockctl_does_not_let_its_job_run_on_under_another_holder() {
+    let s = Server::start();
+    let (child, member) = start(
+        &s,
+        "stopped",
+        "echo ready; echo \"pid $$\"; while :; do sleep 0.05; done",
+    );
+    let pid = child.id() as i32;
+    kill(pid, libc::SIGSTOP);
+    assert!(
+        eventually(Duration::from_secs(20), || !busy(&s, "stopped")),
+        "the lease never ran out in Redis"
+    );
+    // Another client now holds the lock: the job must be stopped or gone.
+    let state = std::fs::read_to_string(format!("/proc/{member}/stat")).unwrap_or_default();
+    let running = alive(member)
+        && !state
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('T'));
+    kill(pid, libc::SIGCONT);
+    let _ = wait_output(child, Duration::from_secs(30));
+    assert!(
+        !running,
+        "the job ran on while another client held the lock"
+    );
+}
+
+/// A stopped lockctl does not stop the lease from running out; its watcher does stop the job at the
+/// deadline. The first job appends a line every 50 ms; the second client appends one when granted:
+/// in the file, no line of the first job may follow it. The first job does not ignore SIGTERM, so
+/// the `--kill-after` window does not apply.
+#[test]
+fn a_stopped_lockctl_s_job_writes_nothing_after_the_next_grant() {
+    let s = Server::start();
+    let log = s.dir().join("log");
+    let log_arg = log.to_str().unwrap().to_string();
+    let mut first = lockctl_on(&s)
+        .args(["exec", "wrt", "--ttl", "2s", "--kill-after", "1s", "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo ready; while :; do echo first >> \"$0\"; sleep 0.05; done",
+            &log_arg,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_for_line(
+        first.stdout.take().unwrap(),
+        "ready",
+        Duration::from_secs(30),
+    );
+    std::thread::spawn(move || std::io::copy(&mut out.into_inner(), &mut std::io::sink()));
+    let pid = first.id() as i32;
+    kill(pid, libc::SIGSTOP);
+    let second = run(lockctl_on(&s)
+        .args(["exec", "wrt", "-w", "30s", "--"])
+        .args(["sh", "-c", "echo second >> \"$0\"", &log_arg]));
+    assert_eq!(code(&second), 0, "{}", stderr(&second));
+    // Whatever the first job could still write, it would within this time.
+    std::thread::sleep(Duration::from_millis(1500));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    kill(pid, libc::SIGCONT);
+    let first = wait_output(first, Duration::from_secs(30));
+    let after: Vec<&str> = lines
+        .lines()
+        .skip_while(|l| *l != "second")
+        .skip(1)
+        .collect();
+    assert!(lines.contains("first"), "the first job never ran: {lines}");
+    assert!(
+        after.is_empty(),
+        "the first job wrote {} lines after the second grant",
+        after.len()
+    );
+    assert_eq!(code(&first), 76, "{}", stderr(&first));
+}
+
+/// The PIDs of the processes whose command line, arguments joined by spaces, contains `needle`: what
+/// `pkill -f` matches.
+fn matching(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn pkill_by_command_line_spares_the_watcher_and_the_job_dies() {
+    let s = Server::start();
+    let (mut child, member) = start(
+        &s,
+        "pkilled",
+        "sleep 300 & echo ready; echo \"pid $!\"; wait",
+    );
+    let lockctl = child.id() as i32;
+    // The watcher tells itself apart by name and command line.
+    let needle = format!("lockctl-guard --lockctl-guard {lockctl}:");
+    let mut guards = Vec::new();
+    // The watcher runs as soon as it has exec'd, which may come after the job's first line.
+    eventually(Duration::from_secs(10), || {
+        guards = matching(&needle);
+        !guards.is_empty()
+    });
+    assert_eq!(guards.len(), 1, "one watcher for lockctl {lockctl}");
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", guards[0])).unwrap();
+    assert_eq!(comm.trim(), "lockctl-guard");
+    // `pkill -9 -f 'exec pkilled'`.
+    let hits = matching("exec pkilled");
+    assert_eq!(
+        hits,
+        [lockctl],
+        "only lockctl's command line names the lock"
+    );
+    for pid in hits {
+        kill(pid, libc::SIGKILL);
+    }
+    child.wait().unwrap();
+    let died = eventually(Duration::from_secs(10), || !alive(member));
+    kill(member, libc::SIGTERM);
+    assert!(died, "the job outlived lockctl killed by its command line");
+}
