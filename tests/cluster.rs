@@ -189,6 +189,9 @@ fn a_waiter_is_woken_by_a_release_through_any_node() {
         })),
         "the waiter never subscribed"
     );
+    // Let its backoff grow towards its 2 s ceiling, so that the release, not a retry that happens to
+    // come due at the same moment, is what lets it in.
+    std::thread::sleep(Duration::from_secs(3));
     let o = run(lockctl_on_url(&url).args(["release", "w", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = wait_output(waiter, Duration::from_secs(60));
