@@ -186,11 +186,20 @@ fn renew_loop(
             let started = Stamp::now();
             match engine.renew_grant(grant, holder) {
                 Ok(validity) => {
+                    let mut guarded = true;
                     if !deadline.extend(started.add(validity), |at| {
-                        watcher.deadline(at);
+                        guarded = watcher.deadline(at);
                     }) {
                         // Answered after the deadline: too late to count.
                         return (engine, ran_out());
+                    }
+                    if !guarded {
+                        // Without its watcher, the command would outlive a lockctl that dies or is
+                        // stopped: that is a lease nobody enforces, so it ends here.
+                        let reason = "its watcher process (lockctl-guard) is gone, so the command \
+                                      could outlive lockctl"
+                            .to_string();
+                        return (engine, lose(supervisor, &grant.keys.name, reason));
                     }
                     last = started;
                     trace!(

@@ -25,8 +25,6 @@ pub struct Proc {
     pub sid: i32,
     /// Start time, in clock ticks since boot: with the PID, it names one process for good.
     pub start: u64,
-    /// Another lockctl's watcher (`lockctl-guard`), never part of a job.
-    pub guard: bool,
 }
 
 /// Every process visible in `/proc` now.
@@ -42,9 +40,9 @@ pub fn snapshot() -> Vec<Proc> {
 /// The process `pid`, if it exists.
 pub fn read(pid: i32) -> Option<Proc> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name, in parentheses, may itself contain spaces and parentheses.
+    // The command name, in parentheses, may itself contain spaces and parentheses; it is not
+    // used (a name proves nothing: a job's process may call itself lockctl-guard).
     let close = stat.rfind(')')?;
-    let name = &stat[stat.find('(')? + 1..close];
     let rest = &stat[close + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(0) ppid(1) pgrp(2) session(3) ... starttime(19).
@@ -54,7 +52,6 @@ pub fn read(pid: i32) -> Option<Proc> {
         pgid: fields.get(2)?.parse().ok()?,
         sid: fields.get(3)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
-        guard: name == "lockctl-guard",
     })
 }
 
@@ -176,7 +173,7 @@ impl Walker {
             .unwrap_or_else(|| descendants(&snapshot(), &HashSet::from([self.lockctl])));
         self.seen = found
             .into_iter()
-            .filter(|p| p.pid != self.me && !p.guard)
+            .filter(|p| p.pid != self.me)
             .map(|p| (p.pid, p))
             .collect();
         self.looked = looked;
@@ -228,7 +225,7 @@ impl Walker {
             }
             let fresh: Vec<Proc> = members
                 .into_values()
-                .filter(|p| p.pid != self.me && p.pid != self.lockctl && !p.guard)
+                .filter(|p| p.pid != self.me && p.pid != self.lockctl)
                 .filter(|p| done.insert((p.pid, p.start)))
                 .collect();
             if fresh.is_empty() {
@@ -304,7 +301,6 @@ mod tests {
             pgid: pid,
             sid: 1,
             start: 0,
-            guard: false,
         }
     }
 
