@@ -34,9 +34,12 @@ pub fn elapsed_ms() -> f64 {
 
 /// Writes one line to stderr. A failed write is ignored, unlike `eprintln!`, which panics: when
 /// stderr is a pipe whose reader has gone, the renewal thread must still get to stop the command.
+/// The line goes out in one write, so that the output of the job, which shares the terminal or the
+/// CI log, cannot land in the middle of it (stderr is unbuffered: `writeln!` writes piece by piece).
 pub fn line(args: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{args}");
+    let text = format!("{args}\n");
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// A diagnostic line, unless `-q`.
