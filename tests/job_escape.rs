@@ -202,8 +202,10 @@ fn pkill_by_command_line_spares_the_watcher_and_the_job_dies() {
         !guards.is_empty()
     });
     assert_eq!(guards.len(), 1, "one watcher for lockctl {lockctl}");
-    let comm = std::fs::read_to_string(format!("/proc/{}/comm", guards[0])).unwrap();
-    assert_eq!(comm.trim(), "lockctl-guard");
+    // It names itself right after its exec (until then its name is the binary's path's).
+    let comm = || std::fs::read_to_string(format!("/proc/{}/comm", guards[0])).unwrap_or_default();
+    eventually(Duration::from_secs(10), || comm().trim() == "lockctl-guard");
+    assert_eq!(comm().trim(), "lockctl-guard");
     // `pkill -9 -f 'exec pkilled'`.
     let hits = matching("exec pkilled");
     assert_eq!(
