@@ -121,7 +121,7 @@ pub fn signal_descendants(signal: i32, done: i32) {
 ///
 /// - the processes of its last look (every [`super::watcher`] wake, a tenth of a second at most),
 ///   checked by start time so a recycled PID is not taken for one of them, and their descendants;
-/// - orphans in lockctl's session whose parent is outside it (they were reparented), started after
+/// - orphans in lockctl's session whose parent is init or outside the session (they were reparented), started after
 ///   lockctl, in a group of the job or leading a group of their own started since that last look.
 ///
 /// A process that moved to a group of its own within a tenth of a second before lockctl's death,
@@ -205,7 +205,9 @@ impl Walker {
                 .chain(self.seen.values().filter(|p| still(p)).copied())
                 .map(|p| (p.pid, p))
                 .collect();
-            if orphaned && self.sid > 0 && self.start > 0 {
+            if orphaned && self.sid >= 0 && self.start > 0 {
+                // A session ID of 0: the session leader is outside our PID namespace (a
+                // container), as it is for every process of the job.
                 let groups: HashSet<i32> = members
                     .values()
                     .flat_map(|p| [p.pgid, p.pid])
@@ -213,7 +215,10 @@ impl Walker {
                     .collect();
                 let recent = self.looked.saturating_sub(RECENT_TICKS);
                 for p in &procs {
-                    let reparented = by_pid.get(&p.ppid).is_none_or(|q| q.sid != self.sid);
+                    // An orphan goes to init, or to the nearest subreaper, which may share
+                    // lockctl's session (a container whose first process started lockctl).
+                    let reparented =
+                        p.ppid == 1 || by_pid.get(&p.ppid).is_none_or(|q| q.sid != self.sid);
                     if p.sid == self.sid
                         && p.start >= self.start
                         && reparented

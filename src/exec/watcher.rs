@@ -12,8 +12,9 @@
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
-//! - On end-of-file without a "done" byte first, the watcher sends SIGKILL to the group and to every
-//!   other process of the job it can find (below), and exits. lockctl writes "done" once the whole
+//! - On end-of-file without a "done" byte first, the watcher stops the group (SIGSTOP, so that no
+//!   member can leave it or die and cut the parent links the search follows), sends SIGKILL to every
+//!   other process of the job it can find (below), then to the group, and exits. lockctl writes "done" once the whole
 //!   job has exited, as soon as it knows, before the release.
 //! - **Processes that left the group** (`timeout`, `set -m`, `setsid`) are lockctl's descendants, not
 //!   the group's members. While lockctl lives the watcher looks at lockctl's descendants in `/proc`
@@ -341,12 +342,20 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
                 let mut buf = [0u8; 64];
                 let n = libc::read(read, buf.as_mut_ptr().cast(), buf.len());
                 if n == 0 {
-                    // lockctl is gone without saying "done".
+                    // lockctl is gone without saying "done". The group is stopped first, then
+                    // walked, then killed: stopped, its processes can neither leave it nor die,
+                    // so the parent links from them to the processes that already left it still
+                    // stand during the walk (once they die, those become orphans of init or of a
+                    // subreaper in lockctl's session, such as a container's first process, and
+                    // are harder to tell apart from other processes).
                     if known.group > 0 {
-                        libc::killpg(known.group, libc::SIGKILL);
+                        libc::killpg(known.group, libc::SIGSTOP);
                     }
                     if let Some(w) = walker.as_deref_mut() {
                         w.signal(known.group, libc::SIGKILL, true);
+                    }
+                    if known.group > 0 {
+                        libc::killpg(known.group, libc::SIGKILL);
                     }
                     libc::_exit(0);
                 }
