@@ -359,6 +359,16 @@ pub struct WaitArgs {
         env = "LOCKCTL_CONFLICT_EXIT_CODE", value_parser = clap::value_parser!(u8),
         allow_negative_numbers = true)]
     pub conflict_exit_code: Option<u8>,
+
+    /// Slots: up to N holders at once (a counting semaphore) [1..=1000]
+    ///
+    /// Each holder gets its own token, its slot number (LOCKCTL_SLOT) and a fence that increases
+    /// across all holders of NAME. Every client of NAME must give the same N: another N is a usage
+    /// error (exit 2) while anything of NAME is held. release, renew, status, list and break find
+    /// the slots themselves and take no --limit. Example: --limit 3
+    #[arg(long, value_name = "N", env = "LOCKCTL_LIMIT", default_value = "1",
+        value_parser = clap::value_parser!(u16).range(1..=1000), allow_negative_numbers = true)]
+    pub limit: u16,
 }
 
 #[derive(Debug, Args)]

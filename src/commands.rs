@@ -64,7 +64,14 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
         let _ = tx.send(Wake::Signal(s));
     })
     .context("cannot install signal handlers")?;
-    let grant = match engine.acquire(&keys, args.wait.ttl, policy, &parent_holder(), &wake) {
+    let grant = match engine.acquire(
+        &keys,
+        args.wait.ttl,
+        policy,
+        &parent_holder(),
+        usize::from(args.wait.limit),
+        &wake,
+    ) {
         Ok(g) => g,
         Err(e) => return Ok(report(&e, busy)),
     };

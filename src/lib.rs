@@ -21,8 +21,10 @@
 //! let mut engine = Engine::new(&settings).unwrap();
 //! let keys = engine.keys("nightly-report");
 //! let holder = Holder::new(std::process::id(), "report");
+//! let ttl = Duration::from_secs(30);
+//! // The last number is the limit: 1 for a lock, N for a semaphore of N slots.
 //! let grant = engine
-//!     .acquire(&keys, Duration::from_secs(30), WaitPolicy::NoWait, &holder, &Wakeup::new())
+//!     .acquire(&keys, ttl, WaitPolicy::NoWait, &holder, 1, &Wakeup::new())
 //!     .unwrap();
 //! println!("fence {}", grant.fence);
 //! engine.release(&keys, &grant.token).unwrap();

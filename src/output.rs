@@ -51,6 +51,8 @@ pub fn grant_json(g: &Grant) -> serde_json::Value {
         "validity_ms": g.validity.as_millis() as u64,
         "nodes": g.nodes,
         "quorum": g.quorum,
+        "slot": g.slot,
+        "limit": g.limit,
     })
 }
 

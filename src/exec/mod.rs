@@ -91,7 +91,14 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     )
     .context("cannot install signal handlers")?;
 
-    let grant = match engine.acquire(&keys, args.wait.ttl, policy, &holder, &wake) {
+    let grant = match engine.acquire(
+        &keys,
+        args.wait.ttl,
+        policy,
+        &holder,
+        usize::from(args.wait.limit),
+        &wake,
+    ) {
         Ok(g) => g,
         Err(e) => return Ok(report(&e, busy)),
     };

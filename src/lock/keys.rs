@@ -41,6 +41,13 @@ pub struct LockKeys {
     pub holder: String,
     /// Pub/sub channel on which releases are announced.
     pub channel: String,
+    /// The semaphore's limit N (`--limit`), kept while a slot above 1 is in use; absent for a
+    /// plain lock.
+    pub limit: String,
+    /// `<slot base><i>` is slot i's key for i >= 2 (slot 1 is `key`).
+    pub slot_base: String,
+    /// `<holder base><i>` is slot i's holder hash for i >= 2 (slot 1's is `holder`).
+    pub holder_base: String,
 }
 
 impl LockKeys {
@@ -62,7 +69,28 @@ impl LockKeys {
             fence: aux("fence"),
             holder: aux("holder"),
             channel: aux("released"),
+            limit: aux("limit"),
+            slot_base: format!("{}{AUX_SEPARATOR}", aux("slot")),
+            holder_base: format!("{}{AUX_SEPARATOR}", aux("holder")),
             key,
+        }
+    }
+
+    /// The key of slot `i` (1-based): the lock key itself for slot 1, so `--limit 1` is a plain lock.
+    pub fn slot_key(&self, i: usize) -> String {
+        if i <= 1 {
+            self.key.clone()
+        } else {
+            format!("{}{i}", self.slot_base)
+        }
+    }
+
+    /// The holder hash of slot `i` (1-based).
+    pub fn slot_holder(&self, i: usize) -> String {
+        if i <= 1 {
+            self.holder.clone()
+        } else {
+            format!("{}{i}", self.holder_base)
         }
     }
 }
@@ -125,8 +153,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn all(k: &LockKeys) -> [&str; 4] {
-        [&k.key, &k.fence, &k.holder, &k.channel]
+    fn all(k: &LockKeys) -> [String; 8] {
+        [
+            k.key.clone(),
+            k.fence.clone(),
+            k.holder.clone(),
+            k.channel.clone(),
+            k.limit.clone(),
+            k.slot_key(2),
+            k.slot_holder(2),
+            k.slot_key(17),
+        ]
     }
 
     #[test]
@@ -145,6 +182,12 @@ mod tests {
         assert_eq!(k.key, "lockctl:deploy");
         assert_eq!(k.fence, "{lockctl:deploy}\u{1f}fence");
         assert_eq!(k.channel, "{lockctl:deploy}\u{1f}released");
+        assert_eq!(k.slot_key(1), k.key);
+        assert_eq!(k.slot_holder(1), k.holder);
+        assert_eq!(k.slot_key(3), "{lockctl:deploy}\u{1f}slot\u{1f}3");
+        assert_eq!(k.slot_holder(3), "{lockctl:deploy}\u{1f}holder\u{1f}3");
+        assert_eq!(k.limit, "{lockctl:deploy}\u{1f}limit");
+        assert!(!is_lock_key(k.slot_key(2).as_bytes()));
     }
 
     #[test]
@@ -163,7 +206,7 @@ mod tests {
             for prefix in ["", "lockctl:", "{p}:"] {
                 let k = LockKeys::new(prefix, name);
                 let want = slot(k.key.as_bytes());
-                for aux in [&k.fence, &k.holder, &k.channel] {
+                for aux in &all(&k)[1..] {
                     assert_eq!(slot(aux.as_bytes()), want, "{aux:?} of {:?}", k.key);
                 }
             }
@@ -238,7 +281,7 @@ mod tests {
         fn aux_keys_share_the_lock_key_slot(name in "\\PC{1,12}", prefix in "[{}a:]{0,3}") {
             let k = LockKeys::new(&prefix, &name);
             let want = slot(k.key.as_bytes());
-            for aux in [&k.fence, &k.holder, &k.channel] {
+            for aux in &all(&k)[1..] {
                 prop_assert_eq!(slot(aux.as_bytes()), want);
             }
         }

@@ -191,16 +191,22 @@ pub struct Grant {
     /// Per node, the server's run id when it granted this lock (empty where it did not): a renewal
     /// that finds the key gone from a node whose run id changed knows the node restarted.
     pub run_ids: Vec<String>,
+    /// The slot held, 1..=limit (slot 1 is the lock key itself).
+    pub slot: usize,
+    /// The number of slots of the name (`--limit`).
+    pub limit: usize,
 }
 
 impl Grant {
-    /// What a holder's command is told: `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`, `LOCKCTL_FENCE`.
-    pub fn env(&self) -> [(&'static str, String); 4] {
+    /// What a holder's command is told: `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`, `LOCKCTL_FENCE`,
+    /// `LOCKCTL_SLOT`.
+    pub fn env(&self) -> [(&'static str, String); 5] {
         [
             ("LOCKCTL_NAME", self.keys.name.clone()),
             ("LOCKCTL_KEY", self.keys.key.clone()),
             ("LOCKCTL_TOKEN", self.token.clone()),
             ("LOCKCTL_FENCE", self.fence.to_string()),
+            ("LOCKCTL_SLOT", self.slot.to_string()),
         ]
     }
 }
@@ -225,10 +231,13 @@ struct Refusal {
     failures: Vec<String>,
     /// A mistake in the setup that no retry can fix.
     fatal: Option<LockError>,
+    /// A quorum granted, but split over several slots: retry asking for this one, the most voted.
+    split: Option<usize>,
 }
 
 enum Round1 {
-    Won(u64, String),
+    /// Granted: fence, run id, slot.
+    Won(u64, String, usize),
     Busy {
         pttl: i64,
         holder: Option<String>,
@@ -237,6 +246,12 @@ enum Round1 {
     Quarantined {
         remaining_ms: u64,
         uptime_s: Option<u64>,
+        run_id: String,
+    },
+    /// The name is in use with another limit.
+    Mismatch {
+        limit: i64,
+        holder: Option<String>,
         run_id: String,
     },
 }
@@ -357,15 +372,18 @@ impl Engine {
         ttl: Duration,
         policy: WaitPolicy,
         holder: &Holder,
+        limit: usize,
         wake: &Wakeup,
     ) -> Result<Grant, LockError> {
         let mut waiter = wait::Waiter::new(keys, policy, self.nodes.len());
+        // The slot to ask for: after a split vote, the most voted one, once.
+        let mut want = None;
         loop {
             if let Some(signal) = wake.pending_signal() {
                 waiter.finish();
                 return Err(LockError::Interrupted(signal));
             }
-            match self.attempt(keys, ttl, holder) {
+            match self.attempt(keys, ttl, holder, limit, want.take()) {
                 Ok(grant) => {
                     waiter.finish();
                     if let Some(signal) = wake.pending_signal() {
@@ -385,6 +403,11 @@ impl Engine {
                     if let Some(fatal) = refusal.fatal.take() {
                         waiter.finish();
                         return Err(fatal);
+                    }
+                    if let Some(slot) = refusal.split {
+                        trace!("'{}': split vote, asking for slot {slot}", keys.name);
+                        want = Some(slot);
+                        continue;
                     }
                     if refusal.answered < self.quorum() {
                         // Nodes that refuse (78) refuse again: waiting cannot help.
@@ -508,6 +531,8 @@ impl Engine {
         keys: &LockKeys,
         ttl: Duration,
         holder: &Holder,
+        limit: usize,
+        want: Option<usize>,
     ) -> Result<Grant, Box<Refusal>> {
         let n = self.nodes.len();
         let quorum = self.quorum();
@@ -515,7 +540,14 @@ impl Engine {
         let ttl_ms = ttl.as_millis().to_string();
         let quarantine_ms = self.quarantine.unwrap_or(ttl).as_millis().to_string();
         let pid = holder.pid.to_string();
-        let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
+        let limit_arg = limit.to_string();
+        let want_arg = want.map_or(String::new(), |w| w.to_string());
+        let key_list = [
+            keys.key.as_str(),
+            keys.fence.as_str(),
+            keys.holder.as_str(),
+            keys.limit.as_str(),
+        ];
 
         let started = Stamp::now();
         let round1 = quorum::all(&mut self.nodes, |_, node| {
@@ -526,6 +558,10 @@ impl Engine {
                 holder.host.as_str(),
                 pid.as_str(),
                 holder.cmd.as_str(),
+                limit_arg.as_str(),
+                keys.slot_base.as_str(),
+                keys.holder_base.as_str(),
+                want_arg.as_str(),
             ];
             node.eval("acquire", &ACQUIRE, &key_list, &args)
                 .and_then(|v| parse_round1(v, &node.display))
@@ -536,16 +572,31 @@ impl Engine {
             ..Refusal::default()
         };
         let mut won: Vec<Option<u64>> = vec![None; n];
+        // The slot each node granted.
+        let mut slots = vec![0usize; n];
+        let mut mismatch: Option<(i64, Option<String>)> = None;
         // Every node's run id, from every kind of answer; the grant keeps those of the nodes won.
         let mut run_ids = vec![String::new(); n];
         let mut maybe_applied = vec![false; n];
         for (i, r) in round1.into_iter().enumerate() {
             match r {
-                Ok(Round1::Won(fence, run_id)) => {
+                Ok(Round1::Won(fence, run_id, slot)) => {
                     refusal.answered += 1;
                     refusal.wins += 1;
                     won[i] = Some(fence);
+                    slots[i] = slot;
                     run_ids[i] = run_id;
+                }
+                Ok(Round1::Mismatch {
+                    limit,
+                    holder,
+                    run_id,
+                }) => {
+                    refusal.answered += 1;
+                    run_ids[i] = run_id;
+                    if mismatch.as_ref().is_none_or(|(_, h)| h.is_none()) {
+                        mismatch = Some((limit, holder));
+                    }
                 }
                 Ok(Round1::Busy {
                     pttl,
@@ -601,11 +652,55 @@ impl Engine {
             )));
             return Err(Box::new(refusal));
         }
+        if let Some((theirs, by)) = mismatch {
+            let touched: Vec<bool> = (0..n)
+                .map(|i| won[i].is_some() || maybe_applied[i])
+                .collect();
+            if touched.iter().any(|&t| t) {
+                self.rollback(keys, &token, &touched);
+            }
+            let by = by.map_or(String::new(), |h| format!(" (held by {h})"));
+            refusal.fatal = Some(LockError::Usage(format!(
+                "{} is used with --limit {theirs}{by}; you asked for --limit {limit}: every \
+                 client of a name must give the same --limit (or LOCKCTL_LIMIT)",
+                keys.name
+            )));
+            return Err(Box::new(refusal));
+        }
+
+        // The slot granted by the most nodes (the lowest on a tie); grants of other slots go back.
+        let mut votes = std::collections::BTreeMap::new();
+        for i in 0..n {
+            if won[i].is_some() {
+                *votes.entry(slots[i]).or_insert(0usize) += 1;
+            }
+        }
+        let slot = votes
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map_or(1, |(s, _)| *s);
+        let strays: Vec<bool> = (0..n)
+            .map(|i| won[i].is_some() && slots[i] != slot)
+            .collect();
+        if strays.iter().any(|&s| s) {
+            if refusal.wins >= quorum && votes[&slot] < quorum && want.is_none() {
+                refusal.split = Some(slot);
+            }
+            self.rollback(keys, &token, &strays);
+            for i in 0..n {
+                if strays[i] {
+                    won[i] = None;
+                }
+            }
+            refusal.wins = won.iter().flatten().count();
+        }
 
         let mut fence = won.iter().flatten().copied().max().unwrap_or(0);
         if n > 1 && won.iter().flatten().count() >= quorum {
+            // Round 2 on the slot won.
+            let (key, holder) = (keys.slot_key(slot), keys.slot_holder(slot));
             fence = self.raise_fences(
-                keys,
+                [&key, &keys.fence, &holder],
                 &token,
                 fence,
                 &mut won,
@@ -642,6 +737,8 @@ impl Engine {
                         }
                     })
                     .collect(),
+                slot,
+                limit,
             }),
             _ => {
                 let touched: Vec<bool> = (0..n)
@@ -666,7 +763,7 @@ impl Engine {
     /// Round 2 of a Redlock grant; returns the fencing token and drops the nodes that failed it.
     fn raise_fences(
         &mut self,
-        keys: &LockKeys,
+        key_list: [&str; 3],
         token: &str,
         fence: u64,
         won: &mut [Option<u64>],
@@ -678,7 +775,6 @@ impl Engine {
             return fence;
         }
         let t = fence.to_string();
-        let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
         let results = quorum::each(
             &mut self.nodes,
             |i| behind[i],
@@ -702,8 +798,8 @@ impl Engine {
 
     /// Releases our token on the given nodes, in parallel; nodes that owe a reply get it sent blind.
     fn rollback(&mut self, keys: &LockKeys, token: &str, on: &[bool]) {
-        let key_list = [keys.key.as_str(), keys.holder.as_str()];
-        let args = [token, keys.channel.as_str()];
+        let key_list = release_keys(keys);
+        let args = release_args(keys, token);
         quorum::each(
             &mut self.nodes,
             |i| on[i],
@@ -720,8 +816,8 @@ impl Engine {
     /// Deletes the lock where it still holds `token`. Ok with the number of nodes released when they
     /// make a quorum.
     pub fn release(&mut self, keys: &LockKeys, token: &str) -> Result<usize, LockError> {
-        let key_list = [keys.key.as_str(), keys.holder.as_str()];
-        let args = [token, keys.channel.as_str()];
+        let key_list = release_keys(keys);
+        let args = release_args(keys, token);
         let results = quorum::all(&mut self.nodes, |_, node| {
             node.eval("release", &RELEASE, &key_list, &args)
         });
@@ -737,7 +833,7 @@ impl Engine {
         token: &str,
         ttl: Duration,
     ) -> Result<Duration, LockError> {
-        self.renew_with(keys, token, Some(ttl), ttl, None)
+        self.renew_with(keys, token, Some(ttl), ttl, None, None)
     }
 
     /// Like [`Engine::renew`] with the TTL the lock was granted with, which its holder record keeps;
@@ -748,7 +844,7 @@ impl Engine {
         token: &str,
         fallback: Duration,
     ) -> Result<Duration, LockError> {
-        self.renew_with(keys, token, None, fallback, None)
+        self.renew_with(keys, token, None, fallback, None, None)
     }
 
     /// Extends a held grant's lease, as [`Engine::renew`], and lets a node that lost the key in a
@@ -767,6 +863,8 @@ impl Engine {
             ttl,
             fence,
             run_ids,
+            slot,
+            limit,
             ..
         } = grant;
         self.renew_with(
@@ -774,6 +872,7 @@ impl Engine {
             token,
             Some(*ttl),
             *ttl,
+            Some((*slot, *limit)),
             Some((*fence, run_ids, holder)),
         )
     }
@@ -784,6 +883,7 @@ impl Engine {
         token: &str,
         ttl: Option<Duration>,
         fallback: Duration,
+        slot: Option<(usize, usize)>,
         recreate: Option<(u64, &mut Vec<String>, &Holder)>,
     ) -> Result<Duration, LockError> {
         let ttl_ms = ttl.map_or(String::new(), |t| t.as_millis().to_string());
@@ -806,7 +906,27 @@ impl Engine {
             Some((_, run_ids, _)) => run_ids.to_vec(),
             None => Vec::new(),
         };
-        let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
+        // A grant knows its slot; a token alone is looked for in every slot.
+        let (slot_key, slot_holder, limit_arg, slot_arg) = match slot {
+            Some((slot, limit)) => (
+                keys.slot_key(slot),
+                keys.slot_holder(slot),
+                limit.to_string(),
+                slot.to_string(),
+            ),
+            None => (
+                keys.key.clone(),
+                keys.holder.clone(),
+                String::new(),
+                String::new(),
+            ),
+        };
+        let key_list = [
+            slot_key.as_str(),
+            keys.fence.as_str(),
+            slot_holder.as_str(),
+            keys.limit.as_str(),
+        ];
         let started = Stamp::now();
         let mut results = quorum::all(&mut self.nodes, |i, node| {
             let granted_by = granted_by.get(i).map_or("", String::as_str);
@@ -820,6 +940,10 @@ impl Engine {
                 &cmd,
                 &fallback_ms,
                 &quarantine_ms,
+                &limit_arg,
+                &slot_arg,
+                &keys.slot_base,
+                &keys.holder_base,
             ];
             node.eval("renew", &RENEW, &key_list, &args)
         });
@@ -929,6 +1053,21 @@ impl Engine {
     }
 }
 
+/// The keys of `release.lua`.
+fn release_keys(keys: &LockKeys) -> [&str; 3] {
+    [keys.key.as_str(), keys.holder.as_str(), keys.limit.as_str()]
+}
+
+/// The arguments of `release.lua`.
+fn release_args<'a>(keys: &'a LockKeys, token: &'a str) -> [&'a str; 4] {
+    [
+        token,
+        keys.channel.as_str(),
+        keys.slot_base.as_str(),
+        keys.holder_base.as_str(),
+    ]
+}
+
 /// Counts script replies: positive integers (held), answers, and failure reasons.
 fn tally(results: Vec<Result<Value, NodeFailure>>) -> (usize, usize, Vec<String>) {
     let mut held = 0;
@@ -970,7 +1109,8 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
     match int(0) {
         Some(1) => {
             let fence: u64 = text(1).parse().map_err(|_| bad())?;
-            Ok(Round1::Won(fence, text(2)))
+            let slot = int(3).and_then(|s| usize::try_from(s).ok()).unwrap_or(1);
+            Ok(Round1::Won(fence, text(2), slot.max(1)))
         }
         Some(0) => Ok(Round1::Busy {
             pttl: int(1).unwrap_or(-1),
@@ -981,6 +1121,11 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
             remaining_ms: int(1).unwrap_or(0).max(0) as u64,
             run_id: text(2),
             uptime_s: int(3).and_then(|u| u64::try_from(u).ok()),
+        }),
+        Some(3) => Ok(Round1::Mismatch {
+            limit: int(1).unwrap_or(0),
+            holder: describe_holder(&text(2), &text(3), &text(4)),
+            run_id: text(5),
         }),
         _ => Err(bad()),
     }

@@ -1,14 +1,19 @@
--- Round 1 of a grant: take the lock if it is free, count the grant on the fencing counter and record
+-- Round 1 of a grant: take a free slot of the lock, count the grant on the fencing counter and record
 -- the holder, all in one atomic step.
--- KEYS: lock, fence counter, holder hash
--- ARGV: token, ttl ms, quarantine ms, host, pid, command line
--- Returns {1, fence, run id}                     granted (fence as a decimal string, exact over 64
+-- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit
+-- ARGV: token, ttl ms, quarantine ms, host, pid, command line, limit N, slot key base, holder hash
+--       base (slot i >= 2 is `base .. i`), the slot wanted ('' or 0 = the lowest free one)
+-- Returns {1, fence, run id, slot}               granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
---         {0, pttl, host, pid, command, run id}  held by someone else
+--         {0, pttl, host, pid, command, run id}  no slot for us (pttl: the soonest a slot frees)
 --         {2, remaining quarantine ms, run id, uptime s}
 --                                                this node started too recently to vote
+--         {3, the limit in use, host, pid, command, run id}
+--                                                the name is used with another limit
 local token, ttl = ARGV[1], ARGV[2]
+local limit = tonumber(ARGV[7]) or 1
+local want = tonumber(ARGV[10]) or 0
 local info
 local function server_info()
   info = info or redis.call('INFO', 'server')
@@ -21,18 +26,76 @@ end
 local function less(a, b)
   return #a < #b or (#a == #b and a < b)
 end
-local current = redis.call('GET', KEYS[1])
-if current == token then
-  -- The same attempt sent again after a dropped connection: it already won here.
-  return {1, redis.call('GET', KEYS[2]) or '0', run_id()}
+local function slot_key(i)
+  if i == 1 then return KEYS[1] end
+  return ARGV[8] .. i
 end
-if current then
-  -- Name the holder only if the record is the current holder's (a canonical client keeps none).
-  local h = redis.call('HMGET', KEYS[3], 'token', 'host', 'pid', 'cmd')
+local function holder_key(i)
+  if i == 1 then return KEYS[3] end
+  return ARGV[9] .. i
+end
+-- The holder of slot i, if its record is the current holder's (a canonical client keeps none).
+local function holder_of(i, current)
+  local h = redis.call('HMGET', holder_key(i), 'token', 'host', 'pid', 'cmd', 'limit')
   if h[1] ~= current then
-    return {0, redis.call('PTTL', KEYS[1]), '', '', '', run_id()}
+    return nil
   end
-  return {0, redis.call('PTTL', KEYS[1]), h[2] or '', h[3] or '', h[4] or '', run_id()}
+  return h
+end
+
+-- Slots: `free` counts the free slots of the `limit`, `pick` is the one we would take. A slot is its
+-- own key, so that with Redlock each slot is a mutex of its own (see docs/queue.md).
+local free, pick = 0, nil
+local busy_pttl, busy_slot, busy_token = nil, nil, nil
+for i = 1, limit do
+  local current = redis.call('GET', slot_key(i))
+  if current == token then
+    -- The same attempt sent again after a dropped connection: it already won here.
+    return {1, redis.call('GET', KEYS[2]) or '0', run_id(), i}
+  end
+  if not current then
+    free = free + 1
+    if not pick and (want == 0 or want == i) then
+      pick = i
+    end
+  else
+    local pttl = redis.call('PTTL', slot_key(i))
+    if not busy_pttl or pttl < busy_pttl then
+      busy_pttl, busy_slot, busy_token = pttl, i, current
+    end
+  end
+end
+
+-- Limit: every client of a name must use the same N. The `limit` key records it while a slot is in
+-- use; a plain lock (N = 1) keeps none, and its holder record says limit 1.
+local recorded = tonumber(redis.call('GET', KEYS[4]) or '')
+if not recorded and limit > 1 then
+  local current = redis.call('GET', KEYS[1])
+  local h = current and holder_of(1, current)
+  if h then
+    recorded = tonumber(h[5]) or 1
+  end
+end
+if recorded and recorded ~= limit then
+  for i = 1, recorded do
+    local current = redis.call('GET', slot_key(i))
+    local h = current and holder_of(i, current)
+    if h then
+      return {3, recorded, h[2] or '', h[3] or '', h[4] or '', run_id()}
+    end
+  end
+  return {3, recorded, '', '', '', run_id()}
+end
+
+-- Queue: `ahead` counts the live waiters before this caller.
+local ahead = 0
+
+if ahead >= free or not pick then
+  local h = holder_of(busy_slot or 1, busy_token)
+  if not h then
+    return {0, busy_pttl or -2, '', '', '', run_id()}
+  end
+  return {0, busy_pttl, h[2] or '', h[3] or '', h[4] or '', run_id()}
 end
 local quarantine = tonumber(ARGV[3])
 local counter = redis.call('GET', KEYS[2])
@@ -56,7 +119,8 @@ end
 -- second in microseconds), which keeps it near the clock, so that a counter restored older (an RDB
 -- snapshot, the last second of an AOF) is overtaken once a second has passed; the whole second, not
 -- the microsecond, keeps the counters of Redlock nodes equal from one grant to the next, so that no
--- round 2 is needed in the steady state.
+-- round 2 is needed in the steady state. One counter serves every slot, so fences increase across
+-- all grants of the name.
 local t = redis.call('TIME')
 local fence
 if not counter then
@@ -71,8 +135,13 @@ else
     fence = second
   end
 end
-redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl)
-redis.call('HSET', KEYS[3], 'token', token, 'fence', fence, 'host', ARGV[4], 'pid', ARGV[5],
-  'cmd', ARGV[6], 'acquired_ms', t[1] * 1000 + math.floor(t[2] / 1000), 'ttl_ms', ttl)
-redis.call('PEXPIRE', KEYS[3], ttl)
-return {1, fence, run_id()}
+redis.call('SET', slot_key(pick), token, 'NX', 'PX', ttl)
+redis.call('HSET', holder_key(pick), 'token', token, 'fence', fence, 'host', ARGV[4], 'pid', ARGV[5],
+  'cmd', ARGV[6], 'acquired_ms', t[1] * 1000 + math.floor(t[2] / 1000), 'ttl_ms', ttl,
+  'slot', pick, 'limit', limit)
+redis.call('PEXPIRE', holder_key(pick), ttl)
+if limit > 1 and redis.call('PTTL', KEYS[4]) < tonumber(ttl) then
+  -- Outlives every slot's lease, so a client with another limit is told while any slot is held.
+  redis.call('SET', KEYS[4], limit, 'PX', ttl)
+end
+return {1, fence, run_id(), pick}

@@ -1,8 +1,10 @@
 -- Compare-and-pexpire: extend the lock only where it still holds our token.
--- KEYS: lock, fence counter, holder hash
+-- KEYS: the slot's key (the lock key for slot 1), fence counter, the slot's holder hash, limit
 -- ARGV: token, ttl ms ('' = the grant's, recorded with the holder), fence T, the node's run id when
 --       it last gave us the key ('' = never re-create), host, pid, command line, the ttl ms for ''
---       when the holder record is not ours (a canonical client's key has none), quarantine ms
+--       when the holder record is not ours (a canonical client's key has none), quarantine ms,
+--       the grant's limit N and slot ('' = unknown: look for the token in every slot of the limit
+--       recorded for the name), slot key base, holder hash base (slot i >= 2 is `base .. i`)
 -- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed or re-created for a holder that
 --         gave a run id (the node's current run id, which the holder records),
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
@@ -16,16 +18,35 @@
 -- holder that lost a majority this way loses its lease. The reply carries the new run id: the holder
 -- records it, and a later disappearance on this node (a `break`, an eviction) is final. The fencing
 -- counter, which the restart may have lost too, is raised to at least our token.
+--
+-- Slots: the limit key outlives every slot's lease, so a renewal that extends a slot extends it too.
 local token, ttl = ARGV[1], ARGV[2]
+local key, holder = KEYS[1], KEYS[3]
+local limit = tonumber(ARGV[10])
+local current = redis.call('GET', key)
+if current ~= token and not limit then
+  for i = 2, tonumber(redis.call('GET', KEYS[4]) or '') or 1 do
+    if redis.call('GET', ARGV[12] .. i) == token then
+      key, holder, current = ARGV[12] .. i, ARGV[13] .. i, token
+      break
+    end
+  end
+end
 if ttl == '' then
-  local h = redis.call('HMGET', KEYS[3], 'token', 'ttl_ms')
+  local h = redis.call('HMGET', holder, 'token', 'ttl_ms')
   ttl = (h[1] == token and h[2]) or ARGV[8]
 end
-local current = redis.call('GET', KEYS[1])
+local function keep_limit()
+  local n = limit or tonumber(redis.call('GET', KEYS[4]) or '')
+  if n and n > 1 and redis.call('PTTL', KEYS[4]) < tonumber(ttl) then
+    redis.call('SET', KEYS[4], n, 'PX', ttl)
+  end
+end
 local granted_by = ARGV[4]
 if current == token then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', key, ttl)
+  redis.call('PEXPIRE', holder, ttl)
+  keep_limit()
   if granted_by == '' then
     return tonumber(ttl)
   end
@@ -48,14 +69,16 @@ if quarantine > 0 then
     return -1
   end
 end
-redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl)
+redis.call('SET', key, token, 'NX', 'PX', ttl)
+keep_limit()
 local fence = redis.call('GET', KEYS[2]) or '0'
 local t = ARGV[3]
 if #fence < #t or (#fence == #t and fence < t) then
   redis.call('SET', KEYS[2], t)
 end
 local now = redis.call('TIME')
-redis.call('HSET', KEYS[3], 'token', token, 'fence', t, 'host', ARGV[5], 'pid', ARGV[6],
-  'cmd', ARGV[7], 'acquired_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'ttl_ms', ttl)
-redis.call('PEXPIRE', KEYS[3], ttl)
+redis.call('HSET', holder, 'token', token, 'fence', t, 'host', ARGV[5], 'pid', ARGV[6],
+  'cmd', ARGV[7], 'acquired_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'ttl_ms', ttl,
+  'slot', ARGV[11], 'limit', ARGV[10])
+redis.call('PEXPIRE', holder, ttl)
 return {tonumber(ttl), run_id}

@@ -1,0 +1,428 @@
+//! `--limit N`: a counting semaphore of N numbered slots, each a mutex of its own with its own token,
+//! and one fencing counter for all of them. Checked against real servers: by a fenced store that
+//! counts concurrent holders and refuses a stale fence per slot, on one node and on Redlock 3 and 4;
+//! by reading the keys in Redis (the plain lock keeps its layout, mismatches change nothing); and
+//! with a canonical peer holding slot 1.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+/// Slot `i`'s key of lock `name` under the default prefix (slot 1 is the lock key).
+fn slot_key(name: &str, i: usize) -> String {
+    if i == 1 {
+        format!("lockctl:{name}")
+    } else {
+        format!("{{lockctl:{name}}}\u{1f}slot\u{1f}{i}")
+    }
+}
+
+fn limit_key(name: &str) -> String {
+    format!("{{lockctl:{name}}}\u{1f}limit")
+}
+
+/// Every key on the server with its value (strings) or type, sorted: a snapshot to compare.
+fn snapshot(s: &Server) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = s
+        .keys()
+        .into_iter()
+        .map(|k| {
+            let kind: String = s.cmd(&["TYPE", &k]);
+            let v = match kind.as_str() {
+                "string" => s.get(&k).unwrap_or_default(),
+                "hash" => {
+                    let mut fields: Vec<String> = s.cmd(&["HGETALL", &k]);
+                    fields.sort();
+                    fields.join(",")
+                }
+                other => other.to_string(),
+            };
+            (k, v)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn sql(dir: &Path, query: &str) -> String {
+    let o = Command::new("sqlite3")
+        .args(["-cmd", ".timeout 30000", "store.db", query])
+        .current_dir(dir)
+        .output()
+        .expect("sqlite3 is required by the tests (apt-get install sqlite3, or ./scripts/test)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The section each worker runs under `exec --limit 3`: the store admits a holder into its slot only
+/// with a fence above the slot's last one and while nobody else is in that slot, and counts the
+/// holders inside at once.
+const SECTION: &str = r#"
+q() { sqlite3 -cmd ".timeout 30000" store.db "$1"; }
+q "BEGIN IMMEDIATE;
+   UPDATE slots SET fence = $LOCKCTL_FENCE, busy = 1
+     WHERE slot = $LOCKCTL_SLOT AND busy = 0 AND fence < $LOCKCTL_FENCE;
+   INSERT INTO log(fence, slot, admitted) VALUES ($LOCKCTL_FENCE, $LOCKCTL_SLOT, changes());
+   UPDATE g SET active = active + 1;
+   UPDATE g SET peak = max(peak, active);
+   COMMIT;"
+sleep 0.2
+q "BEGIN IMMEDIATE;
+   UPDATE slots SET busy = 0 WHERE slot = $LOCKCTL_SLOT AND fence = $LOCKCTL_FENCE;
+   UPDATE g SET active = active - 1;
+   COMMIT;"
+"#;
+
+/// 8 workers, 3 sections each, through `exec --limit 3` on `lockctl`: never more than 3 inside, every
+/// fence distinct, and per slot every fence above the one before.
+fn eight_workers_three_slots(mut lockctl: impl FnMut() -> Command) {
+    let dir = tempfile::tempdir().unwrap();
+    sql(
+        dir.path(),
+        "CREATE TABLE slots(slot INTEGER PRIMARY KEY, fence INTEGER, busy INTEGER);
+         INSERT INTO slots VALUES (1, 0, 0), (2, 0, 0), (3, 0, 0);
+         CREATE TABLE log(fence INTEGER, slot INTEGER, admitted INTEGER);
+         CREATE TABLE g(active INTEGER, peak INTEGER);
+         INSERT INTO g VALUES (0, 0);",
+    );
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let script = format!(
+                "for i in 1 2 3; do lockctl exec pool --limit 3 --ttl 10s -w 120s -c '{}' || exit; done",
+                SECTION.replace('\'', "'\\''")
+            );
+            let base = lockctl();
+            let bin_dir = Path::new(base.get_program()).parent().unwrap();
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c")
+                .arg(script)
+                .current_dir(dir.path())
+                .env(
+                    "PATH",
+                    format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
+                )
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in base.get_envs() {
+                match v {
+                    Some(v) => cmd.env(k, v),
+                    None => cmd.env_remove(k),
+                };
+            }
+            cmd.spawn().expect("run sh")
+        })
+        .collect();
+    for w in workers {
+        let o = wait_output(w, Duration::from_secs(300));
+        assert_eq!(code(&o), 0, "worker: {}", stderr(&o));
+    }
+    let log = sql(
+        dir.path(),
+        "SELECT fence, slot, admitted FROM log ORDER BY rowid",
+    );
+    let rows: Vec<(u64, u64, u64)> = log
+        .lines()
+        .map(|l| {
+            let f: Vec<u64> = l.split('|').map(|x| x.parse().unwrap()).collect();
+            (f[0], f[1], f[2])
+        })
+        .collect();
+    assert_eq!(rows.len(), 24, "{log}");
+    for (fence, slot, admitted) in &rows {
+        assert!((1..=3).contains(slot), "slot {slot} out of 1..=3: {log}");
+        assert_eq!(
+            *admitted, 1,
+            "fence {fence} was refused in slot {slot} (slot busy or a stale fence): {log}"
+        );
+    }
+    let mut fences: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    fences.sort();
+    fences.dedup();
+    assert_eq!(fences.len(), 24, "fences repeat: {log}");
+    let g = sql(dir.path(), "SELECT active, peak FROM g");
+    let (active, peak) = g.split_once('|').unwrap();
+    assert_eq!(active, "0", "{g}");
+    let peak: u64 = peak.parse().unwrap();
+    assert!(peak <= 3, "{peak} holders at once with --limit 3");
+    assert!(peak >= 2, "the slots were never used at once (peak {peak})");
+}
+
+#[test]
+fn eight_workers_never_exceed_three_single_node() {
+    let s = Server::start();
+    eight_workers_three_slots(|| lockctl_on(&s));
+    assert_eq!(s.get(&limit_key("pool")), None, "the limit is forgotten");
+}
+
+#[test]
+fn eight_workers_never_exceed_three_redlock_3() {
+    let s = Servers::start(3);
+    eight_workers_three_slots(|| s.lockctl());
+}
+
+#[test]
+fn eight_workers_never_exceed_three_redlock_4() {
+    let s = Servers::start(4);
+    eight_workers_three_slots(|| s.lockctl());
+}
+
+#[test]
+fn each_slot_has_its_own_token_and_a_larger_fence() {
+    let s = Server::start();
+    let grants: Vec<serde_json::Value> = (0..3)
+        .map(|_| acquire_json(&mut lockctl_on(&s), "pool", &["--limit", "3", "-n"]))
+        .collect();
+    for (i, g) in grants.iter().enumerate() {
+        assert_eq!(g["slot"], i + 1, "{g}");
+        assert_eq!(g["limit"], 3, "{g}");
+        assert_eq!(
+            s.get(&slot_key("pool", i + 1)).as_deref(),
+            g["token"].as_str()
+        );
+        if i > 0 {
+            assert!(g["fence"].as_u64() > grants[i - 1]["fence"].as_u64());
+            assert_ne!(g["token"], grants[i - 1]["token"]);
+        }
+    }
+    assert_eq!(s.get(&limit_key("pool")).as_deref(), Some("3"));
+    let fourth = run(lockctl_on(&s).args(["acquire", "pool", "--limit", "3", "-n"]));
+    assert_eq!(code(&fourth), 75, "{}", stderr(&fourth));
+    assert!(stderr(&fourth).contains("busy"), "{}", stderr(&fourth));
+
+    // env output names the slot.
+    let t2 = grants[1]["token"].as_str().unwrap();
+    let o = run(lockctl_on(&s).args(["release", "pool", "--token", t2]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(lockctl_on(&s).args(["acquire", "pool", "--limit", "3", "-n", "--format", "env"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("export LOCKCTL_SLOT='2'"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn release_and_renew_of_one_slot_leave_the_others() {
+    let s = Server::start();
+    let grants: Vec<serde_json::Value> = (0..3)
+        .map(|_| {
+            acquire_json(
+                &mut lockctl_on(&s),
+                "pool",
+                &["--limit", "3", "-n", "--ttl", "20s"],
+            )
+        })
+        .collect();
+    let token = |i: usize| grants[i]["token"].as_str().unwrap().to_string();
+
+    // Renew slot 2 by its token alone: only slot 2's lease (and the limit) grows.
+    let o = run(lockctl_on(&s).args(["renew", "pool", "--token", &token(1), "--ttl", "90s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let pttl = |k: &str| -> i64 { s.cmd(&["PTTL", k]) };
+    assert!(pttl(&slot_key("pool", 2)) > 60_000);
+    assert!(pttl(&slot_key("pool", 1)) <= 20_000);
+    assert!(pttl(&slot_key("pool", 3)) <= 20_000);
+    assert!(
+        pttl(&limit_key("pool")) > 60_000,
+        "the limit outlives the longest lease"
+    );
+
+    // Release slot 2: slots 1 and 3 stay with their tokens.
+    let o = run(lockctl_on(&s).args(["release", "pool", "--token", &token(1)]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(s.get(&slot_key("pool", 2)), None);
+    assert_eq!(s.get(&slot_key("pool", 1)), Some(token(0)));
+    assert_eq!(s.get(&slot_key("pool", 3)), Some(token(2)));
+    // A second release of the same token is not the owner's any more.
+    let o = run(lockctl_on(&s).args(["release", "pool", "--token", &token(1)]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    let o = run(lockctl_on(&s).args(["renew", "pool", "--token", &token(1)]));
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+
+    // The last release forgets the limit, so the name is free for any limit again.
+    for i in [0, 2] {
+        let o = run(lockctl_on(&s).args(["release", "pool", "--token", &token(i)]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    assert_eq!(s.get(&limit_key("pool")), None);
+    let o = run(lockctl_on(&s).args(["acquire", "pool", "-n"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn exec_tells_the_command_its_slot_and_renews_it() {
+    let s = Server::start();
+    let first = acquire_json(&mut lockctl_on(&s), "pool", &["--limit", "2", "-n"]);
+    assert_eq!(first["slot"], 1);
+    // A TTL of 1.5 s renewed every 0.5 s outlives a 3 s command only by renewing slot 2.
+    let o = run(lockctl_on(&s)
+        .args([
+            "exec",
+            "pool",
+            "--limit",
+            "2",
+            "--ttl",
+            "1500ms",
+            "-n",
+            "-c",
+            "echo slot=$LOCKCTL_SLOT; sleep 3; redis-cli -s \"$SOCK\" GET \"$KEY\"",
+        ])
+        .env("SOCK", s.socket())
+        .env("KEY", slot_key("pool", 2)));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("slot=2"), "{out}");
+    assert_eq!(
+        lines.next().map(str::len),
+        Some(32),
+        "slot 2 still held: {out}"
+    );
+    assert_eq!(
+        s.get(&slot_key("pool", 2)),
+        None,
+        "released after the command"
+    );
+    assert_eq!(
+        s.get(&slot_key("pool", 1)).as_deref(),
+        first["token"].as_str()
+    );
+}
+
+#[test]
+fn limit_one_keeps_the_plain_layout() {
+    let s = Server::start();
+    let g = acquire_json(&mut lockctl_on(&s), "deploy", &["--limit", "1"]);
+    assert_eq!(g["slot"], 1);
+    let mut keys = s.keys();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec![
+            "lockctl:deploy".to_string(),
+            "{lockctl:deploy}\u{1f}fence".to_string(),
+            "{lockctl:deploy}\u{1f}holder".to_string(),
+        ]
+    );
+    assert_eq!(s.get("lockctl:deploy").as_deref(), g["token"].as_str());
+    // The default is --limit 1.
+    let o = run(lockctl_on(&s).args(["acquire", "deploy", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+}
+
+#[test]
+fn a_limit_mismatch_is_refused_both_ways_and_changes_nothing() {
+    let s = Server::start();
+    acquire_json(&mut lockctl_on(&s), "three", &["--limit", "3"]);
+    acquire_json(&mut lockctl_on(&s), "one", &[]);
+    let before = snapshot(&s);
+    for (name, limit, theirs) in [("three", "2", "3"), ("three", "1", "3"), ("one", "3", "1")] {
+        for cmd in ["acquire", "exec"] {
+            let mut c = lockctl_on(&s);
+            c.args([cmd, name, "--limit", limit, "-n"]);
+            if cmd == "exec" {
+                c.args(["--", "true"]);
+            }
+            let o = run(&mut c);
+            assert_eq!(code(&o), 2, "{cmd} {name} --limit {limit}: {}", stderr(&o));
+            let e = stderr(&o);
+            assert!(
+                e.contains(&format!("{name} is used with --limit {theirs}"))
+                    && e.contains(&format!("you asked for --limit {limit}"))
+                    && e.contains("held by"),
+                "{e}"
+            );
+        }
+        assert_eq!(snapshot(&s), before, "a refused limit changed Redis");
+    }
+    // LOCKCTL_LIMIT is the same option.
+    let o = run(lockctl_on(&s)
+        .args(["acquire", "three", "-n"])
+        .env("LOCKCTL_LIMIT", "3"));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn a_limit_mismatch_is_refused_on_redlock_and_rolled_back() {
+    let s = Servers::start(3);
+    acquire_json(&mut s.lockctl(), "pool", &["--limit", "3"]);
+    let before: Vec<_> = s.0.iter().map(snapshot).collect();
+    let o = run(s.lockctl().args(["acquire", "pool", "--limit", "2", "-n"]));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--limit 3"), "{}", stderr(&o));
+    let after: Vec<_> = s.0.iter().map(snapshot).collect();
+    assert_eq!(after, before);
+}
+
+#[test]
+fn bad_limits_are_usage_errors_naming_the_option() {
+    let s = Server::start();
+    for bad in ["0", "1001", "-1", "three", "1.5", ""] {
+        let o = run(lockctl_on(&s).args(["acquire", "x", "-n", "--limit", bad]));
+        assert_eq!(code(&o), 2, "--limit {bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--limit"), "{}", stderr(&o));
+    }
+    let o = run(lockctl_on(&s)
+        .args(["exec", "x", "-n", "--", "true"])
+        .env("LOCKCTL_LIMIT", "0"));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--limit"), "{}", stderr(&o));
+    assert!(s.keys().is_empty(), "{:?}", s.keys());
+}
+
+#[test]
+fn a_canonical_peer_in_slot_one_counts_as_a_holder() {
+    let s = Server::start();
+    let _: String = s.cmd(&["SET", "lockctl:pool", "peer-token", "NX", "PX", "30000"]);
+    let g = acquire_json(&mut lockctl_on(&s), "pool", &["--limit", "2", "-n"]);
+    assert_eq!(g["slot"], 2, "{g}");
+    let o = run(lockctl_on(&s).args(["acquire", "pool", "--limit", "2", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:pool").as_deref(), Some("peer-token"));
+}
+
+#[test]
+fn redlock_rolls_back_a_slot_that_lost_the_vote() {
+    let s = Servers::start(3);
+    // Node 0 has slot 1 taken by a peer, so it grants slot 2; nodes 1 and 2 grant slot 1, which wins.
+    let _: String = s[0].cmd(&["SET", "lockctl:pool", "peer", "PX", "30000"]);
+    let g = acquire_json(&mut s.lockctl(), "pool", &["--limit", "2", "-n"]);
+    assert_eq!(g["slot"], 1, "{g}");
+    assert_eq!(
+        s[0].get(&slot_key("pool", 2)),
+        None,
+        "the stray grant stays"
+    );
+    assert_eq!(s[1].get("lockctl:pool").as_deref(), g["token"].as_str());
+}
+
+#[test]
+fn redlock_retries_a_split_vote_on_the_most_voted_slot() {
+    let s = Servers::start(5);
+    // Slot 1 is taken on nodes 0, 1 (they grant slot 2) and 3, 4 hold both slots: slot 2 has two
+    // votes, slot 1 one (node 2), so round 1 has three wins and no quorum on any slot. Slot 2 is
+    // free on nodes 0, 1 and 2: asked for it, they make a quorum.
+    for i in [0, 1, 3, 4] {
+        let _: String = s[i].cmd(&["SET", "lockctl:pool", "peer", "PX", "30000"]);
+    }
+    for i in [3, 4] {
+        let _: String = s[i].cmd(&["SET", &slot_key("pool", 2), "peer2", "PX", "30000"]);
+    }
+    let g = acquire_json(&mut s.lockctl(), "pool", &["--limit", "2", "-n"]);
+    assert_eq!(g["slot"], 2, "{g}");
+    let token = g["token"].as_str().unwrap();
+    for i in [0, 1, 2] {
+        assert_eq!(s[i].get(&slot_key("pool", 2)).as_deref(), Some(token));
+    }
+    assert_eq!(
+        s[2].get("lockctl:pool"),
+        None,
+        "slot 1 on node 2 rolled back"
+    );
+}
