@@ -271,6 +271,8 @@ Examples:
     Exec(ExecArgs),
 
     /// Show who holds a lock (exit 0 held, 1 free)
+    ///
+    /// A semaphore (--limit N) shows every slot's holder; the limit is read from Redis.
     #[command(after_long_help = "Exit status:
   0    the lock is held
   1    the lock is free
@@ -295,6 +297,7 @@ Examples:
     /// Delete a lock whoever holds it (operator override)
     ///
     /// The fencing counter is kept, so the broken holder's token stays stale for fenced storage.
+    /// A semaphore (--limit N) loses every holder, or only the one named by --token.
     #[command(after_long_help = "Exit status:
   0    the lock was broken
   1    the lock was free, or the answer was no
@@ -303,7 +306,9 @@ Examples:
 
 Examples:
   lockctl break deploy-production
-  lockctl break deploy-production --yes")]
+  lockctl break deploy-production --yes
+  # One holder of a --limit N semaphore
+  lockctl break licences --token 3f1c... --yes")]
     Break(BreakArgs),
 
     /// Check the nodes for hazards that break locks
@@ -458,6 +463,10 @@ pub struct BreakArgs {
     /// Do not ask; required when stdin is not a terminal
     #[arg(short = 'y', long)]
     pub yes: bool,
+    /// Break only the holder with this token (one slot of a --limit N semaphore) [default: every
+    /// holder]
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -426,3 +426,134 @@ fn redlock_retries_a_split_vote_on_the_most_voted_slot() {
         "slot 1 on node 2 rolled back"
     );
 }
+
+/// Three holders of `pool` (`--limit 3`) on `lockctl`; their tokens in slot order.
+fn three_holders(mut lockctl: impl FnMut() -> Command) -> Vec<String> {
+    (0..3)
+        .map(|i| {
+            let g = acquire_json(
+                &mut lockctl(),
+                "pool",
+                &["--limit", "3", "-n", "--ttl", "60s"],
+            );
+            assert_eq!(g["slot"], i + 1, "{g}");
+            g["token"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn status_shows_every_slot_and_stays_held_while_slot_one_is_free() {
+    let s = Server::start();
+    let tokens = three_holders(|| lockctl_on(&s));
+    let o = run(lockctl_on(&s).args(["status", "pool"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("3 (3 of 3 slot(s) held)"), "{out}");
+    for (i, t) in tokens.iter().enumerate() {
+        assert!(
+            out.contains(&format!("slot {}", i + 1)) && out.contains(t.as_str()),
+            "{out}"
+        );
+    }
+    let o = run(lockctl_on(&s).args(["release", "pool", "--token", &tokens[0]]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(lockctl_on(&s).args(["status", "pool", "--format", "json"]));
+    assert_eq!(code(&o), 0, "held while slots 2 and 3 are: {}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["state"], "held", "{j}");
+    assert_eq!(j["limit"], 3, "{j}");
+    let holders = j["holders"].as_array().unwrap();
+    let slots: Vec<u64> = holders
+        .iter()
+        .map(|h| h["slot"].as_u64().unwrap())
+        .collect();
+    assert_eq!(slots, vec![2, 3], "{j}");
+    assert_eq!(holders[0]["token"], tokens[1].as_str());
+    assert!(holders
+        .iter()
+        .all(|h| h["fence"].is_u64() && h["holder"]["pid"].is_u64()));
+
+    // A plain lock's status has its one holder in `holders` and limit 1.
+    acquire_json(&mut lockctl_on(&s), "plain", &[]);
+    let o = run(lockctl_on(&s).args(["status", "plain", "--format", "json"]));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["limit"], 1, "{j}");
+    assert_eq!(j["holders"].as_array().unwrap().len(), 1, "{j}");
+    let o = run(lockctl_on(&s).args(["status", "plain"]));
+    assert!(
+        !stdout(&o)
+            .lines()
+            .any(|l| l.starts_with("slot") || l.starts_with("limit")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+fn listed(o: &std::process::Output) -> Vec<serde_json::Value> {
+    assert_eq!(code(o), 0, "{}", stderr(o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(o)).unwrap();
+    j["locks"].as_array().unwrap().clone()
+}
+
+#[test]
+fn list_shows_a_semaphore_once_also_while_slot_one_is_free() {
+    let s = Servers::start(3);
+    let tokens = three_holders(|| s.lockctl());
+    let rows = listed(&run(s.lockctl().args(["list", "--format", "json"])));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (&rows[0]["name"], &rows[0]["held_slots"], &rows[0]["limit"]),
+        (&"pool".into(), &3.into(), &3.into())
+    );
+    let o = run(s.lockctl().args(["release", "pool", "--token", &tokens[0]]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let rows = listed(&run(s.lockctl().args(["list", "--format", "json"])));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["held_slots"], 2, "{rows:?}");
+    assert_eq!(rows[0]["slots"][0]["slot"], 2, "{rows:?}");
+    let o = run(s.lockctl().args(["list"]));
+    assert!(stdout(&o).contains("2/3 held"), "{}", stdout(&o));
+    // The pattern applies to semaphores found by their limit too.
+    assert!(listed(&run(s
+        .lockctl()
+        .args(["list", "other*", "--format", "json"])))
+    .is_empty());
+}
+
+#[test]
+fn break_takes_one_holder_by_token_or_all() {
+    let s = Server::start();
+    let tokens = three_holders(|| lockctl_on(&s));
+    let counter = || s.get("{lockctl:pool}\u{1f}fence");
+    let fence = counter();
+    let o = run(lockctl_on(&s).args(["break", "pool", "--token", &tokens[1], "--yes"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&tokens[1]) && stdout(&o).contains("slot 2"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(s.get(&slot_key("pool", 2)), None);
+    assert_eq!(s.get(&slot_key("pool", 1)), Some(tokens[0].clone()));
+    assert_eq!(s.get(&slot_key("pool", 3)), Some(tokens[2].clone()));
+    // A token that holds nothing breaks nothing.
+    let o = run(lockctl_on(&s).args(["break", "pool", "--token", &tokens[1], "--yes"]));
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert_eq!(s.get(&slot_key("pool", 1)), Some(tokens[0].clone()));
+
+    let o = run(lockctl_on(&s).args(["break", "pool", "--yes"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for t in [&tokens[0], &tokens[2]] {
+        assert!(stdout(&o).contains(t.as_str()), "{}", stdout(&o));
+    }
+    assert_eq!(s.get(&slot_key("pool", 1)), None);
+    assert_eq!(s.get(&slot_key("pool", 3)), None);
+    assert_eq!(s.get(&limit_key("pool")), None, "nothing held: no limit");
+    assert_eq!(counter(), fence, "break leaves the fencing counter");
+    let o = run(lockctl_on(&s).args(["break", "pool", "--yes"]));
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    // A bad token is a usage error before anything is touched.
+    let o = run(lockctl_on(&s).args(["break", "pool", "--token", "", "--yes"]));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+}

@@ -9,12 +9,16 @@
 //! deleted, so the report names whom the lock was taken from. The fencing counter stays as it is: the
 //! broken holder's fence is now stale, and the next grant's is higher, which is what lets fenced
 //! storage reject the broken holder's late writes.
+//!
+//! A semaphore (`--limit N`) loses every holder, each named in the question and the report, or only
+//! the one whose token `--token` gives. On a terminal only the tokens shown in the question are
+//! broken: a holder that came after it is left as it is.
 
 use std::io::{self, BufRead, IsTerminal, Write};
 
 use redis::Value;
 
-use super::{pairs, survey, text, HolderRecord, State};
+use super::{int, pairs, survey, text, HolderRecord, Merged, State};
 use crate::cli::BreakArgs;
 use crate::config::{check_name, Settings};
 use crate::exit::{Exit, LockError};
@@ -25,12 +29,16 @@ use crate::say;
 /// What one node gave up.
 struct Broken {
     node: String,
+    slot: usize,
     token: String,
     holder: Option<HolderRecord>,
 }
 
 pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     check_name(&args.name)?;
+    if args.token.is_some() {
+        crate::config::check_token(args.token.clone())?;
+    }
     if !args.yes && !io::stdin().is_terminal() {
         return Err(LockError::Usage(format!(
             "refusing to break lock '{}' without confirmation: stdin is not a terminal; \
@@ -43,48 +51,62 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     let keys = engine.keys(&args.name);
     let n = engine.nodes().len();
 
-    // On the interactive path, only the token the operator confirmed may be broken.
-    let mut confirmed = String::new();
+    // On the interactive path, only the tokens the operator confirmed may be broken; `--token` alone
+    // may be broken on every path.
+    let mut confirmed: Vec<String> = args.token.iter().cloned().collect();
     if !args.yes {
-        let m = survey(&mut engine, &keys);
-        if m.answered < m.quorum {
+        let surveyed = survey(&mut engine, &keys);
+        if surveyed.answered < surveyed.quorum {
             return Err(engine
-                .unavailable(m.answered, m.failures().join("; "))
+                .unavailable(surveyed.answered, surveyed.failures().join("; "))
                 .into());
         }
-        let Some(token) = m.token.clone() else {
-            say!("lock '{}' is free; nothing to break", keys.name);
+        let slots: Vec<(usize, Merged)> = surveyed
+            .slots()
+            .into_iter()
+            .filter(|(_, m)| {
+                m.token.is_some()
+                    && args
+                        .token
+                        .as_ref()
+                        .is_none_or(|t| m.token.as_ref() == Some(t))
+            })
+            .collect();
+        if slots.is_empty() {
+            match &args.token {
+                Some(t) => say!(
+                    "lock '{}' is not held by token {t}; nothing to break",
+                    keys.name
+                ),
+                None => say!("lock '{}' is free; nothing to break", keys.name),
+            }
             return Ok(Exit::Failure);
-        };
-        let mut what = m.holder().map_or_else(
-            || "an unknown holder (no holder record)".to_string(),
-            HolderRecord::describe,
-        );
-        if let Some(f) = m.holder().and_then(|h| h.fence) {
-            what.push_str(&format!(", fence {f}"));
         }
-        if let Some(Some(ttl)) = m.ttl_ms() {
-            what.push_str(&format!(", {} left", human_ms(ttl)));
-        }
-        if n > 1 {
-            what.push_str(&format!(", on {} of {n} nodes", m.agree));
-        }
-        if m.state != State::Held {
-            what.push_str(", not on a quorum");
-        }
+        let semaphore = surveyed.limit() > 1 || slots.iter().any(|(i, _)| *i > 1);
+        let what: Vec<String> = slots
+            .iter()
+            .map(|(i, m)| describe(m, n, semaphore.then_some(*i)))
+            .collect();
         let question = format!(
-            "Break lock '{}' held by {what} (token {token})? The holder may still be running. [y/N] ",
-            keys.name
+            "Break lock '{}' held by {}? The holder{} may still be running. [y/N] ",
+            keys.name,
+            what.join("; and by "),
+            if what.len() > 1 { "s" } else { "" }
         );
         if !confirm(&question)? {
             crate::complain!("lock '{}' left as it is", keys.name);
             return Ok(Exit::Failure);
         }
-        confirmed = token;
+        confirmed = slots.into_iter().filter_map(|(_, m)| m.token).collect();
     }
 
-    let key_list = [keys.key.as_str(), keys.holder.as_str()];
-    let args_list = [keys.channel.as_str(), confirmed.as_str()];
+    let key_list = [keys.key.as_str(), keys.holder.as_str(), keys.limit.as_str()];
+    let mut args_list = vec![
+        keys.channel.as_str(),
+        keys.slot_base.as_str(),
+        keys.holder_base.as_str(),
+    ];
+    args_list.extend(confirmed.iter().map(String::as_str));
     let results = quorum::all(engine.nodes_mut(), |_, node| {
         node.eval("break", &BREAK, &key_list, &args_list)
             .map(|v| (node.display.clone(), v))
@@ -97,12 +119,11 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
         match r {
             Ok((node, v)) => {
                 answered += 1;
-                if matches!(&v, Value::Array(items) if items.get(2).is_some()) {
+                let (mine, left) = parse_break(node, v);
+                if left > 0 && !args.yes {
                     changed_hands += 1;
                 }
-                if let Some(b) = parse_break(node, v) {
-                    broken.push(b);
-                }
+                broken.extend(mine);
             }
             Err(fail) => failures.push(fail.reason),
         }
@@ -123,7 +144,13 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
         if changed_hands > 0 {
             return Ok(Exit::Failure);
         }
-        say!("lock '{}' is free; nothing to break", keys.name);
+        match &args.token {
+            Some(t) => say!(
+                "lock '{}' is not held by token {t}; nothing to break",
+                keys.name
+            ),
+            None => say!("lock '{}' is free; nothing to break", keys.name),
+        }
         return Ok(Exit::Failure);
     }
     crate::output::emit(&report(&keys.name, &broken, n))?;
@@ -141,16 +168,59 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Success)
 }
 
-/// The `BREAK` script's reply: `{token or nil, {holder field, value, ...}}`.
-fn parse_break(node: String, v: Value) -> Option<Broken> {
-    let Value::Array(items) = v else { return None };
-    let token = items.first().and_then(text)?;
-    let fields = items.get(1).map(pairs).unwrap_or_default();
-    Some(Broken {
-        holder: HolderRecord::from_fields(&fields, &token),
-        node,
-        token,
-    })
+/// One holder as the question names it.
+fn describe(m: &Merged, n: usize, slot: Option<usize>) -> String {
+    let mut what = m.holder().map_or_else(
+        || "an unknown holder (no holder record)".to_string(),
+        HolderRecord::describe,
+    );
+    if let Some(i) = slot {
+        what.push_str(&format!(", slot {i}"));
+    }
+    if let Some(f) = m.holder().and_then(|h| h.fence) {
+        what.push_str(&format!(", fence {f}"));
+    }
+    if let Some(Some(ttl)) = m.ttl_ms() {
+        what.push_str(&format!(", {} left", human_ms(ttl)));
+    }
+    if n > 1 {
+        what.push_str(&format!(", on {} of {n} nodes", m.agree));
+    }
+    if m.state != State::Held {
+        what.push_str(", not on a quorum");
+    }
+    format!("{what} (token {})", m.token.as_deref().unwrap_or_default())
+}
+
+/// The `BREAK` script's reply: `{{{slot, token, {holder field, value, ...}}, ...}, {token, ...}}`:
+/// what was broken, and how many holders were left because nobody confirmed them.
+fn parse_break(node: String, v: Value) -> (Vec<Broken>, usize) {
+    let Value::Array(items) = v else {
+        return (Vec::new(), 0);
+    };
+    let broken = match items.first() {
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(|b| {
+                let Value::Array(b) = b else { return None };
+                let slot = usize::try_from(int(b.first()?)?).ok()?;
+                let token = text(b.get(1)?)?;
+                let fields = b.get(2).map(pairs).unwrap_or_default();
+                Some(Broken {
+                    holder: HolderRecord::from_fields(&fields, &token),
+                    node: node.clone(),
+                    slot,
+                    token,
+                })
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let left = match items.get(1) {
+        Some(Value::Array(l)) => l.len(),
+        _ => 0,
+    };
+    (broken, left)
 }
 
 /// One line per distinct token taken away, naming its holder and fence.
@@ -172,6 +242,13 @@ fn report(name: &str, broken: &[Broken], n: usize) -> String {
         let fence = holder
             .and_then(|h| h.fence)
             .map_or(String::new(), |f| format!(", fence {f}"));
+        let slot = mine.iter().map(|b| b.slot).max().unwrap_or(1);
+        let semaphore = slot > 1 || holder.and_then(|h| h.limit).unwrap_or(1) > 1;
+        let fence = if semaphore {
+            format!(", slot {slot}{fence}")
+        } else {
+            fence
+        };
         let nodes = if n > 1 {
             let list: Vec<&str> = mine.iter().map(|b| b.node.as_str()).collect();
             format!(" on {} of {n} nodes ({})", mine.len(), list.join(", "))

@@ -27,6 +27,12 @@
 //!   says it is incomplete.
 //! - Rows are sorted and aligned when there are at most [`SORT_LIMIT`] of them; beyond that, the rows
 //!   held so far are printed and the rest stream out in scan order with the same column widths.
+//! - A semaphore (`--limit N`) is one row: a lock key whose batch read finds the name's `limit` key
+//!   is read again whole with the status script (every slot, one round trip per node), and a second
+//!   scan per node looks for `limit` keys, which find the semaphores whose slot 1 is free while
+//!   another slot is held (a lock key alone would miss them). The names found that way are kept
+//!   until the end, so memory grows with the number of semaphores, not of keys. That scan matches
+//!   names without braces; a braced name's semaphore is listed while its slot 1 is held.
 
 use std::io::{self, Write};
 use std::sync::Mutex;
@@ -35,7 +41,10 @@ use anyhow::Context;
 use redis::{Connection, Value};
 use serde_json::{json, Value as Json};
 
-use super::{int, json_ttl, row_line, server_ms, show_ttl, text, HolderRecord, Merged, NodeView};
+use super::{
+    int, json_ttl, row_line, server_ms, show_ttl, survey, text, HolderRecord, Merged, NodeView,
+    State,
+};
 use crate::cli::{ListArgs, ReportFormat};
 use crate::config::Settings;
 use crate::exit::{Exit, LockError};
@@ -159,7 +168,13 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
                                 Err(f) => Err(f.clone()),
                             })
                             .collect();
-                        if !out.push(Row::new(keys, Merged::new(views)))? {
+                        let merged = Merged::new(views);
+                        let row = if merged.views.iter().flatten().any(|v| v.limit.is_some()) {
+                            Row::semaphore(keys, survey(&mut engine, keys))
+                        } else {
+                            Row::new(keys, merged)
+                        };
+                        if !out.push(row)? {
                             return Ok(Exit::Success);
                         }
                     }
@@ -175,6 +190,54 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
         }
         if failed[i].is_none() {
             done[i] = true;
+        }
+    }
+
+    // Semaphores whose slot 1 is free: found by their limit key.
+    let limits = format!("{{{}{}}}\u{1f}limit", glob_escape(&prefix), args.pattern);
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..n {
+        if failed[i].is_some() || sharded(i) {
+            continue;
+        }
+        let mut cursor = 0u64;
+        loop {
+            let (next, found) = match engine.nodes_mut()[i]
+                .call("scan", |c| scan(c, cursor, &limits, type_filter))
+            {
+                Ok(r) => r,
+                Err(fail) => {
+                    failed[i] = Some(fail.reason);
+                    break;
+                }
+            };
+            cursor = next;
+            for key in found {
+                let key = String::from_utf8_lossy(&key).into_owned();
+                let Some(name) = key
+                    .strip_prefix(&format!("{{{prefix}"))
+                    .and_then(|k| k.strip_suffix("}\u{1f}limit"))
+                else {
+                    continue;
+                };
+                let keys = LockKeys::new(&prefix, name);
+                if keys.limit != key || !seen.insert(name.to_string()) {
+                    continue;
+                }
+                let m = survey(&mut engine, &keys);
+                if m.views.iter().flatten().any(|v| v.token.is_some())
+                    || !m.slots().iter().any(|(_, s)| s.token.is_some())
+                {
+                    // Listed with its lock key, or nothing held any more.
+                    continue;
+                }
+                if !out.push(Row::semaphore(&keys, m))? {
+                    return Ok(Exit::Success);
+                }
+            }
+            if cursor == 0 {
+                break;
+            }
         }
     }
 
@@ -277,18 +340,19 @@ fn read_batch(c: &mut Connection, keys: &[LockKeys]) -> redis::RedisResult<Vec<N
         pipe.cmd("GET").arg(&k.key);
         pipe.cmd("PTTL").arg(&k.key);
         pipe.cmd("HMGET").arg(&k.holder).arg(&HOLDER_FIELDS[..]);
+        pipe.cmd("GET").arg(&k.limit);
     }
     pipe.cmd("TIME");
     // Not `pipe.query`: it would wait out the read timeout once per remaining reply after the
     // first one timed out. Server errors arrive as `Value::ServerError` and read as absent.
     c.send_packed_command(&pipe.get_packed_pipeline())?;
-    let mut replies: Vec<Value> = Vec::with_capacity(keys.len() * 3 + 1);
-    for _ in 0..keys.len() * 3 + 1 {
+    let mut replies: Vec<Value> = Vec::with_capacity(keys.len() * 4 + 1);
+    for _ in 0..keys.len() * 4 + 1 {
         replies.push(c.recv_response()?);
     }
     let now = replies.last().and_then(server_ms);
     Ok(replies
-        .chunks_exact(3)
+        .chunks_exact(4)
         .map(|r| {
             let token = text(&r[0]);
             let fields: Vec<(String, String)> = match &r[2] {
@@ -307,6 +371,8 @@ fn read_batch(c: &mut Connection, keys: &[LockKeys]) -> redis::RedisResult<Vec<N
                 counter: None,
                 server_ms: now,
                 uptime_s: None,
+                limit: int(&r[3]).and_then(|l| usize::try_from(l).ok()),
+                slots: Vec::new(),
                 token,
             }
         })
@@ -317,7 +383,10 @@ fn read_batch(c: &mut Connection, keys: &[LockKeys]) -> redis::RedisResult<Vec<N
 struct Row {
     name: String,
     key: String,
+    /// The lock, or a semaphore's first held slot.
     merged: Merged,
+    /// A semaphore: its limit and every slot that holds a token somewhere.
+    slots: Option<(usize, Vec<(usize, Merged)>)>,
 }
 
 impl Row {
@@ -326,6 +395,50 @@ impl Row {
             name: keys.name.clone(),
             key: keys.key.clone(),
             merged,
+            slots: None,
+        }
+    }
+
+    /// A semaphore from its full survey.
+    fn semaphore(keys: &LockKeys, surveyed: Merged) -> Row {
+        let limit = surveyed.limit();
+        let held: Vec<(usize, Merged)> = surveyed
+            .slots()
+            .into_iter()
+            .filter(|(_, m)| m.token.is_some())
+            .collect();
+        let merged = held
+            .iter()
+            .find(|(_, m)| m.state == State::Held)
+            .or(held.first())
+            .map_or(surveyed, |(_, m)| m.clone());
+        Row {
+            name: keys.name.clone(),
+            key: keys.key.clone(),
+            merged,
+            slots: Some((limit, held)),
+        }
+    }
+
+    /// The holders of a semaphore on a quorum.
+    fn held_slots(&self) -> Option<(usize, usize)> {
+        let (limit, slots) = self.slots.as_ref()?;
+        let held = slots.iter().filter(|(_, m)| m.state == State::Held).count();
+        Some((held, *limit))
+    }
+
+    fn holder_cell(&self) -> String {
+        let one = |m: &Merged| m.holder().map_or("unknown".into(), HolderRecord::describe);
+        match &self.slots {
+            None => one(&self.merged),
+            Some((_, slots)) => {
+                let (held, limit) = self.held_slots().unwrap_or_default();
+                let who: Vec<String> = slots
+                    .iter()
+                    .map(|(i, m)| format!("slot {i}: {}", one(m)))
+                    .collect();
+                format!("{held}/{limit} held; {}", who.join("; "))
+            }
         }
     }
 
@@ -344,7 +457,7 @@ impl Row {
         if redlock {
             cells.push(format!("{}/{}", m.agree, m.views.len()));
         }
-        cells.push(m.holder().map_or("unknown".into(), HolderRecord::describe));
+        cells.push(self.holder_cell());
         cells
     }
 
@@ -361,6 +474,23 @@ impl Row {
             "holder": m.holder().map(HolderRecord::json),
             "nodes_holding": m.agree,
             "quorum_agrees": m.agree >= m.quorum,
+            "limit": self.held_slots().map_or(1, |(_, l)| l),
+            "held_slots": self.held_slots().map_or(1, |(h, _)| h),
+            "slots": self.slots.as_ref().map(|(_, slots)| {
+                slots
+                    .iter()
+                    .map(|(i, m)| {
+                        json!({
+                            "slot": i,
+                            "token": m.token,
+                            "state": m.state.as_str(),
+                            "ttl_ms": json_ttl(m.ttl_ms()),
+                            "fence": m.holder().and_then(|h| h.fence),
+                            "holder": m.holder().map(HolderRecord::json),
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            }),
         })
     }
 }

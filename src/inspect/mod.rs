@@ -32,6 +32,8 @@ pub(crate) struct HolderRecord {
     pub cmd: String,
     /// Server time of the grant, in Unix milliseconds.
     pub acquired_ms: Option<i64>,
+    /// The limit of the grant (1 for a plain lock).
+    pub limit: Option<usize>,
 }
 
 impl HolderRecord {
@@ -53,6 +55,7 @@ impl HolderRecord {
             pid: get("pid"),
             cmd: get("cmd"),
             acquired_ms: get("acquired_ms").parse().ok(),
+            limit: get("limit").parse().ok(),
         })
     }
 
@@ -84,6 +87,10 @@ pub(crate) struct NodeView {
     pub server_ms: Option<i64>,
     /// How long the node has been up (`status` only).
     pub uptime_s: Option<u64>,
+    /// The limit recorded for a semaphore (`status` only).
+    pub limit: Option<usize>,
+    /// The held slots from 2 on, each seen as a lock of its own (`status` only).
+    pub slots: Vec<(usize, NodeView)>,
 }
 
 impl NodeView {
@@ -108,15 +115,45 @@ impl NodeView {
         let holder = token
             .as_deref()
             .and_then(|t| HolderRecord::from_fields(&fields, t));
+        let counter = items.get(2).and_then(text).and_then(|s| s.parse().ok());
+        let server_ms = items.get(4).and_then(server_ms);
+        let slots = match items.get(7) {
+            Some(Value::Array(slots)) => slots
+                .iter()
+                .filter_map(|s| {
+                    let Value::Array(s) = s else { return None };
+                    let slot = usize::try_from(int(s.first()?)?).ok()?;
+                    let token = text(s.get(1)?)?;
+                    let fields = s.get(3).map(pairs).unwrap_or_default();
+                    Some((
+                        slot,
+                        NodeView {
+                            holder: HolderRecord::from_fields(&fields, &token),
+                            token: Some(token),
+                            pttl: int(s.get(2)?)?,
+                            counter,
+                            server_ms,
+                            ..NodeView::default()
+                        },
+                    ))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Some(NodeView {
             pttl: items.get(1).and_then(int)?,
-            counter: items.get(2).and_then(text).and_then(|s| s.parse().ok()),
+            counter,
             holder,
-            server_ms: items.get(4).and_then(server_ms),
+            server_ms,
             uptime_s: items
                 .get(5)
                 .and_then(int)
                 .and_then(|u| u64::try_from(u).ok()),
+            limit: items
+                .get(6)
+                .and_then(int)
+                .and_then(|l| usize::try_from(l).ok()),
+            slots,
             token,
         })
     }
@@ -185,7 +222,7 @@ impl State {
 }
 
 /// One lock as seen by all nodes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Merged {
     pub views: Vec<Result<NodeView, NodeFailure>>,
     pub quorum: usize,
@@ -275,6 +312,54 @@ impl Merged {
         self.views.iter().flatten().filter_map(|v| v.counter).max()
     }
 
+    /// The semaphore's limit as the nodes record it (1 for a plain lock).
+    pub fn limit(&self) -> usize {
+        let recorded = self.views.iter().flatten().filter_map(|v| v.limit).max();
+        let by_holder = self
+            .views
+            .iter()
+            .flatten()
+            .filter_map(|v| v.holder.as_ref().and_then(|h| h.limit))
+            .max();
+        recorded.or(by_holder).unwrap_or(1).max(1)
+    }
+
+    /// Each slot seen as a lock of its own, slot 1 first, then every slot above it that a node
+    /// holds (a plain lock: slot 1 alone).
+    pub fn slots(&self) -> Vec<(usize, Merged)> {
+        let mut numbers: Vec<usize> = self
+            .views
+            .iter()
+            .flatten()
+            .flat_map(|v| v.slots.iter().map(|(i, _)| *i))
+            .collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        let mut out = vec![(1, Merged::new(self.views.clone()))];
+        for i in numbers {
+            let views = self
+                .views
+                .iter()
+                .map(|v| match v {
+                    Ok(v) => Ok(v
+                        .slots
+                        .iter()
+                        .find(|(j, _)| *j == i)
+                        .map(|(_, s)| s.clone())
+                        .unwrap_or(NodeView {
+                            pttl: -2,
+                            counter: v.counter,
+                            server_ms: v.server_ms,
+                            ..NodeView::default()
+                        })),
+                    Err(f) => Err(f.clone()),
+                })
+                .collect();
+            out.push((i, Merged::new(views)));
+        }
+        out
+    }
+
     /// Failure reasons of the nodes that did not answer.
     pub fn failures(&self) -> Vec<String> {
         self.views
@@ -286,9 +371,15 @@ impl Merged {
 
 /// Reads one lock on every node in parallel with the `STATUS` script: one round trip per node.
 pub(crate) fn survey(engine: &mut Engine, keys: &LockKeys) -> Merged {
-    let key_list = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
+    let key_list = [
+        keys.key.as_str(),
+        keys.fence.as_str(),
+        keys.holder.as_str(),
+        keys.limit.as_str(),
+    ];
+    let args = [keys.slot_base.as_str(), keys.holder_base.as_str()];
     let views = quorum::all(engine.nodes_mut(), |_, node: &mut Node| {
-        let v = node.eval("status", &STATUS, &key_list, &[])?;
+        let v = node.eval("status", &STATUS, &key_list, &args)?;
         NodeView::from_status(v).ok_or_else(|| NodeFailure {
             reason: format!("{}: unexpected reply from the status script", node.display),
             maybe_applied: false,

@@ -9,6 +9,11 @@
 //! quarantine that `acquire` would apply (`--quarantine`, or the default TTL's), since when and for how
 //! much longer, and whether it keeps a free lock from being granted: otherwise a lock that nobody can
 //! take reads as plainly "free".
+//!
+//! A semaphore (`--limit N`) is read in the same round trip: each held slot is judged as a lock of its
+//! own (held when its token stands on a quorum), the name is held when any slot is, and every slot's
+//! holder is shown. The single-holder fields describe the first held slot, so a plain lock reads as
+//! it always did.
 
 use std::time::Duration;
 
@@ -77,17 +82,23 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
     check_name(&args.name)?;
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
-    let merged = survey(&mut engine, &keys);
+    let surveyed = survey(&mut engine, &keys);
     engine.check_independent()?;
     let length = settings.quarantine.unwrap_or(DEFAULT_TTL);
-    let q = Quarantine::of(&merged, length);
+    let q = Quarantine::of(&surveyed, length);
     let names: Vec<String> = engine.nodes().iter().map(|n| n.display.clone()).collect();
+    let slots = Slots::of(&surveyed);
+    let merged = &slots.primary;
     match args.format {
         ReportFormat::Plain => {
-            crate::output::emit(&plain(&keys, &merged, &q, engine.nodes(), &names))?
+            let text = plain(&keys, merged, &q, engine.nodes(), &names, slots.rows());
+            crate::output::emit(&text)?
         }
         ReportFormat::Json => {
-            crate::output::emit(&format!("{}\n", to_json(&keys, &merged, &q, &names)))?
+            let mut json = to_json(&keys, merged, &q, &names);
+            json["limit"] = json!(slots.limit);
+            json["holders"] = slots.json();
+            crate::output::emit(&format!("{json}\n"))?
         }
     }
     Ok(match merged.state {
@@ -101,6 +112,102 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
     })
 }
 
+/// The slots of a name: a plain lock has slot 1 alone.
+struct Slots {
+    limit: usize,
+    /// Every slot with a key on some node, slot 1 always.
+    all: Vec<(usize, Merged)>,
+    /// The first held slot (or slot 1), with the state of the whole name.
+    primary: Merged,
+}
+
+impl Slots {
+    fn of(m: &Merged) -> Slots {
+        let all = m.slots();
+        let state = if all.iter().any(|(_, s)| s.state == State::Held) {
+            State::Held
+        } else if all.iter().any(|(_, s)| s.state == State::Unknown) {
+            State::Unknown
+        } else {
+            State::Free
+        };
+        let mut primary = all
+            .iter()
+            .find(|(_, s)| s.state == State::Held)
+            .unwrap_or(&all[0])
+            .1
+            .clone();
+        primary.state = state;
+        Slots {
+            limit: m.limit(),
+            all,
+            primary,
+        }
+    }
+
+    /// The slots that hold a token somewhere.
+    fn held(&self) -> impl Iterator<Item = &(usize, Merged)> {
+        self.all.iter().filter(|(_, s)| s.token.is_some())
+    }
+
+    /// For a semaphore, the limit and one row per held slot; nothing for a plain lock.
+    fn rows(&self) -> Vec<Vec<String>> {
+        if self.limit <= 1 && self.all.len() == 1 {
+            return Vec::new();
+        }
+        let held = self.held().filter(|(_, s)| s.state == State::Held).count();
+        let mut rows = vec![vec![
+            "limit".to_string(),
+            format!("{} ({held} of {} slot(s) held)", self.limit, self.limit),
+        ]];
+        for (i, s) in self.held() {
+            let mut line = s.holder().map_or_else(
+                || "unknown holder (no holder record)".to_string(),
+                |h| h.describe(),
+            );
+            if let Some(f) = s.holder().and_then(|h| h.fence) {
+                line.push_str(&format!(", fence {f}"));
+            }
+            line.push_str(&format!(", ttl {}", show_ttl(s.ttl_ms())));
+            if let Some(age) = s.holder_view().and_then(NodeView::age_ms) {
+                line.push_str(&format!(", age {}", human_ms(age)));
+            }
+            if s.views.len() > 1 {
+                line.push_str(&format!(", on {} of {} node(s)", s.agree, s.views.len()));
+            }
+            if s.state != State::Held {
+                line.push_str(", not on a quorum");
+            }
+            line.push_str(&format!(", token {}", s.token.as_deref().unwrap_or("-")));
+            rows.push(vec![format!("slot {i}"), line]);
+        }
+        rows
+    }
+
+    /// The `holders` array: one object per slot that holds a token somewhere.
+    fn json(&self) -> Json {
+        Json::Array(
+            self.held()
+                .map(|(i, s)| {
+                    let holder = s.holder();
+                    json!({
+                        "slot": i,
+                        "state": s.state.as_str(),
+                        "token": s.token,
+                        "holder": holder.map(|h| h.json()),
+                        "fence": holder.and_then(|h| h.fence),
+                        "acquired_ms": holder.and_then(|h| h.acquired_ms),
+                        "age_ms": s.holder_view().and_then(NodeView::age_ms),
+                        "ttl_ms": json_ttl(s.ttl_ms()),
+                        "agree": s.agree,
+                        "quorum_agrees": s.agree >= s.quorum,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Key-value lines, then one line per node in Redlock mode.
 fn plain(
     keys: &LockKeys,
@@ -108,6 +215,7 @@ fn plain(
     q: &Quarantine,
     nodes: &[crate::lock::node::Node],
     names: &[String],
+    slots: Vec<Vec<String>>,
 ) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut kv = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
@@ -173,6 +281,7 @@ fn plain(
             ),
         );
     }
+    rows.extend(slots);
     let mut out = table(&rows);
     if n > 1 || m.answered == 0 {
         let mut node_rows = Vec::new();

@@ -701,6 +701,7 @@ impl Engine {
             let (key, holder) = (keys.slot_key(slot), keys.slot_holder(slot));
             fence = self.raise_fences(
                 [&key, &keys.fence, &holder],
+                limit > 1,
                 &token,
                 fence,
                 &mut won,
@@ -764,6 +765,7 @@ impl Engine {
     fn raise_fences(
         &mut self,
         key_list: [&str; 3],
+        semaphore: bool,
         token: &str,
         fence: u64,
         won: &mut [Option<u64>],
@@ -775,14 +777,20 @@ impl Engine {
             return fence;
         }
         let t = fence.to_string();
+        let strict = if semaphore { "1" } else { "" };
         let results = quorum::each(
             &mut self.nodes,
             |i| behind[i],
-            |_, node| node.eval("raise fence", &FENCE, &key_list, &[token, &t]),
+            |_, node| node.eval("raise fence", &FENCE, &key_list, &[token, &t, strict]),
         );
         for (i, r) in results.into_iter().enumerate() {
             match r {
                 None | Some(Ok(Value::Int(1))) => {}
+                Some(Ok(Value::Int(2))) => {
+                    // Our key stays there: rolled back with the others if the attempt fails.
+                    won[i] = None;
+                    maybe_applied[i] = true;
+                }
                 Some(Ok(_)) => won[i] = None,
                 Some(Err(fail)) => {
                     // Our key from round 1 is still there: a failed attempt rolls it back with the

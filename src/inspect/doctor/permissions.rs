@@ -33,7 +33,13 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
     let keys = LockKeys::new(prefix, SCRATCH);
     let token = new_token();
     let ttl = SCRATCH_TTL.as_millis().to_string();
-    let lock = [keys.key.as_str(), keys.fence.as_str(), keys.holder.as_str()];
+    let lock = [
+        keys.key.as_str(),
+        keys.fence.as_str(),
+        keys.holder.as_str(),
+        keys.limit.as_str(),
+    ];
+    let bases = [keys.slot_base.as_str(), keys.holder_base.as_str()];
     let pid = std::process::id().to_string();
     let fail = |what: &str, reason: String| -> Check {
         (
@@ -51,14 +57,25 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
         "acquire (scratch)",
         &ACQUIRE,
         &lock,
-        &[&token, &ttl, "0", &host, &pid, "lockctl doctor"],
+        &[
+            &token,
+            &ttl,
+            "0",
+            &host,
+            &pid,
+            "lockctl doctor",
+            "1",
+            bases[0],
+            bases[1],
+            "",
+        ],
     );
     let release = |node: &mut Node| {
         node.eval(
             "release (scratch)",
             &RELEASE,
-            &[&keys.key, &keys.holder],
-            &[&token, &keys.channel],
+            &[&keys.key, &keys.holder, &keys.limit],
+            &[&token, &keys.channel, bases[0], bases[1]],
         )
     };
     let won = match acquired {
@@ -85,9 +102,11 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                 "the renew script",
                 &RENEW,
                 lock.to_vec(),
-                vec![&token, &ttl, fence, "", "", "", ""],
+                vec![
+                    &token, &ttl, fence, "", "", "", "", &ttl, "0", "", "", bases[0], bases[1],
+                ],
             ),
-            ("the status script", &STATUS, lock.to_vec(), vec![]),
+            ("the status script", &STATUS, lock.to_vec(), bases.to_vec()),
         ];
         for (what, script, k, a) in steps {
             if let Err(f) = node.eval(what, script, &k, &a) {
@@ -103,8 +122,8 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
     if let Err(f) = node.eval(
         "break (scratch)",
         &BREAK,
-        &[&keys.key, &keys.holder],
-        &[&keys.channel, "0"],
+        &[&keys.key, &keys.holder, &keys.limit],
+        &[&keys.channel, bases[0], bases[1], "0"],
     ) {
         return fail("the break script", f.reason);
     }

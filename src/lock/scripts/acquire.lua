@@ -50,8 +50,10 @@ local busy_pttl, busy_slot, busy_token = nil, nil, nil
 for i = 1, limit do
   local current = redis.call('GET', slot_key(i))
   if current == token then
-    -- The same attempt sent again after a dropped connection: it already won here.
-    return {1, redis.call('GET', KEYS[2]) or '0', run_id(), i}
+    -- The same attempt sent again after a dropped connection: it already won here, with the fence
+    -- its record keeps.
+    local fence = redis.call('HGET', holder_key(i), 'fence')
+    return {1, fence or redis.call('GET', KEYS[2]) or '0', run_id(), i}
   end
   if not current then
     free = free + 1
