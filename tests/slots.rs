@@ -557,3 +557,34 @@ fn break_takes_one_holder_by_token_or_all() {
     let o = run(lockctl_on(&s).args(["break", "pool", "--token", "", "--yes"]));
     assert_eq!(code(&o), 2, "{}", stderr(&o));
 }
+
+/// Round 2 of a semaphore's Redlock grant confirms the fence T on a node only when our own raise
+/// takes the counter there from below T to T: two holders of different slots can both hold a node,
+/// and had another grant raised the counter to T first, T could be its fence too.
+#[test]
+fn round_two_of_a_semaphore_confirms_only_its_own_raise() {
+    let s = Server::start();
+    let source = include_str!("../src/lock/scripts/fence.lua");
+    let counter = "{lockctl:pool}\u{1f}fence";
+    let holder = "{lockctl:pool}\u{1f}holder\u{1f}2";
+    let key = slot_key("pool", 2);
+    let _: String = s.cmd(&["SET", &key, "ours", "PX", "30000"]);
+    let round2 = |t: &str, strict: &str| -> i64 {
+        s.cmd(&[
+            "EVAL", source, "3", &key, counter, holder, "ours", t, strict,
+        ])
+    };
+    let _: String = s.cmd(&["SET", counter, "500"]);
+    assert_eq!(round2("600", "1"), 1, "raised from below by us");
+    assert_eq!(s.get(counter).as_deref(), Some("600"));
+    // Another grant took the counter to 700 meanwhile: 700 is not confirmed for us.
+    let _: String = s.cmd(&["SET", counter, "700"]);
+    assert_eq!(round2("700", "1"), 2);
+    assert_eq!(round2("650", "1"), 2);
+    // A plain lock's round 2 (its key excludes every other holder) only needs the counter >= T.
+    assert_eq!(round2("700", ""), 1);
+    // Not our key any more: no raise at all.
+    let _: String = s.cmd(&["SET", &key, "theirs"]);
+    assert_eq!(round2("900", "1"), 0);
+    assert_eq!(s.get(counter).as_deref(), Some("700"));
+}

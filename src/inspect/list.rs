@@ -196,8 +196,8 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
     // Semaphores whose slot 1 is free: found by their limit key.
     let limits = format!("{{{}{}}}\u{1f}limit", glob_escape(&prefix), args.pattern);
     let mut seen = std::collections::HashSet::new();
-    for i in 0..n {
-        if failed[i].is_some() || sharded(i) {
+    for (i, fail) in failed.iter_mut().enumerate() {
+        if fail.is_some() || sharded(i) {
             continue;
         }
         let mut cursor = 0u64;
@@ -206,8 +206,8 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
                 .call("scan", |c| scan(c, cursor, &limits, type_filter))
             {
                 Ok(r) => r,
-                Err(fail) => {
-                    failed[i] = Some(fail.reason);
+                Err(f) => {
+                    *fail = Some(f.reason);
                     break;
                 }
             };

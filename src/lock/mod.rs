@@ -256,6 +256,15 @@ enum Round1 {
     },
 }
 
+/// What round 2 of a grant raises the fence under: the slot's keys and our token.
+#[derive(Clone, Copy)]
+struct Round2<'a> {
+    keys: [&'a str; 3],
+    token: &'a str,
+    /// A semaphore's grant: the counter must reach the fence by our own raise (see `fence.lua`).
+    semaphore: bool,
+}
+
 /// The engine over a set of nodes.
 pub struct Engine {
     nodes: Vec<Node>,
@@ -699,15 +708,12 @@ impl Engine {
         if n > 1 && won.iter().flatten().count() >= quorum {
             // Round 2 on the slot won.
             let (key, holder) = (keys.slot_key(slot), keys.slot_holder(slot));
-            fence = self.raise_fences(
-                [&key, &keys.fence, &holder],
-                limit > 1,
-                &token,
-                fence,
-                &mut won,
-                &mut maybe_applied,
-                &mut refusal,
-            );
+            let round2 = Round2 {
+                keys: [&key, &keys.fence, &holder],
+                token: &token,
+                semaphore: limit > 1,
+            };
+            fence = self.raise_fences(&round2, fence, &mut won, &mut maybe_applied, &mut refusal);
         }
         let finished = Stamp::now();
         let elapsed = finished.elapsed_since(started);
@@ -764,9 +770,7 @@ impl Engine {
     /// Round 2 of a Redlock grant; returns the fencing token and drops the nodes that failed it.
     fn raise_fences(
         &mut self,
-        key_list: [&str; 3],
-        semaphore: bool,
-        token: &str,
+        round2: &Round2,
         fence: u64,
         won: &mut [Option<u64>],
         maybe_applied: &mut [bool],
@@ -777,6 +781,11 @@ impl Engine {
             return fence;
         }
         let t = fence.to_string();
+        let Round2 {
+            keys: key_list,
+            token,
+            semaphore,
+        } = *round2;
         let strict = if semaphore { "1" } else { "" };
         let results = quorum::each(
             &mut self.nodes,

@@ -52,7 +52,7 @@ for i = 1, limit do
   if current == token then
     -- The same attempt sent again after a dropped connection: it already won here, with the fence
     -- its record keeps.
-    local fence = redis.call('HGET', holder_key(i), 'fence')
+    local fence = redis.call('HMGET', holder_key(i), 'fence')[1]
     return {1, fence or redis.call('GET', KEYS[2]) or '0', run_id(), i}
   end
   if not current then

@@ -28,11 +28,11 @@ for i = 1, limit or 1 do
 end
 if #broken > 0 then
   if limit and #left == 0 then
-    local live = 0
+    local live = false
     for i = 1, limit do
-      live = live + redis.call('EXISTS', i == 1 and KEYS[1] or ARGV[2] .. i)
+      live = live or redis.call('GET', i == 1 and KEYS[1] or ARGV[2] .. i)
     end
-    if live == 0 then
+    if not live then
       redis.call('DEL', KEYS[3])
     end
   end

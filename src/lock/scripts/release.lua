@@ -22,11 +22,11 @@ end
 redis.call('DEL', key, holder)
 redis.call('PUBLISH', ARGV[2], 'released')
 if n then
-  local live = redis.call('EXISTS', KEYS[1])
+  local live = redis.call('GET', KEYS[1])
   for i = 2, n do
-    live = live + redis.call('EXISTS', ARGV[3] .. i)
+    live = live or redis.call('GET', ARGV[3] .. i)
   end
-  if live == 0 then
+  if not live then
     redis.call('DEL', KEYS[3])
   end
 end
