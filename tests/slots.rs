@@ -588,3 +588,36 @@ fn round_two_of_a_semaphore_confirms_only_its_own_raise() {
     assert_eq!(round2("900", "1"), 0);
     assert_eq!(s.get(counter).as_deref(), Some("700"));
 }
+
+/// On Redis Cluster every slot key is in the lock key's hash slot, so the scripts reach them all
+/// through a node that does not own it (MOVED is followed), and `list` finds the semaphore.
+#[test]
+fn slots_work_on_redis_cluster() {
+    use support::topology::{lockctl_on_url, Cluster};
+    let cluster = Cluster::start();
+    let url = format!("redis://127.0.0.1:{}", cluster.not_owner("lockctl:pool"));
+    let tokens: Vec<String> = (0..2)
+        .map(|i| {
+            let g = acquire_json(&mut lockctl_on_url(&url), "pool", &["--limit", "2", "-n"]);
+            assert_eq!(g["slot"], i + 1, "{g}");
+            g["token"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let o = run(lockctl_on_url(&url).args(["acquire", "pool", "--limit", "2", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    let o = run(lockctl_on_url(&url).args(["renew", "pool", "--token", &tokens[1]]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(lockctl_on_url(&url).args(["release", "pool", "--token", &tokens[0]]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(lockctl_on_url(&url).args(["status", "pool", "--format", "json"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["holders"][0]["token"], tokens[1].as_str(), "{j}");
+    let rows = listed(&run(lockctl_on_url(&url).args(["list", "--format", "json"])));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["held_slots"], 1, "{rows:?}");
+    let o = run(lockctl_on_url(&url).args(["break", "pool", "--yes"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(lockctl_on_url(&url).args(["status", "pool"]));
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+}

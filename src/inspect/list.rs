@@ -196,18 +196,24 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
     // Semaphores whose slot 1 is free: found by their limit key.
     let limits = format!("{{{}{}}}\u{1f}limit", glob_escape(&prefix), args.pattern);
     let mut seen = std::collections::HashSet::new();
-    for (i, fail) in failed.iter_mut().enumerate() {
-        if fail.is_some() || sharded(i) {
-            continue;
-        }
+    let sources: Vec<(usize, usize)> = (0..n)
+        .flat_map(|i| (0..lock(&shards[i]).len().max(1)).map(move |src| (i, src)))
+        .collect();
+    for (i, src) in sources {
         let mut cursor = 0u64;
         loop {
-            let (next, found) = match engine.nodes_mut()[i]
-                .call("scan", |c| scan(c, cursor, &limits, type_filter))
-            {
+            if failed[i].is_some() {
+                break;
+            }
+            let scanned = if sharded(i) {
+                lock(&shards[i])[src].call("scan", |c| scan(c, cursor, &limits, type_filter))
+            } else {
+                engine.nodes_mut()[i].call("scan", |c| scan(c, cursor, &limits, type_filter))
+            };
+            let (next, found) = match scanned {
                 Ok(r) => r,
                 Err(f) => {
-                    *fail = Some(f.reason);
+                    failed[i] = Some(f.reason);
                     break;
                 }
             };
