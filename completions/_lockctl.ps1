@@ -57,6 +57,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock is busy, instead of 75')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock is busy, instead of 75')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'Slots: up to N holders at once (a counting semaphore) [1..=1000]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output: plain prints the token; env prints `export` lines for eval; json prints an object')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
@@ -131,6 +132,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock is busy, instead of 75')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock is busy, instead of 75')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'Slots: up to N holders at once (a counting semaphore) [1..=1000]')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'After SIGTERM, wait this long before SIGKILL')
             [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run COMMAND with `sh -c`')
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run COMMAND with `sh -c`')
@@ -201,6 +203,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockctl' -ScriptBlock {
             break
         }
         'lockctl;break' {
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Break only the holder with this token (one slot of a --limit N semaphore) [default: every holder]')
             [CompletionResult]::new('-r', '-r', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis', '--redis', [CompletionResultType]::ParameterName, 'Redis node URL; repeat for Redlock over several masters')
             [CompletionResult]::new('--redis-file', '--redis-file', [CompletionResultType]::ParameterName, 'File with the node URLs, one per line, instead of --redis')

@@ -137,7 +137,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__acquire)
-            opts="-w -n -E -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --format --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-w -n -E -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --limit --format --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -160,6 +160,10 @@ _lockctl() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -215,12 +219,16 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__break)
-            opts="-y -r -q -v -h -V --yes --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-y -r -q -v -h -V --yes --token --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -385,7 +393,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__exec)
-            opts="-w -n -E -c -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --kill-after --command --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-w -n -E -c -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --limit --kill-after --command --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -408,6 +416,10 @@ _lockctl() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

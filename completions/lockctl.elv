@@ -53,6 +53,7 @@ set edit:completion:arg-completer[lockctl] = {|@words|
             cand --wait 'Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]'
             cand -E 'Exit code when the lock is busy, instead of 75'
             cand --conflict-exit-code 'Exit code when the lock is busy, instead of 75'
+            cand --limit 'Slots: up to N holders at once (a counting semaphore) [1..=1000]'
             cand --format 'Output: plain prints the token; env prints `export` lines for eval; json prints an object'
             cand -r 'Redis node URL; repeat for Redlock over several masters'
             cand --redis 'Redis node URL; repeat for Redlock over several masters'
@@ -124,6 +125,7 @@ set edit:completion:arg-completer[lockctl] = {|@words|
             cand --wait 'Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]'
             cand -E 'Exit code when the lock is busy, instead of 75'
             cand --conflict-exit-code 'Exit code when the lock is busy, instead of 75'
+            cand --limit 'Slots: up to N holders at once (a counting semaphore) [1..=1000]'
             cand --kill-after 'After SIGTERM, wait this long before SIGKILL'
             cand -c 'Run COMMAND with `sh -c`'
             cand --command 'Run COMMAND with `sh -c`'
@@ -191,6 +193,7 @@ set edit:completion:arg-completer[lockctl] = {|@words|
             cand --version 'Print version'
         }
         &'lockctl;break'= {
+            cand --token 'Break only the holder with this token (one slot of a --limit N semaphore) [default: every holder]'
             cand -r 'Redis node URL; repeat for Redlock over several masters'
             cand --redis 'Redis node URL; repeat for Redlock over several masters'
             cand --redis-file 'File with the node URLs, one per line, instead of --redis'

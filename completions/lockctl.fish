@@ -50,6 +50,7 @@ complete -c lockctl -n "__fish_lockctl_needs_command" -f -a "help" -d 'Print thi
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l ttl -d 'Lease time to live' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s w -l wait -d 'Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy, instead of 75' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l limit -d 'Slots: up to N holders at once (a counting semaphore) [1..=1000]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l format -d 'Output: plain prints the token; env prints `export` lines for eval; json prints an object' -r -f -a "plain\t'The token alone'
 env\t'Shell `export` lines, for eval'
 json\t'One JSON object'"
@@ -99,6 +100,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand renew" -s V -l version -
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l ttl -d 'Lease time to live' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s w -l wait -d 'Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock is busy, instead of 75' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l limit -d 'Slots: up to N holders at once (a counting semaphore) [1..=1000]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l kill-after -d 'After SIGTERM, wait this long before SIGKILL' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s c -l command -d 'Run COMMAND with `sh -c`' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
@@ -145,6 +147,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand list" -s q -l quiet -d '
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -s v -l verbose -d 'Log each step with its timing on stderr'
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockctl -n "__fish_lockctl_using_subcommand list" -s V -l version -d 'Print version'
+complete -c lockctl -n "__fish_lockctl_using_subcommand break" -l token -d 'Break only the holder with this token (one slot of a --limit N semaphore) [default: every holder]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand break" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand break" -l redis-file -d 'File with the node URLs, one per line, instead of --redis' -r -F
 complete -c lockctl -n "__fish_lockctl_using_subcommand break" -l prefix -d 'Key prefix for lock keys' -r

@@ -213,7 +213,7 @@ Examples:
     ///
     /// A lock held by another token is never touched. The token is --token, or LOCKCTL_TOKEN when
     /// LOCKCTL_NAME is unset or names this lock (as after `eval` of `acquire --format env`, or
-    /// inside `exec`).
+    /// inside `exec`). The token alone finds its slot of a --limit N semaphore.
     #[command(after_long_help = "Exit status:
   0    released: the token held the lock on a quorum of nodes
   76   the token does not hold the lock (expired, broken, or taken by another holder)
@@ -230,7 +230,8 @@ Examples:
     ///
     /// Without --ttl the lease gets the TTL it was granted with again (30s for a lock that lockctl
     /// did not grant, such as a redis-py Lock's). The token is --token, or LOCKCTL_TOKEN when
-    /// LOCKCTL_NAME is unset or names this lock.
+    /// LOCKCTL_NAME is unset or names this lock. The token alone finds its slot of a --limit N
+    /// semaphore.
     #[command(after_long_help = "Exit status:
   0    renewed; the new validity in milliseconds is on stdout
   76   the token does not hold the lock any more
@@ -245,7 +246,8 @@ Examples:
 
     /// Run a command while holding the lock, renewing it, and release it afterwards
     ///
-    /// The command gets LOCKCTL_NAME, LOCKCTL_KEY, LOCKCTL_TOKEN and LOCKCTL_FENCE. If the lease is
+    /// The command gets LOCKCTL_NAME, LOCKCTL_KEY, LOCKCTL_TOKEN, LOCKCTL_FENCE and LOCKCTL_SLOT (1, or
+    /// the slot of a --limit N semaphore). If the lease is
     /// lost every process it started gets SIGTERM, then SIGKILL after --kill-after, and lockctl exits
     /// 76. Otherwise lockctl exits with the command's status (128+N for signal N). The lock is held
     /// until every process the command started has exited, background ones and those in other process
@@ -265,6 +267,8 @@ Examples:
   lockctl exec nightly-report -n -q -- /usr/local/bin/nightly-report --full
   # CI: one deployment at a time, wait up to 30 minutes
   lockctl exec deploy-production -w 30m --ttl 2m -- ./deploy.sh
+  # At most 4 builds at once on the shared runners
+  lockctl exec heavy-builds --limit 4 -- make -j8
   # A shell command line
   lockctl exec cache-rebuild -c 'rebuild --all && touch /var/run/rebuilt'"
     )]
@@ -284,6 +288,8 @@ Examples:
     Status(StatusArgs),
 
     /// List held locks whose name matches a glob
+    ///
+    /// A --limit N semaphore is one row, with its held slots out of N and each slot's holder.
     #[command(after_long_help = "Exit status:
   0    listed (also when nothing matches)
   69   Redis unavailable: fewer than a quorum of nodes could be scanned

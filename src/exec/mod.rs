@@ -7,9 +7,9 @@
 //!    128+N without running the command.
 //! 2. The watcher is forked (`watcher.rs`: it kills the job's group if lockctl dies), then the command
 //!    is spawned from the main thread (see `child.rs` for the process group, the parent-death signal,
-//!    the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN` and
-//!    `LOCKCTL_FENCE` in its environment. From then on, signals are forwarded to the job
-//!    (`supervisor.rs`).
+//!    the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`,
+//!    `LOCKCTL_FENCE` and `LOCKCTL_SLOT` in its environment. From then on, signals are forwarded to
+//!    the job (`supervisor.rs`).
 //! 3. The renewal thread (`lease.rs`) keeps the lease and a timer enforces its deadline
 //!    (`deadline.rs`); when the lease is lost, the job gets SIGTERM, then SIGKILL after
 //!    `--kill-after`.
