@@ -3,7 +3,9 @@
 //! The lock key `<prefix><NAME>` is a plain string holding the token, so canonical clients (redis-py's
 //! `Lock`, redsync, node-redlock) on the same key exclude each other with lockctl. Two auxiliary keys
 //! sit beside it: the fencing counter (never expires) and the holder hash (expires with the lock), and
-//! releases are announced on a channel named the same way.
+//! releases are announced on a channel named the same way. A semaphore (`--limit N`) adds slots 2..N,
+//! each a plain string key with a holder hash of its own (`slot\x1f<i>`, `holder\x1f<i>`; slot 1 is
+//! the lock key), and a `limit` key recording N; `--limit 1` adds nothing.
 //!
 //! Two rules shape their names:
 //!
@@ -41,8 +43,8 @@ pub struct LockKeys {
     pub holder: String,
     /// Pub/sub channel on which releases are announced.
     pub channel: String,
-    /// The semaphore's limit N (`--limit`), kept while a slot above 1 is in use; absent for a
-    /// plain lock.
+    /// The semaphore's limit N (`--limit`), kept while any of its slots is held; absent for a plain
+    /// lock.
     pub limit: String,
     /// `<slot base><i>` is slot i's key for i >= 2 (slot 1 is `key`).
     pub slot_base: String,

@@ -56,6 +56,17 @@
 //! `break` or eviction on that node is final. Consequence: with a single node, a restart without data
 //! ends the lease (unless the quarantine is off).
 //!
+//! # Slots
+//!
+//! With `--limit N` a name has N slots, and each slot is a mutex of its own key: slot 1 is the lock
+//! key, so `--limit 1` is the plain lock. A per-node count would not do for Redlock (three holders
+//! can each win a different pair of three nodes while no node counts more than two), so round 1 takes
+//! the lowest free slot on each node, the attempt wins the slot that a quorum granted, and the other
+//! grants are rolled back; a split vote is retried at once asking for the most voted slot. All slots
+//! share the fencing counter; round 2 of a semaphore confirms the fence only where its own raise set
+//! it, so that holders of different slots at the same time never share a fence
+//! (`docs/queue.md`).
+//!
 //! # One server, one vote
 //!
 //! Every round-1 reply carries the server's run id. Two nodes of one attempt that answer with the same
