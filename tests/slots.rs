@@ -621,3 +621,90 @@ fn slots_work_on_redis_cluster() {
     let o = run(lockctl_on_url(&url).args(["status", "pool"]));
     assert_eq!(code(&o), 1, "{}", stderr(&o));
 }
+
+/// A holder of slot 2 whose key a minority node lost in a restart gets *that slot's* key back there
+/// once the node's restart quarantine (on here, the TTL) has passed, with the limit beside it.
+#[test]
+fn renewal_recreates_the_slot_key_after_a_restart_and_its_quarantine() {
+    use std::io::{BufRead, Write};
+    let mut servers = Servers::start(3);
+    // Servers just started: wait out the quarantine so that they vote.
+    assert!(eventually(Duration::from_secs(15), || servers
+        .0
+        .iter()
+        .all(|s| {
+            let info: String = s.cmd(&["INFO", "server"]);
+            info.lines()
+                .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+                .is_some_and(|u| u.trim().parse::<u64>().unwrap() >= 5)
+        })));
+    // This grant runs with the quarantine off (support's default, for servers the test just
+    // started); the exec below and the restart keep it on.
+    let first = acquire_json(
+        &mut servers.lockctl(),
+        "pool",
+        &["--limit", "2", "--ttl", "60s"],
+    );
+    assert_eq!(first["slot"], 1);
+    let mut child = servers
+        .lockctl()
+        .env_remove("LOCKCTL_QUARANTINE")
+        .args([
+            "exec",
+            "pool",
+            "--limit",
+            "2",
+            "--ttl",
+            "3s",
+            "--node-timeout",
+            "1s",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"ready $LOCKCTL_SLOT $LOCKCTL_TOKEN\"; read _",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let parts: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(parts[..2], ["ready", "2"], "{line:?}");
+    let token = parts[2].to_string();
+    let restarted = std::time::Instant::now();
+    servers[1].restart_empty();
+    let back = eventually(Duration::from_secs(15), || {
+        servers[1].get(&slot_key("pool", 2)).is_some()
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(b"done\n");
+    drop(stdin);
+    let seen_back = (
+        servers[1].get(&slot_key("pool", 2)),
+        servers[1].get(&limit_key("pool")),
+    );
+    let o = wait_output(child, Duration::from_secs(60));
+    assert!(
+        back,
+        "slot 2 not put back: exec exited {}: {}",
+        code(&o),
+        stderr(&o)
+    );
+    assert!(
+        restarted.elapsed() >= Duration::from_secs(3),
+        "before the quarantine ended"
+    );
+    assert_eq!(seen_back, (Some(token), Some("2".to_string())));
+    assert_eq!(
+        servers[1].get(&slot_key("pool", 1)),
+        None,
+        "slot 1 is not ours"
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
