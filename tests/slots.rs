@@ -712,3 +712,57 @@ fn renewal_recreates_the_slot_key_after_a_restart_and_its_quarantine() {
     // slots, seen here about once in ten runs.)
     assert!(!stderr(&o).contains("no longer ours"), "{}", stderr(&o));
 }
+
+/// On a terminal, break names every holder of a semaphore, with its slot, and breaks those it named.
+#[test]
+fn break_on_a_terminal_names_each_holder() {
+    let s = Server::start();
+    let tokens: Vec<String> = (0..2)
+        .map(|_| {
+            let g = acquire_json(&mut lockctl_on(&s), "pool", &["--limit", "2", "-n"]);
+            g["token"].as_str().unwrap().to_string()
+        })
+        .collect();
+    // `script` gives lockctl a pseudo-terminal as stdin; the answer is typed into it.
+    let on_tty = |answer: &str| {
+        let c = lockctl_on(&s);
+        let mut cmd = Command::new("script");
+        cmd.args([
+            "-qec",
+            &format!("{} break pool", env!("CARGO_BIN_EXE_lockctl")),
+            "/dev/null",
+        ]);
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("run script(1) from util-linux");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(answer.as_bytes())
+            .unwrap();
+        wait_output(child, Duration::from_secs(60))
+    };
+    let o = on_tty("n\n");
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let shown = format!("{}{}", stdout(&o), stderr(&o));
+    for (i, t) in tokens.iter().enumerate() {
+        assert!(
+            shown.contains(&format!("slot {}", i + 1)) && shown.contains(t.as_str()),
+            "{shown}"
+        );
+    }
+    assert_eq!(s.get(&slot_key("pool", 2)), Some(tokens[1].clone()));
+    let o = on_tty("y\n");
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(s.get(&slot_key("pool", 1)), None);
+    assert_eq!(s.get(&slot_key("pool", 2)), None);
+}
