@@ -513,6 +513,10 @@ pub enum ReportFormat {
     Json,
 }
 
+/// What `lockctl --version` prints, without building the command (`main.rs` answers it first).
+pub const VERSION_LINE: &str =
+    concat!(env!("CARGO_PKG_NAME"), " ", env!("CARGO_PKG_VERSION"), "\n");
+
 /// The clap command, for completions and man pages.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()

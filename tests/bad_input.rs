@@ -212,6 +212,30 @@ fn unknown_commands_and_flags() {
     );
 }
 
+/// `--version` and `-V` alone are answered before clap runs: the same line clap prints, exit 0, even
+/// with a bad value in the environment (clap prints the version before it reads the environment).
+/// With anything else on the command line clap answers, as before.
+#[test]
+fn version_is_what_clap_prints() {
+    let clap_line = lockctl::cli::command().render_version().to_string();
+    assert_eq!(clap_line, lockctl::cli::VERSION_LINE);
+    let raw = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    for flag in ["--version", "-V"] {
+        let o = run(lockctl().arg(flag).env("LOCKCTL_NODE_TIMEOUT", "soon"));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(raw(&o), clap_line);
+        assert_eq!(stderr(&o), "");
+    }
+    // Through clap, as before: the same line.
+    let o = run(lockctl().args(["-q", "--version"]));
+    assert_eq!((code(&o), raw(&o)), (0, clap_line));
+    let o = run(lockctl().args(["acquire", "-V"]));
+    assert_eq!(
+        raw(&o),
+        format!("lockctl-acquire {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
 /// A lockctl with a live server holding `held` in the environment, for messages about other nodes.
 fn with_lock_env(s: &Server, args: &[&str]) -> std::process::Output {
     run(lockctl_on(s).args(args))
