@@ -267,15 +267,18 @@ impl Node {
         what: &str,
         f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, NodeFailure> {
-        self.call_with(what, false, f)
+        let mut f = f;
+        self.call_with(what, false, |c, _| (f(c), None))
     }
 
     /// [`Node::call`]; `durable`: a write that must reach the master's replicas before it counts.
+    /// `f` is told when the connection is new and its server not yet checked: it may then send
+    /// `INFO` right behind its command and return that reply too (see [`Node::eval`]).
     fn call_with<T>(
         &mut self,
         what: &str,
         durable: bool,
-        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Connection, bool) -> (RedisResult<T>, Option<RedisResult<Value>>),
     ) -> Result<T, NodeFailure> {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
@@ -311,22 +314,24 @@ impl Node {
                     }
                 }
             }
-            let (result, asked) = match ask.take() {
+            let (result, asked, info) = match ask.take() {
                 Some(mut c) => (
                     run_by(&mut c, deadline, &mut |c: &mut Connection| {
                         redis::cmd("ASKING").query::<()>(c)
                     })
-                    .and_then(|_| run_by(&mut c, deadline, &mut f)),
+                    .and_then(|_| run_by(&mut c, deadline, &mut |c| f(c, false).0)),
                     true,
+                    None,
                 ),
-                None => (
-                    run_by(
-                        self.conn.as_mut().expect("connection just opened"),
-                        deadline,
-                        &mut f,
-                    ),
-                    false,
-                ),
+                None => {
+                    let want_info = !self.checked;
+                    let conn = self.conn.as_mut().expect("connection just opened");
+                    let (result, info) = match limit_by(conn, deadline) {
+                        Ok(()) => f(conn, want_info),
+                        Err(e) => (Err(e), None),
+                    };
+                    (result, false, info)
+                }
             };
             sent = true;
             // A reply, or READONLY (a replica: say which master it follows, or find the master).
@@ -335,7 +340,7 @@ impl Node {
                 Err(e) => is_readonly(e),
             };
             if answered && !asked && !self.checked {
-                match self.check_server(deadline) {
+                match self.check_server(deadline, info) {
                     Ok(()) => self.checked = true,
                     Err(Check::Rediscover) if !rediscovered => {
                         rediscovered = true;
@@ -493,11 +498,18 @@ impl Node {
     /// server's role (a replica is refused, or behind Sentinel the master is asked for again), its
     /// replicas in sync, whether it is a cluster node, and its run id. It comes after the first
     /// command rather than before, so that a command to a server that stopped answering is on its way
-    /// all the same, as it would be on an old connection.
-    fn check_server(&mut self, deadline: Instant) -> Result<(), Check> {
+    /// all the same, as it would be on an old connection. `sent`: its reply, when the first command
+    /// sent it along (one round trip for both); otherwise it is asked for here.
+    fn check_server(
+        &mut self,
+        deadline: Instant,
+        sent: Option<RedisResult<Value>>,
+    ) -> Result<(), Check> {
         let conn = self.conn.as_mut().expect("connection in use");
-        let info = run_by(conn, deadline, &mut |c: &mut Connection| {
-            redis::cmd("INFO").query::<Value>(c)
+        let info = sent.unwrap_or_else(|| {
+            run_by(conn, deadline, &mut |c: &mut Connection| {
+                redis::cmd("INFO").query::<Value>(c)
+            })
         });
         let fields = match info {
             Ok(v) => info_fields(&v),
@@ -625,7 +637,19 @@ impl Node {
     ) -> Result<Value, NodeFailure> {
         let durable = super::is_durable(script);
         let source = super::script_source(script);
-        let result = self.call_with(what, durable, |conn| {
+        let eval_source = |conn: &mut Connection, e: RedisError| match source {
+            Some(source) => redis::cmd("EVAL")
+                .arg(source)
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args)
+                .query(conn),
+            None => Err(e),
+        };
+        let result = self.call_with(what, durable, |conn, with_info| {
+            if with_info {
+                return evalsha_then_info(conn, script, keys, args, eval_source);
+            }
             let mut inv = script.prepare_invoke();
             for k in keys {
                 inv.key(*k);
@@ -633,20 +657,13 @@ impl Node {
             for a in args {
                 inv.arg(*a);
             }
-            match inv.invoke(conn) {
+            let result = match inv.invoke(conn) {
                 // Flushed again between the reload and the retry (`SCRIPT FLUSH` in a loop, a
                 // failover mid-call): send the source itself, which cannot miss.
-                Err(e) if e.code() == Some("NOSCRIPT") => match source {
-                    Some(source) => redis::cmd("EVAL")
-                        .arg(source)
-                        .arg(keys.len())
-                        .arg(keys)
-                        .arg(args)
-                        .query(conn),
-                    None => Err(e),
-                },
+                Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, e),
                 other => other,
-            }
+            };
+            (result, None)
         });
         result.map_err(|mut fail| {
             // A script stops at the command that failed; the ones before it stay applied.
@@ -902,13 +919,58 @@ fn run_by<T>(
     deadline: Instant,
     f: &mut impl FnMut(&mut Connection) -> RedisResult<T>,
 ) -> RedisResult<T> {
+    limit_by(conn, deadline)?;
+    f(conn)
+}
+
+/// Bounds the connection's reads and writes by the time left until `deadline`.
+fn limit_by(conn: &mut Connection, deadline: Instant) -> RedisResult<()> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left < Duration::from_millis(1) {
         return Err(timed_out("no time left for the command"));
     }
     conn.set_read_timeout(Some(left))?;
     conn.set_write_timeout(Some(left))?;
-    f(conn)
+    Ok(())
+}
+
+/// The first command on a new connection: `EVALSHA` and `INFO` in one write, so that checking the
+/// server costs no round trip of its own; the script's reply and INFO's come back in that order.
+/// `INFO`'s reply is read only after a reply to the script (a server error counts): after a timeout
+/// or a dropped connection it is never read, as the connection is not used again. On `NOSCRIPT`
+/// (a server that never saw the script, or flushed it) the source goes out with `eval_source`, which
+/// also caches it there.
+fn evalsha_then_info(
+    conn: &mut Connection,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+    eval_source: impl FnOnce(&mut Connection, RedisError) -> RedisResult<Value>,
+) -> (RedisResult<Value>, Option<RedisResult<Value>>) {
+    let mut both = redis::cmd("EVALSHA")
+        .arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .get_packed_command();
+    both.extend_from_slice(&redis::cmd("INFO").get_packed_command());
+    if let Err(e) = conn.send_packed_command(&both) {
+        return (Err(e), None);
+    }
+    let first = conn.recv_response().and_then(Value::extract_error);
+    let replied = match &first {
+        Ok(_) => true,
+        Err(e) => e.code().is_some(),
+    };
+    if !replied {
+        return (first, None);
+    }
+    let info = conn.recv_response().and_then(Value::extract_error);
+    let result = match first {
+        Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, e),
+        other => other,
+    };
+    (result, Some(info))
 }
 
 fn timed_out(what: &str) -> RedisError {
