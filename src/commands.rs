@@ -59,11 +59,17 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
     let wake = Wakeup::new();
-    let tx = wake.sender();
-    signals::listen(move |s| {
-        let _ = tx.send(Wake::Signal(s));
-    })
-    .context("cannot install signal handlers")?;
+    // One attempt needs no signal thread: a signal that came during it is read afterwards.
+    let mut caught = None;
+    if matches!(policy, WaitPolicy::NoWait) {
+        caught = Some(signals::catch().context("cannot install signal handlers")?);
+    } else {
+        let tx = wake.sender();
+        signals::listen(move |s| {
+            let _ = tx.send(Wake::Signal(s));
+        })
+        .context("cannot install signal handlers")?;
+    }
     let grant = match engine.acquire(
         &keys,
         args.wait.ttl,
@@ -75,6 +81,17 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
         Ok(g) => g,
         Err(e) => return Ok(report(&e, busy)),
     };
+    if let Some(signal) = caught.as_mut().and_then(signals::Caught::first) {
+        // As the engine does when a waiter's signal comes with the grant: give it back.
+        if let Err(e) = engine.release(&keys, &grant.token) {
+            crate::complain!(
+                "the lock won as the signal came could not be given back ({e}); it expires \
+                 within {} ms",
+                args.wait.ttl.as_millis()
+            );
+        }
+        return Ok(report(&LockError::Interrupted(signal), busy));
+    }
     let text = match args.format {
         GrantFormat::Plain => format!("{}\n", grant.token),
         GrantFormat::Env => output::grant_env(&grant),

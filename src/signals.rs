@@ -20,6 +20,10 @@
 //! number, and covers SIGTERM and SIGHUP only behind a feature flag, folded into that same callback.
 //! signal-hook's iterator hands over each signal with its number, on an ordinary thread where any
 //! code may run (locks, `killpg`, waking a waiter), while the handler itself only writes to a pipe.
+//!
+//! A command that makes one attempt and never waits (`acquire -n`) needs no thread: [`catch`]
+//! installs the same handlers, and the command reads what arrived once its attempt is over. Starting
+//! the thread cost a measurable part of such an invocation (`bench/RESULTS.md`).
 
 use signal_hook::consts::{SIGALRM, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
@@ -39,4 +43,19 @@ pub fn listen(mut on_signal: impl FnMut(i32) + Send + 'static) -> std::io::Resul
             }
         })?;
     Ok(())
+}
+
+/// The handled signals caught, without a thread: they only mark themselves pending.
+pub struct Caught(Signals);
+
+/// Catches the handled signals without starting a thread; see [`Caught::first`].
+pub fn catch() -> std::io::Result<Caught> {
+    Ok(Caught(Signals::new(HANDLED)?))
+}
+
+impl Caught {
+    /// A signal that arrived since [`catch`] (or since the last call), if any.
+    pub fn first(&mut self) -> Option<i32> {
+        self.0.pending().next()
+    }
 }

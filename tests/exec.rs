@@ -1009,6 +1009,37 @@ wait $g"#;
     assert!(marker.exists(), "the grandchild got SIGTERM");
 }
 
+/// `acquire -n` catches signals without a thread of its own and reads them after its one attempt: a
+/// signal that lands while the grant's reply is on its way still gives the lock back and exits 128+N,
+/// as with a waiting acquire (the relay holds the reply back for a second, within the node timeout, so
+/// the signal lands in that window).
+#[test]
+fn a_signal_at_the_grant_of_one_attempt_releases_the_lock() {
+    let s = Server::start();
+    let relay = Relay::start(&s);
+    relay.delay_replies(Duration::from_secs(1));
+    for (sig, status) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let one = lockctl()
+            .env("LOCKCTL_REDIS", relay.url())
+            .args(["acquire", "race-n", "-n", "--node-timeout", "30s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(30), || s
+                .get("lockctl:race-n")
+                .is_some()),
+            "the attempt never reached Redis"
+        );
+        kill(one.id() as i32, sig);
+        let o = wait_output(one, Duration::from_secs(60));
+        assert_eq!(code(&o), status, "{}", stderr(&o));
+        assert_eq!(stdout(&o), "", "no token printed");
+        assert_eq!(s.get("lockctl:race-n"), None, "the lock is given back");
+    }
+}
+
 #[test]
 fn a_signal_at_the_grant_releases_the_lock() {
     // A signal that lands after the lock was set in Redis, while the reply is on its way: lockctl
