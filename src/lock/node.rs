@@ -35,9 +35,14 @@
 //! Opening a connection has parts that no socket timeout bounds, or bounds one by one: the name lookup
 //! (`getaddrinfo` takes no timeout at all), a unix-socket connect (std's `UnixStream::connect` takes
 //! none, and it blocks for as long as a stopped server's accept queue is full), and redis-rs gives the
-//! handshake its own timeout after the connect's. So a connection is opened on a helper thread that the
-//! caller stops waiting for when the call's time is up ([`connect`]); a node keeps at most one such
-//! connect outstanding and picks it up on its next call rather than queueing more.
+//! handshake its own timeout after the connect's. So a connection to a host name is opened on a
+//! helper thread that the caller stops waiting for when the call's time is up ([`connect`]); a node
+//! keeps at most one such connect outstanding and picks it up on its next call rather than queueing
+//! more. Where every step can be bounded on the calling thread, no helper is started, since starting
+//! it and waiting for it cost a measurable part of a whole invocation (`bench/RESULTS.md`): a TCP
+//! address given as an IP needs no lookup, and redis-rs (1.8) bounds its connect and handshake together
+//! by the timeout; a unix-socket connect is interrupted at the deadline by a signal to the calling
+//! thread ([`Alarm`]).
 //!
 //! Redirects, the `INFO` after a new connection's first reply and `WAIT` all fit in the same call's
 //! time.
@@ -989,6 +994,11 @@ pub fn connect(
     if timeout.is_zero() {
         return Err(timed_out("connect timed out"));
     }
+    if pending.is_none() {
+        if let Some(result) = connect_here(client, deadline) {
+            return result;
+        }
+    }
     loop {
         let (rx, earlier) = match pending.take() {
             Some(rx) => (rx, true),
@@ -1020,6 +1030,112 @@ pub fn connect(
                 )
             }
         }
+    }
+}
+
+const CONNECT_TIMED_OUT: &str =
+    "connect timed out: no connection and handshake within the time allowed";
+
+/// Connects on the calling thread when every step is bounded there (see the module docs); `None`
+/// for a host name, which the caller connects to on a helper thread.
+fn connect_here(client: &Client, deadline: Instant) -> Option<RedisResult<Connection>> {
+    use redis::ConnectionAddr;
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. }
+            if host.parse::<std::net::IpAddr>().is_ok() =>
+        {
+            Some(client.get_connection_with_timeout(timeout))
+        }
+        ConnectionAddr::Unix(_) => {
+            let alarm = Alarm::arm(timeout).ok()?;
+            let result = client.get_connection_with_timeout(timeout);
+            drop(alarm);
+            Some(match result {
+                Err(e) if e.kind() == redis::ErrorKind::Io && Instant::now() >= deadline => {
+                    Err(timed_out(CONNECT_TIMED_OUT))
+                }
+                Err(e) if is_interrupted(&e) => Err(timed_out(CONNECT_TIMED_OUT)),
+                other => other,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn is_interrupted(e: &RedisError) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
+        || e.to_string().contains("Interrupted system call")
+}
+
+/// A signal to the calling thread once a time has passed, interrupting the system call it blocks in
+/// (a unix-socket connect to a server whose accept queue is full has no timeout of its own). The
+/// handler does nothing and is installed without `SA_RESTART`, so the call fails with `EINTR`.
+/// Dropping the alarm deletes its timer; a signal already on its way is then handled in user space
+/// at once, interrupting nothing.
+struct Alarm(libc::timer_t);
+
+extern "C" fn on_alarm(_: libc::c_int) {}
+
+impl Alarm {
+    fn signal() -> libc::c_int {
+        // Above the real-time signals glibc keeps for itself (SIGRTMIN() already skips those).
+        libc::SIGRTMIN() + 4
+    }
+
+    fn arm(after: Duration) -> std::io::Result<Alarm> {
+        static INSTALLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let installed = *INSTALLED.get_or_init(|| {
+            // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe (it does nothing).
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_alarm as *const () as libc::sighandler_t;
+                action.sa_flags = 0;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(Self::signal(), &action, std::ptr::null_mut()) == 0
+            }
+        });
+        if !installed {
+            return Err(std::io::Error::other("cannot install the alarm's handler"));
+        }
+        // SAFETY: sigevent is plain old data; the timer is created for this thread and owned below.
+        let timer = unsafe {
+            let mut event: libc::sigevent = std::mem::zeroed();
+            event.sigev_notify = libc::SIGEV_THREAD_ID;
+            event.sigev_signo = Self::signal();
+            event.sigev_notify_thread_id = libc::gettid();
+            let mut timer: libc::timer_t = std::ptr::null_mut();
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            timer
+        };
+        let alarm = Alarm(timer);
+        let at = after.max(Duration::from_micros(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: at.as_secs() as libc::time_t,
+                tv_nsec: at.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: `alarm.0` is a live timer; `spec` is a valid itimerspec.
+        if unsafe { libc::timer_settime(alarm.0, 0, &spec, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(alarm)
+    }
+}
+
+impl Drop for Alarm {
+    fn drop(&mut self) {
+        // SAFETY: the timer was created by `arm` and is deleted once.
+        unsafe { libc::timer_delete(self.0) };
     }
 }
 
