@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import socket
 import statistics
@@ -25,6 +26,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "bench", "out")
+# The plots are committed beside this file; everything else stays in OUT.
+PLOTS = os.path.join(ROOT, "bench")
 LOCKCTL = os.environ.get("LOCKCTL_BIN", os.path.join(ROOT, "target", "release", "lockctl"))
 CS = os.path.join(OUT, "cs")
 TRUE = shutil.which("true") or "/bin/true"
@@ -378,6 +381,253 @@ def run_rusage(argv):
     return wall, lines, rss, p.returncode, err.decode(errors="replace").strip()
 
 
+
+# ---------------------------------------------------------------- start-up
+
+
+def startup_variants(srv):
+    """Single invocations, each one process: /bin/true, lockctl's floor (--version), an acquire of a
+    free lock (one round trip), and redis-cli's nearest equivalent (one SET NX PX)."""
+    n = [0]
+
+    def acquire():
+        n[0] += 1
+        tok = run(lockctl([srv.url()], "acquire", f"su-{n[0]}", "-n", "--ttl", "30s"),
+                  capture=True).strip()
+        if len(tok) != 32:
+            raise Failed(f"acquire printed {tok!r}")
+
+    def cli_set():
+        n[0] += 1
+        if run(srv.cli() + ["SET", f"lockctl:su-cli-{n[0]}", "x", "NX", "PX", "30000"],
+               capture=True).strip() != b"OK":
+            raise Failed("SET NX did not take the free key")
+
+    def version():
+        if not run([LOCKCTL, "--version"], capture=True).startswith(b"lockctl "):
+            raise Failed("--version printed no version")
+
+    return {
+        "/bin/true": lambda: run([TRUE]),
+        "lockctl --version": version,
+        "lockctl acquire -n": acquire,
+        "redis-cli SET NX PX": cli_set,
+    }
+
+
+def plot_startup(medians, path):
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    names = list(medians)
+    ms = [medians[k] * 1000 for k in names]
+    base = medians["/bin/true"]
+    bars = ax.bar(names, ms, color=["tab:gray", "tab:blue", "tab:blue", "tab:red"][:len(names)])
+    ax.bar_label(bars, labels=[f"{m:.2f} ms\n{medians[k] / base:.2f}x true"
+                               for k, m in zip(names, ms)], fontsize=8)
+    ax.set_ylabel("median wall time per invocation (ms)")
+    ax.set_ylim(0, max(ms) * 1.3)
+    ax.set_title("Start-up: one invocation, spawned by the harness (interleaved rounds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
+        return None
+    return plt
+
+
+# ---------------------------------------------------------------- topologies
+
+
+def wait_until(what, cond, limit=60):
+    deadline = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > deadline:
+            raise Failed(f"{what} never happened")
+        time.sleep(0.1)
+
+
+def info_field(cli, section, key):
+    try:
+        text = run(cli + ["INFO", section], capture=True).decode()
+    except Failed:
+        return None
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+class Proc:
+    """A redis-server in some other mode (Sentinel, cluster node) on a loopback port."""
+
+    def __init__(self, base, name, argv_of):
+        self.dir = os.path.join(base, name)
+        os.makedirs(self.dir)
+        # A cluster node also listens on port + 10000 (its bus).
+        self.port = free_port()
+        while self.port > 55000:
+            self.port = free_port()
+        self.log = open(os.path.join(self.dir, "log"), "wb")
+        self.proc = subprocess.Popen(argv_of(self), stdout=self.log, stderr=subprocess.STDOUT)
+        def up():
+            if self.proc.poll() is not None:
+                raise Failed(f"{name} exited: {open(os.path.join(self.dir, 'log')).read()[-300:]}")
+            return subprocess.run(self.cli() + ["PING"], capture_output=True).stdout.strip() == \
+                b"PONG"
+        wait_until(f"{name} answering PING", up, 20)
+
+    def cli(self):
+        return ["redis-cli", "-p", str(self.port)]
+
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+def sentinel_group(base, servers):
+    """A master with one replica and one Sentinel (quorum 1) watching it, as `bench-master`."""
+    master = Redis(base, "s-master", tcp=True)
+    servers.append(master)
+    replica = Redis(base, "s-replica", tcp=True,
+                    extra=["--replicaof", "127.0.0.1", str(master.port)])
+    servers.append(replica)
+    # Online on the master's side too: only then does a grant wait for it (WAIT).
+    wait_until("the replica's sync", lambda: "state=online" in (info_field(
+        master.cli(True), "replication", "slave0") or ""))
+
+    def argv(p):
+        conf = os.path.join(p.dir, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write(f"port {p.port}\nbind 127.0.0.1\ndir {p.dir}\n"
+                    f"sentinel monitor bench-master 127.0.0.1 {master.port} 1\n"
+                    "sentinel down-after-milliseconds bench-master 5000\n")
+        return ["redis-server", conf, "--sentinel"]
+    sentinel = Proc(base, "sentinel", argv)
+    servers.append(sentinel)
+    return master, sentinel
+
+
+def cluster(base, servers, n=3):
+    """A Redis Cluster of `n` masters without replicas (so no WAIT: comparable with a standalone)."""
+    def argv(p):
+        return ["redis-server", "--port", str(p.port), "--bind", "127.0.0.1", "--cluster-enabled",
+                "yes", "--cluster-config-file", os.path.join(p.dir, "nodes.conf"), "--dir", p.dir,
+                "--save", "", "--appendonly", "no"]
+    nodes = []
+    for i in range(n):
+        nodes.append(Proc(base, f"c{i}", argv))
+        servers.append(nodes[-1])
+    run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p.port}" for p in nodes],
+         "--cluster-replicas", "0", "--cluster-yes"])
+    wait_until("cluster_state:ok", lambda: all(
+        b"cluster_state:ok" in subprocess.run(p.cli() + ["CLUSTER", "INFO"],
+                                              capture_output=True).stdout for p in nodes))
+    return nodes
+
+
+def slot_owner(nodes, name):
+    """The node that owns lock `name`'s slot, and one that does not: lockctl's own trace says
+    whether a node redirected it."""
+    owner = other = None
+    for p in nodes:
+        err = subprocess.run(lockctl([p.url()], "-v", "status", name), env=ENV,
+                             capture_output=True).stderr
+        if b"moved to" in err:
+            other = other or p
+        else:
+            owner = owner or p
+    if owner is None or other is None:
+        raise Failed(f"no owner and non-owner of {name}'s slot found")
+    return owner, other
+
+
+# ---------------------------------------------------------------- herd
+
+
+def commands_total(cli):
+    """Commands the server ran since the last CONFIG RESETSTAT (INFO commandstats; commands a
+    script runs are counted too)."""
+    text = run(cli + ["INFO", "commandstats"], capture=True).decode()
+    return sum(int(m) for m in re.findall(r"^cmdstat_\S+:calls=(\d+)", text, re.M))
+
+
+def herd(tool, srv, workdir, n, ms):
+    """`n` processes wait for one lock at once; each takes one critical section of `ms`. Returns
+    the wall time from the start signal to the last exit and the server's commands (lockctl)."""
+    log = os.path.join(workdir, f"herd-{tool}-{n}.log")
+    if tool == "lockctl":
+        inner = lockctl([srv.url()], "-q", "exec", f"herd-{n}", "--", CS, log, str(ms))
+    else:
+        inner = ["flock", os.path.join(workdir, f"herd-{n}.lock"), CS, log, str(ms)]
+    cmd = ["sh", "-c", 'read _go; exec "$@"', "sh", *inner]
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, env=dict(ENV, BENCH_WORKER=str(w)))
+             for w in range(n)]
+    time.sleep(0.2)  # every shell is up and blocked on its read
+    if tool == "lockctl":
+        run(srv.cli() + ["CONFIG", "RESETSTAT"])
+    t0 = time.perf_counter()
+    for p in procs:
+        p.stdin.write(b"go\n")
+        p.stdin.close()
+    for p in procs:
+        if p.wait() != 0:
+            raise Failed(f"herd: a {tool} waiter exited {p.returncode}")
+    wall = time.perf_counter() - t0
+    commands = commands_total(srv.cli()) if tool == "lockctl" else None
+    with open(log) as f:
+        secs = sorted(tuple(map(int, line.split())) for line in f)
+    if len(secs) != n:
+        raise Failed(f"herd {tool}: {len(secs)} critical sections logged, expected {n}")
+    for a, b in zip(secs, secs[1:]):
+        if b[0] < a[1]:
+            raise Failed(f"herd {tool}: two critical sections overlapped")
+    return wall, commands
+
+
+def plot_herd(herd_res, path):
+    plt = pyplot()
+    if plt is None:
+        return
+    ns = sorted(int(k) for k in herd_res)
+    ratio = [herd_res[str(n)]["ratio"] for n in ns]
+    per = [herd_res[str(n)]["commands_per_section"] for n in ns]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot(ns, ratio, "o-", label="lockctl exec / flock(1)")
+    ax1.axhline(1.1, color="tab:red", ls="--", lw=1, label="goal 1.1")
+    ax1.axhline(1.0, color="gray", lw=0.8)
+    ax1.set_xlabel("waiters N (each takes one 20 ms section)")
+    ax1.set_ylabel("wall-time ratio")
+    ax1.set_title("Wall time against flock(1)")
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    ax2.plot(ns, per, "o-", color="tab:orange")
+    ax2.set_xlabel("waiters N")
+    ax2.set_ylabel("Redis commands per critical section")
+    ax2.set_title("Server work per handoff (INFO commandstats)")
+    ax2.grid(alpha=0.3)
+    for x, y in zip(ns, per):
+        ax2.annotate(f"{y:.0f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
+                     fontsize=8)
+    fig.suptitle("Herd: N waiters for one lock at once")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -408,7 +658,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=200, help="rounds per micro-benchmark")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of each contention run")
     ap.add_argument("--only", default="", help="comma-separated subset: "
-                    "acq,exec,redlock,contention,footprint,list")
+                    "startup,acq,exec,redlock,contention,topo,herd,footprint,list")
+    ap.add_argument("--herd", default="10,30,60,100", help="waiter counts of the herd benchmark")
     ap.add_argument("--list-keys", type=int, default=1_000_000)
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
@@ -427,6 +678,19 @@ def main():
         # The spawn floor: what starting any program costs this harness.
         floor = interleave({"true": lambda: run([TRUE])}, args.rounds, warm)
         results["benchmarks"]["spawn_floor"] = summary(floor["true"])
+
+        if want("startup"):
+            s = interleave(startup_variants(main_srv), args.rounds, warm)
+            save_raw("startup", s)
+            med = {k: statistics.median(v) for k, v in s.items()}
+            results["benchmarks"]["startup"] = {k: summary(v) for k, v in s.items()}
+            rows.append(("start-up: --version", med["lockctl --version"], "/bin/true",
+                         med["/bin/true"], "<= 1.3"))
+            rows.append(("start-up: acquire -n (one round trip)", med["lockctl acquire -n"],
+                         "/bin/true", med["/bin/true"], "<= 1.5"))
+            rows.append(("start-up: acquire -n (one round trip)", med["lockctl acquire -n"],
+                         "redis-cli SET NX PX", med["redis-cli SET NX PX"], "-"))
+            plot_startup(med, os.path.join(PLOTS, "startup.png"))
 
         if want("acq"):
             for tcp in (False, True):
@@ -508,7 +772,65 @@ def main():
                              statistics.median(walls["flock"]), "<= 1.2"))
                 rows.append(("4 x 15 x 20 ms via exec, wall", a, "redis-py Lock (polling)",
                              statistics.median(walls["redis-py"]), "-"))
-            plot_handoff(gaps, os.path.join(OUT, "handoff.png"), workers, sections, ms, args.reps)
+            plot_handoff(gaps, os.path.join(PLOTS, "handoff.png"), workers, sections, ms, args.reps)
+
+        if want("topo"):
+            topo = {}
+            master, sentinel = sentinel_group(base, servers)
+            direct = f"redis://127.0.0.1:{master.port}"
+            s = interleave({
+                "sentinel": lockctl_acquire_release(
+                    [f"redis+sentinel://127.0.0.1:{sentinel.port}/bench-master"], "tp-s"),
+                "direct": lockctl_acquire_release([direct], "tp-d"),
+                "direct, no WAIT": lockctl_acquire_release([direct + "?replicas=0"], "tp-n"),
+            }, args.rounds, warm)
+            save_raw("topo_sentinel", s)
+            med = {k: statistics.median(v) for k, v in s.items()}
+            topo["sentinel"] = {k: summary(v) for k, v in s.items()}
+            rows.append(("redis+sentinel:// acquire + release", med["sentinel"],
+                         "direct on the master", med["direct"], "<= 1.3"))
+            rows.append(("WAIT for 1 replica, acquire + release", med["direct"],
+                         "the same with ?replicas=0", med["direct, no WAIT"], "-"))
+            nodes = cluster(base, servers)
+            owner, other = slot_owner(nodes, "tp-c")
+            s = interleave({
+                "slot owner": lockctl_acquire_release([owner.url()], "tp-c"),
+                "one redirect": lockctl_acquire_release([other.url()], "tp-c"),
+                "standalone": lockctl_acquire_release([main_srv.url(True)], "tp-c"),
+            }, args.rounds, warm)
+            save_raw("topo_cluster", s)
+            med = {k: statistics.median(v) for k, v in s.items()}
+            topo["cluster"] = {k: summary(v) for k, v in s.items()}
+            rows.append(("cluster, slot owner, acquire + release", med["slot owner"],
+                         "standalone server (TCP)", med["standalone"], "<= 1.1"))
+            rows.append(("cluster, one MOVED, acquire + release", med["one redirect"],
+                         "standalone server (TCP)", med["standalone"], "<= 1.5"))
+            results["benchmarks"]["topologies"] = topo
+
+        if want("herd"):
+            workdir = os.path.join(base, "herd")
+            os.makedirs(workdir)
+            run(lockctl([main_srv.url()], "exec", "probe", "--", TRUE))
+            herd_res = {}
+            for n in [int(x) for x in args.herd.split(",") if x]:
+                walls = {"lockctl": [], "flock": []}
+                cmds = []
+                for rep in range(max(1, args.reps // 3)):
+                    order = ["lockctl", "flock"]
+                    random.shuffle(order)
+                    for t in order:
+                        wall, c = herd(t, main_srv, workdir, n, 20)
+                        walls[t].append(wall)
+                        if c is not None:
+                            cmds.append(c)
+                        os.unlink(os.path.join(workdir, f"herd-{t}-{n}.log"))
+                a, b = statistics.median(walls["lockctl"]), statistics.median(walls["flock"])
+                herd_res[str(n)] = {"lockctl_s": walls["lockctl"], "flock_s": walls["flock"],
+                                    "ratio": a / b, "commands": cmds,
+                                    "commands_per_section": statistics.median(cmds) / n}
+                rows.append((f"herd N={n}, 1 x 20 ms each, wall", a, "flock(1)", b, "<= 1.1"))
+            results["benchmarks"]["herd"] = herd_res
+            plot_herd(herd_res, os.path.join(PLOTS, "herd.png"))
 
         if want("footprint"):
             fp = {}
@@ -643,6 +965,12 @@ def print_report(results):
                       f"   p90 {h['p90']:7.2f} ms   p99 {h['p99']:7.2f} ms   max {h['max']:7.2f} ms"
                       f"   ({h['n']} handoffs, {v['same_worker_again']} re-takes by the same"
                       " worker)")
+    h = b.get("herd")
+    if h:
+        print("\nherd: Redis commands per critical section (INFO commandstats)")
+        for n, v in h.items():
+            print(f"  N={n:4}  {v['commands_per_section']:7.1f} per section  "
+                  f"wall ratio {v['ratio']:.2f}")
     fp = b.get("footprint")
     if fp:
         print("\nwrapper footprint while the child sleeps 10 s")
