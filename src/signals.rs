@@ -22,8 +22,8 @@
 //! code may run (locks, `killpg`, waking a waiter), while the handler itself only writes to a pipe.
 //!
 //! A command that makes one attempt and never waits (`acquire -n`) needs no thread: [`catch`]
-//! installs the same handlers, and the command reads what arrived once its attempt is over. Starting
-//! the thread cost a measurable part of such an invocation (`bench/RESULTS.md`).
+//! installs the same handlers, and the command reads what arrived once its attempt is over, which
+//! spares such an invocation a thread it would never use (`bench/RESULTS.md`).
 
 use signal_hook::consts::{SIGALRM, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
