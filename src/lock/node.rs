@@ -39,10 +39,10 @@
 //! helper thread that the caller stops waiting for when the call's time is up ([`connect`]); a node
 //! keeps at most one such connect outstanding and picks it up on its next call rather than queueing
 //! more. Where every step can be bounded on the calling thread, no helper is started, since starting
-//! it and waiting for it cost a measurable part of a whole invocation (`bench/RESULTS.md`): a TCP
-//! address given as an IP needs no lookup, and redis-rs (1.8) bounds its connect and handshake together
-//! by the timeout; a unix-socket connect is interrupted at the deadline by a signal to the calling
-//! thread ([`Alarm`]).
+//! it and waiting for it cost a measurable part of a whole invocation (`bench/RESULTS.md`): a URL
+//! without a user, a password or a database (so there is no handshake to bound), whose server is a
+//! TCP address given as an IP (no lookup; the connect has a timeout) or a unix socket (its connect is
+//! interrupted at the deadline by a signal to the calling thread, [`Alarm`]).
 //!
 //! Redirects, the `INFO` after a new connection's first reply and `WAIT` all fit in the same call's
 //! time.
@@ -1037,11 +1037,17 @@ const CONNECT_TIMED_OUT: &str =
     "connect timed out: no connection and handshake within the time allowed";
 
 /// Connects on the calling thread when every step is bounded there (see the module docs); `None`
-/// for a host name, which the caller connects to on a helper thread.
+/// for a host name, or a URL with a user, a password or a database, which the caller connects to on
+/// a helper thread: redis-rs gives each reply of that handshake (AUTH, SELECT) the whole timeout.
 fn connect_here(client: &Client, deadline: Instant) -> Option<RedisResult<Connection>> {
     use redis::ConnectionAddr;
     let timeout = deadline.saturating_duration_since(Instant::now());
-    match client.get_connection_info().addr() {
+    let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    if settings.username().is_some() || settings.password().is_some() || settings.db() != 0 {
+        return None;
+    }
+    match info.addr() {
         ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. }
             if host.parse::<std::net::IpAddr>().is_ok() =>
         {
