@@ -330,7 +330,8 @@ def footprint(argv, seconds, label):
     stop_at = child_at + seconds - 1.0
     while p.poll() is None:
         st = proc_status(p.pid)
-        if st:
+        # An exiting process (a zombie) has no memory lines left: not a sample.
+        if st and "VmRSS" in st and "VmHWM" in st:
             samples.append((time.monotonic() - t0, st))
         if end_at is None and time.monotonic() >= stop_at:
             end_cpu, end_ticks, end_at = cpu_ns(p.pid), cpu_ticks(p.pid), time.monotonic()
