@@ -1093,9 +1093,11 @@ fn a_signal_at_the_grant_releases_the_lock() {
             .unwrap();
         assert_eq!(status.code(), Some(130), "{args:?}: {rest}");
         assert_eq!(out, "", "{args:?}: no token printed");
-        assert_eq!(
-            s.get("lockctl:race"),
-            None,
+        // The reply is held back past the node timeout, so the rollback goes out on the same
+        // connection without waiting for its answer (a stopped node must not hold up the exit);
+        // it reaches Redis through the relay a moment after lockctl has exited.
+        assert!(
+            eventually(Duration::from_secs(10), || s.get("lockctl:race").is_none()),
             "{args:?}: the lock won as the signal came is given back"
         );
         assert!(!marker.exists(), "{args:?}: the command never ran");
