@@ -137,7 +137,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__acquire)
-            opts="-w -n -E -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --limit --format --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-w -n -E -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --limit --note --supersede --format --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -164,6 +164,10 @@ _lockctl() {
                     return 0
                     ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --note)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -393,7 +397,7 @@ _lockctl() {
             return 0
             ;;
         lockctl__subcmd__exec)
-            opts="-w -n -E -c -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --limit --kill-after --command --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
+            opts="-w -n -E -c -r -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --limit --note --supersede --kill-after --command --redis --redis-file --prefix --node-timeout --tls-ca --tls-cert --tls-key --drift-factor --quarantine --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -420,6 +424,10 @@ _lockctl() {
                     return 0
                     ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --note)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -51,6 +51,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l ttl -d 'Leas
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s w -l wait -d 'Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy, instead of 75' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l limit -d 'Slots: up to N holders at once (a counting semaphore) [1..=1000]' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l note -d 'Free text kept with the holder and waiter records (a CI job URL, a ticket)' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l format -d 'Output: plain prints the token; env prints `export` lines for eval; json prints an object' -r -f -a "plain\t'The token alone'
 env\t'Shell `export` lines, for eval'
 json\t'One JSON object'"
@@ -64,6 +65,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l tls-key -d '
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l drift-factor -d 'Clock drift allowance as a fraction of the TTL' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l quarantine -d 'Nodes up for less than this do not vote [default: the TTL]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s n -l no-wait -d 'One attempt: fail at once if the lock is busy'
+complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -l supersede -d 'Newest wins among waiters: displace the older waiters of NAME'
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s q -l quiet -d 'No diagnostics on stderr (results and errors still print)'
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s v -l verbose -d 'Log each step with its timing on stderr'
 complete -c lockctl -n "__fish_lockctl_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -101,6 +103,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l ttl -d 'Lease t
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s w -l wait -d 'Give up after DUR (humantime or seconds; -w 0 = -n) [default: wait forever]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock is busy, instead of 75' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l limit -d 'Slots: up to N holders at once (a counting semaphore) [1..=1000]' -r
+complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l note -d 'Free text kept with the holder and waiter records (a CI job URL, a ticket)' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l kill-after -d 'After SIGTERM, wait this long before SIGKILL' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s c -l command -d 'Run COMMAND with `sh -c`' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s r -l redis -d 'Redis node URL; repeat for Redlock over several masters' -r
@@ -113,6 +116,7 @@ complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l tls-key -d 'Pri
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l drift-factor -d 'Clock drift allowance as a fraction of the TTL' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l quarantine -d 'Nodes up for less than this do not vote [default: the TTL]' -r
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s n -l no-wait -d 'One attempt: fail at once if the lock is busy'
+complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -l supersede -d 'Newest wins among waiters: displace the older waiters of NAME'
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s q -l quiet -d 'No diagnostics on stderr (results and errors still print)'
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s v -l verbose -d 'Log each step with its timing on stderr'
 complete -c lockctl -n "__fish_lockctl_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'

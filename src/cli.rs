@@ -380,6 +380,21 @@ pub struct WaitArgs {
     #[arg(long, value_name = "N", env = "LOCKCTL_LIMIT", default_value = "1",
         value_parser = clap::value_parser!(u16).range(1..=1000), allow_negative_numbers = true)]
     pub limit: u16,
+    /// Free text kept with the holder and waiter records (a CI job URL, a ticket)
+    ///
+    /// Shown by status, list, wait lines, busy messages and break. At most 512 bytes, no control
+    /// characters. Example: --note "$CI_JOB_URL"
+    #[arg(long, value_name = "TEXT", env = "LOCKCTL_NOTE")]
+    pub note: Option<String>,
+
+    /// Newest wins among waiters: displace the older waiters of NAME
+    ///
+    /// The waiters queued before this one stop waiting and exit busy (75, or -E), saying who
+    /// superseded them; the holder is never touched. For a deploy queue where only the latest
+    /// commit matters. Waiters are otherwise served in arrival order.
+    #[arg(long, env = "LOCKCTL_SUPERSEDE", action = ArgAction::SetTrue,
+        value_parser = BoolishValueParser::new())]
+    pub supersede: bool,
 }
 
 #[derive(Debug, Args)]

@@ -8,7 +8,7 @@
 use anyhow::Context;
 
 use crate::cli::{AcquireArgs, GrantFormat, ReleaseArgs, RenewArgs, WaitArgs};
-use crate::config::{check_name, check_token, Settings, DEFAULT_TTL};
+use crate::config::{check_name, check_note, check_token, Settings, DEFAULT_TTL};
 use crate::exit::{Exit, LockError};
 use crate::lock::{Engine, Holder, WaitPolicy, Wake, Wakeup};
 use crate::{output, say, signals};
@@ -31,7 +31,9 @@ pub fn wait_policy(args: &WaitArgs) -> (WaitPolicy, Exit) {
 /// by the restart quarantine always, since it is not) and gives its exit status.
 pub fn report(err: &LockError, busy: Exit) -> Exit {
     match err {
-        LockError::Busy { .. } | LockError::Interrupted(_) => say!("{err}"),
+        LockError::Busy { .. } | LockError::Interrupted(_) | LockError::Superseded { .. } => {
+            say!("{err}")
+        }
         _ => crate::complain!("{err}"),
     }
     err.exit(busy)
@@ -55,8 +57,10 @@ fn parent_holder() -> Holder {
 
 pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> {
     check_name(&args.name)?;
+    let note = check_note(args.wait.note.as_deref())?;
     let (policy, busy) = wait_policy(&args.wait);
     let mut engine = Engine::new(settings)?;
+    engine.supersede(args.wait.supersede);
     let keys = engine.keys(&args.name);
     let wake = Wakeup::new();
     // One attempt needs no signal thread: a signal that came during it is read afterwards.
@@ -70,11 +74,12 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
         })
         .context("cannot install signal handlers")?;
     }
+    let holder = parent_holder().with_note(note);
     let grant = match engine.acquire(
         &keys,
         args.wait.ttl,
         policy,
-        &parent_holder(),
+        &holder,
         usize::from(args.wait.limit),
         &wake,
     ) {

@@ -40,6 +40,29 @@ pub fn check_name(name: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// Checks a `--note`: at most [`crate::lock::queue::MAX_NOTE`] bytes, no control characters; an empty
+/// note is none.
+pub fn check_note(note: Option<&str>) -> Result<Option<&str>, LockError> {
+    let Some(note) = note.filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let max = crate::lock::queue::MAX_NOTE;
+    if note.len() > max {
+        return Err(LockError::Usage(format!(
+            "invalid --note: it is {} bytes long; the limit is {max} bytes (put a link to the \
+             details in the note instead)",
+            note.len()
+        )));
+    }
+    if let Some(c) = note.chars().find(|c| c.is_control()) {
+        return Err(LockError::Usage(format!(
+            "invalid --note: it contains the control character {c:?}; use one line of printable \
+             characters"
+        )));
+    }
+    Ok(Some(note))
+}
+
 /// Checks the key prefix: no control characters, which lockctl reserves for its auxiliary keys.
 pub fn check_prefix(prefix: &str) -> Result<(), LockError> {
     if let Some(c) = prefix.chars().find(|c| c.is_control()) {

@@ -70,11 +70,16 @@ pub enum LockError {
     #[error("{0}")]
     Usage(String),
     /// Not acquired: the lock is held elsewhere.
-    #[error("lock '{name}' is busy{}", holder_suffix(.holder))]
+    #[error("lock '{name}' is busy{}", holder_suffix(.holder, *.waiting))]
     Busy {
         name: String,
         holder: Option<String>,
+        /// Waiters in the queue.
+        waiting: u64,
     },
+    /// Not acquired: a `--supersede` waiter displaced this one from the queue.
+    #[error("lock '{name}' not acquired: superseded in the queue by {by}")]
+    Superseded { name: String, by: String },
     /// Not acquired: too few nodes may vote yet, because they started too recently (the restart
     /// quarantine). Exits like busy, but is never a routine refusal that `-q` hides.
     #[error("lock '{name}' not acquired, because of the {detail}")]
@@ -103,11 +108,13 @@ pub enum LockError {
     Interrupted(i32),
 }
 
-fn holder_suffix(holder: &Option<String>) -> String {
-    holder
-        .as_ref()
-        .map(|h| format!(" (held by {h})"))
-        .unwrap_or_default()
+fn holder_suffix(holder: &Option<String>, waiting: u64) -> String {
+    match (holder, waiting) {
+        (Some(h), 0) => format!(" (held by {h})"),
+        (Some(h), n) => format!(" (held by {h}; {n} waiting)"),
+        (None, 0) => String::new(),
+        (None, n) => format!(" ({n} waiting ahead)"),
+    }
 }
 
 fn detail_suffix(detail: &str) -> String {
@@ -123,7 +130,9 @@ impl LockError {
     pub fn exit(&self, busy: Exit) -> Exit {
         match self {
             LockError::Usage(_) => Exit::Usage,
-            LockError::Busy { .. } | LockError::Quarantined { .. } => busy,
+            LockError::Busy { .. }
+            | LockError::Quarantined { .. }
+            | LockError::Superseded { .. } => busy,
             LockError::Unavailable { .. } => Exit::Unavailable,
             LockError::Misconfigured { .. } => Exit::Misconfigured,
             LockError::Lost { .. } => Exit::Lost,

@@ -184,7 +184,7 @@ fn a_waiter_is_woken_by_a_release_through_any_node() {
     // Subscribed somewhere in the cluster (a release is published to every node).
     assert!(
         eventually(Duration::from_secs(20), || cluster.nodes.iter().any(|n| {
-            n.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "*released"])
+            n.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "*wake*"])
                 .is_ok_and(|c| !c.is_empty())
         })),
         "the waiter never subscribed"

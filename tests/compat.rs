@@ -167,7 +167,7 @@ fn the_acl_recipe_works_for_every_command() {
         assert_eq!(s.get(&format!("lockctl:{name}")), None);
     }
 
-    // A waiter subscribes to the release channel and the keyspace events, and a release wakes it.
+    // A waiter subscribes to its own wake channel and the keyspace events, and a release wakes it.
     let grant = acquire_json(&mut as_user(), "wait", &["--ttl", "60s"]);
     let token = grant["token"].as_str().unwrap().to_string();
     let waiter = as_user()
@@ -178,13 +178,10 @@ fn the_acl_recipe_works_for_every_command() {
         .unwrap();
     assert!(
         eventually(Duration::from_secs(20), || {
-            let n: Vec<(String, i64)> = s.cmd(&[
-                "PUBSUB",
-                "NUMSUB",
-                "{lockctl:wait}\u{1f}released",
-                "__keyspace@0__:lockctl:wait",
-            ]);
-            n.iter().all(|(_, subs)| *subs >= 1)
+            let wake: Vec<String> =
+                s.cmd(&["PUBSUB", "CHANNELS", "{lockctl:wait}\u{1f}wake\u{1f}*"]);
+            let n: Vec<(String, i64)> = s.cmd(&["PUBSUB", "NUMSUB", "__keyspace@0__:lockctl:wait"]);
+            wake.len() == 1 && n.iter().all(|(_, subs)| *subs >= 1)
         }),
         "the waiter did not subscribe under the recipe"
     );

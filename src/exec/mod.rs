@@ -68,15 +68,17 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
             .into())
         }
     };
+    let note = crate::config::check_note(args.wait.note.as_deref())?;
     let (policy, busy) = wait_policy(&args.wait);
     let mut engine = Engine::new(settings)?;
+    engine.supersede(args.wait.supersede);
     let keys = engine.keys(&args.name);
     let command_line = std::iter::once(&program)
         .chain(&program_args)
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    let holder = Holder::new(std::process::id(), &command_line);
+    let holder = Holder::new(std::process::id(), &command_line).with_note(note);
 
     let wake = Wakeup::new();
     let route = Arc::new(Mutex::new(Route::Waiter(wake.sender())));

@@ -100,11 +100,19 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
         confirmed = slots.into_iter().filter_map(|(_, m)| m.token).collect();
     }
 
-    let key_list = [keys.key.as_str(), keys.holder.as_str(), keys.limit.as_str()];
+    let key_list = [
+        keys.key.as_str(),
+        keys.holder.as_str(),
+        keys.limit.as_str(),
+        keys.queue.as_str(),
+        keys.alive.as_str(),
+        keys.waiters.as_str(),
+    ];
     let mut args_list = vec![
         keys.channel.as_str(),
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
+        keys.wake.as_str(),
     ];
     args_list.extend(confirmed.iter().map(String::as_str));
     let results = quorum::all(engine.nodes_mut(), |_, node| {

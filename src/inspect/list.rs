@@ -61,7 +61,15 @@ const SCAN_COUNT: usize = 1000;
 pub const SORT_LIMIT: usize = 10_000;
 
 /// Holder hash fields read for each lock.
-const HOLDER_FIELDS: [&str; 6] = ["token", "fence", "host", "pid", "cmd", "acquired_ms"];
+const HOLDER_FIELDS: [&str; 7] = [
+    "token",
+    "fence",
+    "host",
+    "pid",
+    "cmd",
+    "acquired_ms",
+    "note",
+];
 
 pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
     check_pattern(&args.pattern)?;
@@ -347,18 +355,19 @@ fn read_batch(c: &mut Connection, keys: &[LockKeys]) -> redis::RedisResult<Vec<N
         pipe.cmd("PTTL").arg(&k.key);
         pipe.cmd("HMGET").arg(&k.holder).arg(&HOLDER_FIELDS[..]);
         pipe.cmd("GET").arg(&k.limit);
+        pipe.cmd("ZCARD").arg(&k.queue);
     }
     pipe.cmd("TIME");
     // Not `pipe.query`: it would wait out the read timeout once per remaining reply after the
     // first one timed out. Server errors arrive as `Value::ServerError` and read as absent.
     c.send_packed_command(&pipe.get_packed_pipeline())?;
-    let mut replies: Vec<Value> = Vec::with_capacity(keys.len() * 4 + 1);
-    for _ in 0..keys.len() * 4 + 1 {
+    let mut replies: Vec<Value> = Vec::with_capacity(keys.len() * 5 + 1);
+    for _ in 0..keys.len() * 5 + 1 {
         replies.push(c.recv_response()?);
     }
     let now = replies.last().and_then(server_ms);
     Ok(replies
-        .chunks_exact(4)
+        .chunks_exact(5)
         .map(|r| {
             let token = text(&r[0]);
             let fields: Vec<(String, String)> = match &r[2] {
@@ -379,6 +388,8 @@ fn read_batch(c: &mut Connection, keys: &[LockKeys]) -> redis::RedisResult<Vec<N
                 uptime_s: None,
                 limit: int(&r[3]).and_then(|l| usize::try_from(l).ok()),
                 slots: Vec::new(),
+                waiters: Vec::new(),
+                waiting: int(&r[4]).and_then(|n| u64::try_from(n).ok()),
                 token,
             }
         })
@@ -463,6 +474,7 @@ impl Row {
         if redlock {
             cells.push(format!("{}/{}", m.agree, m.views.len()));
         }
+        cells.push(m.waiting().to_string());
         cells.push(self.holder_cell());
         cells
     }
@@ -497,6 +509,7 @@ impl Row {
                     })
                     .collect::<Vec<_>>()
             }),
+            "waiters": m.waiting(),
         })
     }
 }
@@ -538,6 +551,7 @@ impl Emitter {
         if self.redlock {
             h.push("NODES".into());
         }
+        h.push("WAITING".into());
         h.push("HOLDER".into());
         h
     }

@@ -20,7 +20,8 @@ use serde_json::{json, Value as Json};
 
 use crate::lock::keys::LockKeys;
 use crate::lock::node::{Node, NodeFailure};
-use crate::lock::{describe_holder, quorum, Engine, STATUS};
+use crate::lock::queue::WaiterRecord;
+use crate::lock::{describe_holder_note, quorum, Engine, STATUS};
 use crate::output::human_ms;
 
 /// The holder hash, when it belongs to the token in the lock key.
@@ -30,6 +31,8 @@ pub(crate) struct HolderRecord {
     pub host: String,
     pub pid: String,
     pub cmd: String,
+    /// `--note`.
+    pub note: String,
     /// Server time of the grant, in Unix milliseconds.
     pub acquired_ms: Option<i64>,
     /// The limit of the grant (1 for a plain lock).
@@ -54,14 +57,16 @@ impl HolderRecord {
             host: get("host"),
             pid: get("pid"),
             cmd: get("cmd"),
+            note: get("note"),
             acquired_ms: get("acquired_ms").parse().ok(),
             limit: get("limit").parse().ok(),
         })
     }
 
-    /// `host pid 123 (cmd)`.
+    /// `host pid 123 (cmd), note: TEXT`.
     pub fn describe(&self) -> String {
-        describe_holder(&self.host, &self.pid, &self.cmd).unwrap_or_else(|| "unknown".into())
+        describe_holder_note(&self.host, &self.pid, &self.cmd, &self.note)
+            .unwrap_or_else(|| "unknown".into())
     }
 
     pub fn json(&self) -> Json {
@@ -69,6 +74,7 @@ impl HolderRecord {
             "host": self.host,
             "pid": self.pid.parse::<u64>().ok(),
             "cmd": self.cmd,
+            "note": (!self.note.is_empty()).then_some(&self.note),
         })
     }
 }
@@ -91,6 +97,10 @@ pub(crate) struct NodeView {
     pub limit: Option<usize>,
     /// The held slots from 2 on, each seen as a lock of its own (`status` only).
     pub slots: Vec<(usize, NodeView)>,
+    /// The live waiters in queue order (`status` only).
+    pub waiters: Vec<WaiterRecord>,
+    /// The number of queued waiters (`list` only).
+    pub waiting: Option<u64>,
 }
 
 impl NodeView {
@@ -140,7 +150,21 @@ impl NodeView {
                 .collect(),
             _ => Vec::new(),
         };
+        let waiters = match items.get(8) {
+            Some(Value::Array(w)) => w
+                .chunks(3)
+                .filter_map(|c| {
+                    let id = text(c.first()?)?;
+                    let mut r = WaiterRecord::parse(&id, &text(c.get(1)?)?);
+                    r.ticket = text(c.get(2)?)?.parse::<f64>().ok().map(|t| t as u64);
+                    Some(r)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Some(NodeView {
+            waiters,
+            waiting: None,
             pttl: items.get(1).and_then(int)?,
             counter,
             holder,
@@ -307,6 +331,35 @@ impl Merged {
         Some(ttls[(self.quorum - 1).min(ttls.len() - 1)])
     }
 
+    /// The live waiters over all nodes, in queue order: each once, by the largest ticket any node
+    /// has for it (the one every node orders it by once its heartbeat has reached them).
+    pub fn waiters(&self) -> Vec<WaiterRecord> {
+        let mut all: Vec<WaiterRecord> = Vec::new();
+        for w in self.views.iter().flatten().flat_map(|v| &v.waiters) {
+            match all.iter_mut().find(|a| a.id == w.id) {
+                Some(a) => a.ticket = a.ticket.max(w.ticket),
+                None => all.push(w.clone()),
+            }
+        }
+        all.sort_by(|a, b| (a.ticket, &a.id).cmp(&(b.ticket, &b.id)));
+        all
+    }
+
+    /// The server time of the first node that answered, in Unix milliseconds.
+    pub fn server_ms(&self) -> Option<i64> {
+        self.views.iter().flatten().find_map(|v| v.server_ms)
+    }
+
+    /// The number of waiters: the most any node counts.
+    pub fn waiting(&self) -> u64 {
+        self.views
+            .iter()
+            .flatten()
+            .filter_map(|v| v.waiting)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The largest fencing counter among the nodes that answered.
     pub fn counter(&self) -> Option<u64> {
         self.views.iter().flatten().filter_map(|v| v.counter).max()
@@ -376,6 +429,9 @@ pub(crate) fn survey(engine: &mut Engine, keys: &LockKeys) -> Merged {
         keys.fence.as_str(),
         keys.holder.as_str(),
         keys.limit.as_str(),
+        keys.queue.as_str(),
+        keys.alive.as_str(),
+        keys.waiters.as_str(),
     ];
     let args = [keys.slot_base.as_str(), keys.holder_base.as_str()];
     let views = quorum::all(engine.nodes_mut(), |_, node: &mut Node| {

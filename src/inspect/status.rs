@@ -14,6 +14,9 @@
 //! own (held when its token stands on a quorum), the name is held when any slot is, and every slot's
 //! holder is shown. The single-holder fields describe the first held slot, so a plain lock reads as
 //! it always did.
+//!
+//! It reads the queue in the same call: the live waiters in the order they will be served (merged
+//! over the nodes by their ticket), with how long each has waited by the node's clock.
 
 use std::time::Duration;
 
@@ -25,6 +28,7 @@ use crate::config::{check_name, Settings};
 use crate::exit::Exit;
 use crate::lock::keys::LockKeys;
 use crate::lock::quarantine::{self, Quarantined};
+use crate::lock::queue::WaiterRecord;
 use crate::lock::Engine;
 use crate::output::human_ms;
 
@@ -91,11 +95,19 @@ pub fn run(settings: &Settings, args: &StatusArgs) -> anyhow::Result<Exit> {
     let merged = &slots.primary;
     match args.format {
         ReportFormat::Plain => {
-            let text = plain(&keys, merged, &q, engine.nodes(), &names, slots.rows());
+            let text = plain(
+                &keys,
+                merged,
+                &q,
+                engine.nodes(),
+                &names,
+                slots.rows(),
+                &surveyed,
+            );
             crate::output::emit(&text)?
         }
         ReportFormat::Json => {
-            let mut json = to_json(&keys, merged, &q, &names);
+            let mut json = to_json(&keys, merged, &q, &names, &surveyed);
             json["limit"] = json!(slots.limit);
             json["holders"] = slots.json();
             crate::output::emit(&format!("{json}\n"))?
@@ -216,6 +228,7 @@ fn plain(
     nodes: &[crate::lock::node::Node],
     names: &[String],
     slots: Vec<Vec<String>>,
+    queue: &Merged,
 ) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut kv = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
@@ -261,6 +274,8 @@ fn plain(
         kv("token", token.clone());
     }
     kv("counter", counter_line(m));
+    let waiters = queue.waiters();
+    kv("waiters", waiters.len().to_string());
     if !q.nodes.is_empty() {
         kv(
             "quarantine",
@@ -283,6 +298,22 @@ fn plain(
     }
     rows.extend(slots);
     let mut out = table(&rows);
+    if !waiters.is_empty() {
+        let now = queue.server_ms();
+        let queue: Vec<Vec<String>> = waiters
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                vec![
+                    format!("  {}", i + 1),
+                    w.describe(),
+                    format!("waited {}", waited_ms(now, w).map_or("-".into(), human_ms)),
+                ]
+            })
+            .collect();
+        out.push_str("queue\n");
+        out.push_str(&table(&queue));
+    }
     if n > 1 || m.answered == 0 {
         let mut node_rows = Vec::new();
         for (i, (name, view)) in names.iter().zip(&m.views).enumerate() {
@@ -332,6 +363,11 @@ fn counter_line(m: &Merged) -> String {
     }
 }
 
+/// How long a waiter has waited, by the node's clock.
+fn waited_ms(now: Option<i64>, w: &WaiterRecord) -> Option<i64> {
+    Some((now? - i64::try_from(w.since_ms?).ok()?).max(0))
+}
+
 fn short_token(t: &str) -> String {
     if t.chars().count() > 12 {
         format!("{}…", t.chars().take(12).collect::<String>())
@@ -340,7 +376,7 @@ fn short_token(t: &str) -> String {
     }
 }
 
-fn to_json(keys: &LockKeys, m: &Merged, q: &Quarantine, names: &[String]) -> Json {
+fn to_json(keys: &LockKeys, m: &Merged, q: &Quarantine, names: &[String], queue: &Merged) -> Json {
     let holder = m.holder();
     let per_node: Vec<Json> = m
         .views
@@ -378,10 +414,30 @@ fn to_json(keys: &LockKeys, m: &Merged, q: &Quarantine, names: &[String]) -> Jso
             }),
         })
         .collect();
+    let now = queue.server_ms();
+    let waiters: Vec<Json> = queue
+        .waiters()
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            json!({
+                "position": i + 1,
+                "id": w.id,
+                "host": w.host,
+                "pid": w.pid.parse::<u64>().ok(),
+                "cmd": w.cmd,
+                "note": (!w.note.is_empty()).then_some(&w.note),
+                "since_ms": w.since_ms,
+                "waited_ms": waited_ms(now, w),
+                "ticket": w.ticket,
+            })
+        })
+        .collect();
     json!({
         "name": keys.name,
         "key": keys.key,
         "state": m.state.as_str(),
+        "waiters": waiters,
         "held": m.state == State::Held,
         "token": m.token,
         "holder": holder.map(|h| h.json()),

@@ -5,7 +5,10 @@
 //! sit beside it: the fencing counter (never expires) and the holder hash (expires with the lock), and
 //! releases are announced on a channel named the same way. A semaphore (`--limit N`) adds slots 2..N,
 //! each a plain string key with a holder hash of its own (`slot\x1f<i>`, `holder\x1f<i>`; slot 1 is
-//! the lock key), and a `limit` key recording N; `--limit 1` adds nothing.
+//! the lock key), and a `limit` key recording N; `--limit 1` adds nothing. While anyone waits, the
+//! queue's keys are there too (`queue`, `alive`, `waiters`, `tickets`, `superseded`; they expire a
+//! few seconds after the last waiter leaves), and each waiter listens on a wake channel of its own
+//! (see `queue.rs`).
 //!
 //! Two rules shape their names:
 //!
@@ -50,9 +53,26 @@ pub struct LockKeys {
     pub slot_base: String,
     /// `<holder base><i>` is slot i's holder hash for i >= 2 (slot 1's is `holder`).
     pub holder_base: String,
+    /// The queue of waiters: waiter id by ticket (see `queue.rs`).
+    pub queue: String,
+    /// Waiter id by heartbeat expiry, in server milliseconds.
+    pub alive: String,
+    /// Waiter id to its record (JSON: host, pid, cmd, note, since_ms, ticket).
+    pub waiters: String,
+    /// The ticket counter.
+    pub tickets: String,
+    /// Displaced waiter id to the record of the waiter that superseded it (expires after a minute).
+    pub superseded: String,
+    /// Prefix of the per-waiter wake channels: `<wake>\x1f<waiter id>`.
+    pub wake: String,
 }
 
 impl LockKeys {
+    /// The wake channel of waiter `id`.
+    pub fn wake_channel(&self, id: &str) -> String {
+        format!("{}{AUX_SEPARATOR}{id}", self.wake)
+    }
+
     /// The keys of lock `name` under `prefix`.
     pub fn new(prefix: &str, name: &str) -> LockKeys {
         let key = format!("{prefix}{name}");
@@ -74,6 +94,12 @@ impl LockKeys {
             limit: aux("limit"),
             slot_base: format!("{}{AUX_SEPARATOR}", aux("slot")),
             holder_base: format!("{}{AUX_SEPARATOR}", aux("holder")),
+            queue: aux("queue"),
+            alive: aux("alive"),
+            waiters: aux("waiters"),
+            tickets: aux("tickets"),
+            superseded: aux("superseded"),
+            wake: aux("wake"),
             key,
         }
     }
@@ -155,7 +181,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn all(k: &LockKeys) -> [String; 8] {
+    fn all(k: &LockKeys) -> [String; 14] {
         [
             k.key.clone(),
             k.fence.clone(),
@@ -165,6 +191,12 @@ mod tests {
             k.slot_key(2),
             k.slot_holder(2),
             k.slot_key(17),
+            k.queue.clone(),
+            k.alive.clone(),
+            k.waiters.clone(),
+            k.tickets.clone(),
+            k.superseded.clone(),
+            k.wake.clone(),
         ]
     }
 

@@ -10,6 +10,10 @@
 //! nodes where the counter is `>= T` under our lock count. Nodes that already returned `T` need no
 //! round 2, so in the steady state a grant is one round trip per node.
 //!
+//! The same script keeps the queue of waiters (`queue.rs`): a node grants only when no live waiter
+//! is queued ahead of the caller, and queues a refused waiter in the same call, so an uncontended
+//! grant and a waiter's enqueue cost no round trip of their own.
+//!
 //! The attempt is timed on the boot-time clock from before the first request to after the last reply:
 //! `validity = TTL - elapsed - (TTL * drift + 2ms)`. It succeeds with a quorum and validity > 0. A
 //! failed attempt is rolled back (`release.lua`) on every node where it may have left a key: the ones
@@ -80,6 +84,7 @@ pub mod endpoint;
 pub mod keys;
 pub mod node;
 pub mod quarantine;
+pub mod queue;
 pub mod quorum;
 pub mod wait;
 
@@ -103,6 +108,7 @@ pub(crate) const RELEASE_LUA: &str = include_str!("scripts/release.lua");
 pub(crate) const RENEW_LUA: &str = include_str!("scripts/renew.lua");
 pub(crate) const STATUS_LUA: &str = include_str!("scripts/status.lua");
 pub(crate) const BREAK_LUA: &str = include_str!("scripts/break.lua");
+pub(crate) const LEAVE_LUA: &str = include_str!("scripts/leave.lua");
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
@@ -110,6 +116,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEA
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
 pub(crate) static BREAK: LazyLock<Script> = LazyLock::new(|| Script::new(BREAK_LUA));
+pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE_LUA));
 
 /// The source of one of lockctl's scripts, for an EVAL when its EVALSHA keeps missing.
 pub(crate) fn script_source(script: &Script) -> Option<&'static str> {
@@ -120,6 +127,7 @@ pub(crate) fn script_source(script: &Script) -> Option<&'static str> {
         (&*RENEW, RENEW_LUA),
         (&*STATUS, STATUS_LUA),
         (&*BREAK, BREAK_LUA),
+        (&*LEAVE, LEAVE_LUA),
     ]
     .into_iter()
     .find(|(s, _)| s.get_hash() == script.get_hash())
@@ -140,6 +148,8 @@ pub struct Holder {
     pub host: String,
     pub pid: u32,
     pub cmd: String,
+    /// `--note`: free text shown wherever the holder or waiter is named.
+    pub note: String,
 }
 
 /// Longest holder command line stored, in bytes.
@@ -154,7 +164,14 @@ impl Holder {
             host: hostname(),
             pid,
             cmd: truncate(crate::config::redact_urls(cmd), MAX_HOLDER_CMD),
+            note: String::new(),
         }
+    }
+
+    /// The same holder with a `--note` (checked by `config::check_note`).
+    pub fn with_note(mut self, note: Option<&str>) -> Holder {
+        self.note = note.unwrap_or_default().to_string();
+        self
     }
 }
 
@@ -178,6 +195,15 @@ pub fn describe_holder(host: &str, pid: &str, cmd: &str) -> Option<String> {
     let mut s = format!("{host} pid {pid}");
     if !cmd.is_empty() {
         s.push_str(&format!(" ({cmd})"));
+    }
+    Some(s)
+}
+
+/// [`describe_holder`] with the note, when there is one: `host pid 123 (cmd), note: TEXT`.
+pub fn describe_holder_note(host: &str, pid: &str, cmd: &str, note: &str) -> Option<String> {
+    let mut s = describe_holder(host, pid, cmd)?;
+    if !note.is_empty() {
+        s.push_str(&format!(", note: {note}"));
     }
     Some(s)
 }
@@ -244,6 +270,12 @@ struct Refusal {
     fatal: Option<LockError>,
     /// A quorum granted, but split over several slots: retry asking for this one, the most voted.
     split: Option<usize>,
+    /// A `--supersede` waiter displaced us: its description.
+    superseded: Option<String>,
+    /// The nodes gave different tickets: send the largest at once, before waiting.
+    reorder: bool,
+    /// The most waiters any node counted, besides us.
+    waiting: u64,
 }
 
 enum Round1 {
@@ -253,11 +285,13 @@ enum Round1 {
         pttl: i64,
         holder: Option<String>,
         run_id: String,
+        queue: QueueReply,
     },
     Quarantined {
         remaining_ms: u64,
         uptime_s: Option<u64>,
         run_id: String,
+        queue: QueueReply,
     },
     /// The name is in use with another limit.
     Mismatch {
@@ -265,6 +299,8 @@ enum Round1 {
         holder: Option<String>,
         run_id: String,
     },
+    /// Displaced by a `--supersede` waiter: its record (JSON), run id.
+    Superseded(String, String),
 }
 
 /// What round 2 of a grant raises the fence under: the slot's keys and our token.
@@ -276,12 +312,22 @@ struct Round2<'a> {
     semaphore: bool,
 }
 
+/// Where a refused attempt stands in one node's queue.
+#[derive(Debug, Default, Clone, Copy)]
+struct QueueReply {
+    /// The ticket this node orders us by (`None`: not queued).
+    ticket: Option<u64>,
+    ahead: u64,
+    waiting: u64,
+}
+
 /// The engine over a set of nodes.
 pub struct Engine {
     nodes: Vec<Node>,
     prefix: String,
     drift_factor: f64,
     quarantine: Option<Duration>,
+    supersede: bool,
 }
 
 impl Engine {
@@ -297,7 +343,13 @@ impl Engine {
             prefix: settings.prefix.clone(),
             drift_factor: settings.drift_factor,
             quarantine: settings.quarantine,
+            supersede: false,
         })
+    }
+
+    /// `--supersede`: a wait displaces the older waiters of the lock (never its holder).
+    pub fn supersede(&mut self, on: bool) {
+        self.supersede = on;
     }
 
     /// The keys of lock `name`.
@@ -395,17 +447,35 @@ impl Engine {
         limit: usize,
         wake: &Wakeup,
     ) -> Result<Grant, LockError> {
-        let mut waiter = wait::Waiter::new(keys, policy, self.nodes.len());
+        let mode = match policy {
+            WaitPolicy::NoWait => queue::Mode::Once,
+            WaitPolicy::For(d) if d.is_zero() => queue::Mode::Once,
+            _ if self.supersede => queue::Mode::Supersede,
+            _ => queue::Mode::Wait,
+        };
+        let mut place = queue::Place::new(mode);
+        let wake_channel = keys.wake_channel(&place.id);
+        let mut waiter = wait::Waiter::new(keys, &wake_channel, policy, self.nodes.len());
+        let all = vec![true; self.nodes.len()];
         // The slot to ask for: after a split vote, the most voted one, once.
         let mut want = None;
         loop {
             if let Some(signal) = wake.pending_signal() {
                 waiter.finish();
+                self.leave(keys, &place, &all, true);
                 return Err(LockError::Interrupted(signal));
             }
-            match self.attempt(keys, ttl, holder, limit, want.take()) {
+            place.check_lapse();
+            match self.attempt(keys, ttl, holder, limit, want.take(), &mut place) {
                 Ok(grant) => {
                     waiter.finish();
+                    if place.queued && self.nodes.len() > 1 {
+                        // Still queued where the grant was refused: leave there, or the next
+                        // release on that node would wake us instead of the next waiter.
+                        let elsewhere: Vec<bool> =
+                            grant.run_ids.iter().map(String::is_empty).collect();
+                        self.leave(keys, &place, &elsewhere, false);
+                    }
                     if let Some(signal) = wake.pending_signal() {
                         if let Err(e) = self.release(keys, &grant.token) {
                             crate::complain!(
@@ -422,7 +492,16 @@ impl Engine {
                     let mut refusal = *refusal;
                     if let Some(fatal) = refusal.fatal.take() {
                         waiter.finish();
+                        self.leave(keys, &place, &all, false);
                         return Err(fatal);
+                    }
+                    if let Some(by) = refusal.superseded.take() {
+                        waiter.finish();
+                        self.leave(keys, &place, &all, false);
+                        return Err(LockError::Superseded {
+                            name: keys.name.clone(),
+                            by,
+                        });
                     }
                     if let Some(slot) = refusal.split {
                         trace!("'{}': split vote, asking for slot {slot}", keys.name);
@@ -434,11 +513,16 @@ impl Engine {
                         let err = self.unavailable(refusal.answered, refusal.failures.join("; "));
                         if matches!(err, LockError::Misconfigured { .. }) {
                             waiter.finish();
+                            self.leave(keys, &place, &all, false);
                             return Err(err);
                         }
                     }
+                    if refusal.reorder && !waiter.deadline_passed() {
+                        // The nodes gave different tickets: put the largest on them before waiting.
+                        continue;
+                    }
                     let quorum = self.quorum();
-                    let (pause, reason) = if refusal.answered < quorum {
+                    let (pause, mut reason) = if refusal.answered < quorum {
                         (wait::Pause::Outage, self.unavailable_detail(&refusal))
                     } else if let Some(until) =
                         quarantine::unblocked_in(self.nodes.len(), quorum, &refusal.quarantined)
@@ -454,16 +538,32 @@ impl Engine {
                         };
                         (pause, self.busy_detail(&refusal))
                     };
+                    if let Some(p) = place.describe() {
+                        reason.push_str(&format!("; {p}"));
+                    }
                     let loud = self.refused_by_quarantine(&refusal);
+                    waiter.queued(place.queued, place.is_head());
                     match waiter.wait(&self.nodes, pause, &reason, loud, wake) {
                         wait::Verdict::Retry => {}
-                        wait::Verdict::GiveUp => return Err(self.refused(keys, refusal)),
+                        wait::Verdict::GiveUp => {
+                            self.leave(keys, &place, &all, false);
+                            return Err(self.refused(keys, refusal));
+                        }
                         wait::Verdict::Signal(signal) => {
-                            return Err(LockError::Interrupted(signal))
+                            self.leave(keys, &place, &all, true);
+                            return Err(LockError::Interrupted(signal));
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// Takes a waiter that stops waiting out of the queue on the `on` nodes (nothing when it was
+    /// never queued).
+    fn leave(&mut self, keys: &LockKeys, place: &queue::Place, on: &[bool], blind: bool) {
+        if place.queued {
+            queue::leave(&mut self.nodes, keys, &place.id, on, blind);
         }
     }
 
@@ -486,6 +586,7 @@ impl Engine {
         LockError::Busy {
             name: keys.name.clone(),
             holder: refusal.holder,
+            waiting: refusal.waiting,
         }
     }
 
@@ -500,6 +601,9 @@ impl Engine {
         let mut s = match (&refusal.holder, &refusal.too_slow) {
             (Some(h), _) => format!("held by {h}"),
             (None, Some(_)) => "held by nobody (the nodes answered too slowly)".into(),
+            (None, None) if !refusal.busy.iter().any(|&b| b) && refusal.waiting > 0 => {
+                "free, and handed to the waiters queued first".into()
+            }
             (None, None) => "held by an unknown holder".into(),
         };
         if !refusal.quarantined.is_empty() {
@@ -553,6 +657,7 @@ impl Engine {
         holder: &Holder,
         limit: usize,
         want: Option<usize>,
+        place: &mut queue::Place,
     ) -> Result<Grant, Box<Refusal>> {
         let n = self.nodes.len();
         let quorum = self.quorum();
@@ -562,12 +667,9 @@ impl Engine {
         let pid = holder.pid.to_string();
         let limit_arg = limit.to_string();
         let want_arg = want.map_or(String::new(), |w| w.to_string());
-        let key_list = [
-            keys.key.as_str(),
-            keys.fence.as_str(),
-            keys.holder.as_str(),
-            keys.limit.as_str(),
-        ];
+        let key_list = queue::acquire_keys(keys);
+        let ticket = place.ticket_arg();
+        let alive_ms = queue::ALIVE.as_millis().to_string();
 
         let started = Stamp::now();
         let round1 = quorum::all(&mut self.nodes, |_, node| {
@@ -582,6 +684,12 @@ impl Engine {
                 keys.slot_base.as_str(),
                 keys.holder_base.as_str(),
                 want_arg.as_str(),
+                place.id.as_str(),
+                ticket.as_str(),
+                place.mode.arg(),
+                holder.note.as_str(),
+                keys.wake.as_str(),
+                alive_ms.as_str(),
             ];
             node.eval("acquire", &ACQUIRE, &key_list, &args)
                 .and_then(|v| parse_round1(v, &node.display))
@@ -598,6 +706,7 @@ impl Engine {
         // Every node's run id, from every kind of answer; the grant keeps those of the nodes won.
         let mut run_ids = vec![String::new(); n];
         let mut maybe_applied = vec![false; n];
+        let mut queued: Vec<QueueReply> = Vec::new();
         for (i, r) in round1.into_iter().enumerate() {
             match r {
                 Ok(Round1::Won(fence, run_id, slot)) => {
@@ -622,7 +731,9 @@ impl Engine {
                     pttl,
                     holder,
                     run_id,
+                    queue,
                 }) => {
+                    queued.push(queue);
                     refusal.answered += 1;
                     refusal.busy[i] = true;
                     run_ids[i] = run_id;
@@ -638,7 +749,9 @@ impl Engine {
                     remaining_ms,
                     uptime_s,
                     run_id,
+                    queue,
                 }) => {
+                    queued.push(queue);
                     refusal.answered += 1;
                     run_ids[i] = run_id;
                     let remaining = Duration::from_millis(remaining_ms);
@@ -649,12 +762,19 @@ impl Engine {
                         uptime_s,
                     });
                 }
+                Ok(Round1::Superseded(by, run_id)) => {
+                    refusal.answered += 1;
+                    run_ids[i] = run_id;
+                    let record = queue::WaiterRecord::parse("", &by);
+                    refusal.superseded = Some(record.describe());
+                }
                 Err(fail) => {
                     maybe_applied[i] = fail.maybe_applied;
                     refusal.failures.push(fail.reason);
                 }
             }
         }
+        self.place(place, &queued, &mut refusal);
 
         if let Some((a, b)) = same_server(&run_ids) {
             let touched: Vec<bool> = (0..n)
@@ -776,6 +896,38 @@ impl Engine {
                 Err(Box::new(refusal))
             }
         }
+    }
+
+    /// Updates the waiter's place from the nodes' answers: its ticket (the largest given), whether a
+    /// quorum heard its heartbeat, and its position (the quorum-th smallest, since a grant needs a
+    /// quorum of nodes where nobody is ahead).
+    fn place(&self, place: &mut queue::Place, replies: &[QueueReply], refusal: &mut Refusal) {
+        let total = replies.iter().map(|q| q.waiting).max().unwrap_or(0);
+        // The others: a busy message does not count the waiter that prints it.
+        refusal.waiting = replies
+            .iter()
+            .map(|q| q.waiting.saturating_sub(u64::from(q.ticket.is_some())))
+            .max()
+            .unwrap_or(0);
+        let tickets: Vec<u64> = replies.iter().filter_map(|q| q.ticket).collect();
+        let Some(&max) = tickets.iter().max() else {
+            return;
+        };
+        place.queued = true;
+        let known = place.ticket == Some(max);
+        place.ticket = Some(max);
+        refusal.reorder = !known && tickets.iter().any(|&t| t != max);
+        if tickets.len() >= self.quorum() {
+            place.heard();
+        }
+        let mut ahead: Vec<u64> = replies
+            .iter()
+            .filter(|q| q.ticket.is_some())
+            .map(|q| q.ahead)
+            .collect();
+        ahead.sort_unstable();
+        let k = self.quorum().min(ahead.len()).saturating_sub(1);
+        place.position = ahead.get(k).map(|&a| (a, total));
     }
 
     /// Round 2 of a Redlock grant; returns the fencing token and drops the nodes that failed it.
@@ -1082,17 +1234,25 @@ impl Engine {
 }
 
 /// The keys of `release.lua`.
-fn release_keys(keys: &LockKeys) -> [&str; 3] {
-    [keys.key.as_str(), keys.holder.as_str(), keys.limit.as_str()]
+fn release_keys(keys: &LockKeys) -> [&str; 6] {
+    [
+        keys.key.as_str(),
+        keys.holder.as_str(),
+        keys.limit.as_str(),
+        keys.queue.as_str(),
+        keys.alive.as_str(),
+        keys.waiters.as_str(),
+    ]
 }
 
 /// The arguments of `release.lua`.
-fn release_args<'a>(keys: &'a LockKeys, token: &'a str) -> [&'a str; 4] {
+fn release_args<'a>(keys: &'a LockKeys, token: &'a str) -> [&'a str; 5] {
     [
         token,
         keys.channel.as_str(),
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
+        keys.wake.as_str(),
     ]
 }
 
@@ -1134,6 +1294,11 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         Some(Value::Int(x)) => x.to_string(),
         _ => String::new(),
     };
+    let queue = |at: usize| QueueReply {
+        ticket: text(at).parse().ok(),
+        ahead: int(at + 1).unwrap_or(0).max(0) as u64,
+        waiting: int(at + 2).unwrap_or(0).max(0) as u64,
+    };
     match int(0) {
         Some(1) => {
             let fence: u64 = text(1).parse().map_err(|_| bad())?;
@@ -1142,19 +1307,22 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         }
         Some(0) => Ok(Round1::Busy {
             pttl: int(1).unwrap_or(-1),
-            holder: describe_holder(&text(2), &text(3), &text(4)),
+            holder: describe_holder_note(&text(2), &text(3), &text(4), &text(9)),
             run_id: text(5),
+            queue: queue(6),
         }),
         Some(2) => Ok(Round1::Quarantined {
             remaining_ms: int(1).unwrap_or(0).max(0) as u64,
             run_id: text(2),
             uptime_s: int(3).and_then(|u| u64::try_from(u).ok()),
+            queue: queue(4),
         }),
         Some(3) => Ok(Round1::Mismatch {
             limit: int(1).unwrap_or(0),
             holder: describe_holder(&text(2), &text(3), &text(4)),
             run_id: text(5),
         }),
+        Some(4) => Ok(Round1::Superseded(text(1), text(2))),
         _ => Err(bad()),
     }
 }

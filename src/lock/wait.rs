@@ -1,18 +1,21 @@
 //! Waiting for a busy lock without polling.
 //!
-//! The release script publishes on the lock's channel. After the first attempt refused by a holder the
-//! waiter subscribes on every node and only then retries, so a release that happens between the
-//! refusal and the subscription is not missed: it either lets the retry win or arrives as a message.
-//! Between attempts the waiter sleeps on a channel that three things can wake: a release message
-//! (retry at once), a signal (give up cleanly), or the end of the sleep. The sleep backs off
-//! exponentially with uniform random jitter, which breaks Redlock split votes, and never outlasts the
-//! holder's remaining TTL or a node's remaining quarantine, so an expiry is noticed when it happens.
-//! When the server publishes keyspace notifications (`notify-keyspace-events`), a `del`, `expired` or
-//! `evicted` event on the key wakes the waiter too, which covers clients that release without
-//! publishing. A subscription that drops (the node restarted) wakes the waiter, which subscribes again.
+//! A waiter is queued (see `queue.rs`), and a release, a break or the departure of the waiter ahead
+//! publishes on the wake channel of the waiter it lets in, and of no other. After the first refused
+//! attempt the waiter subscribes to its own channel on every node and only then retries, so a wake
+//! that comes between the refusal and the subscription is not missed: it either lets the retry win or
+//! arrives as a message. Between attempts the waiter sleeps on a channel that three things can wake: a
+//! message on its wake channel (retry at once), a signal (give up cleanly), or the end of the sleep.
+//! A waiter behind the head sleeps a heartbeat ([`super::queue::HEARTBEAT`]) between attempts, each of
+//! which keeps its place. The head's sleep backs off exponentially with uniform random jitter, up to a
+//! heartbeat, and never outlasts the holder's remaining TTL or a node's remaining quarantine, so an
+//! expiry is noticed when it happens. When the server publishes keyspace notifications
+//! (`notify-keyspace-events`), a `del`, `expired` or `evicted` event on the key wakes the head too,
+//! which covers clients that release without publishing; the others ignore them. A subscription that
+//! drops (the node restarted) wakes the waiter, which subscribes again.
 //!
-//! Only a release on a node that refused us can change the next answer, so releases elsewhere (other
-//! waiters rolling back a split vote) are ignored. Two refusals have no release to wait for:
+//! Only a change on a node that refused us can change the next answer, so keyspace events elsewhere
+//! (other waiters rolling back a split vote) are ignored. Two refusals have no release to wait for:
 //! - the restart quarantine leaves too few nodes to form a quorum: the waiter sleeps until the
 //!   quarantine that unblocks one ends, whatever is released meanwhile (every waiter's rollback
 //!   publishes, and waking on them made waiters storm the nodes);
@@ -35,6 +38,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::keys::LockKeys;
 use super::node::Node;
+use super::queue::HEARTBEAT;
 use crate::clock::Stamp;
 use crate::{log, trace};
 
@@ -68,8 +72,10 @@ pub enum WaitPolicy {
 /// What wakes a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wake {
-    /// A release (or expiry) was announced on node `.0`, or its subscription dropped.
+    /// Our wake channel was published on node `.0`, or its subscription dropped.
     Released(usize),
+    /// A keyspace event on the lock key (deleted, expired, evicted) on node `.0`.
+    Changed(usize),
     /// A terminating signal arrived.
     Signal(i32),
 }
@@ -150,6 +156,9 @@ impl Pause<'_> {
 pub(crate) struct Waiter {
     name: String,
     channel: String,
+    /// Queued (somewhere), and first in line (on a quorum).
+    queued: bool,
+    head: bool,
     key: String,
     deadline: Option<Stamp>,
     started: Stamp,
@@ -173,7 +182,7 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub fn new(keys: &LockKeys, policy: WaitPolicy, nodes: usize) -> Waiter {
+    pub fn new(keys: &LockKeys, channel: &str, policy: WaitPolicy, nodes: usize) -> Waiter {
         let now = Stamp::now();
         // One attempt is a deadline that has already passed when the attempt ends.
         let deadline = match policy {
@@ -183,7 +192,9 @@ impl Waiter {
         };
         Waiter {
             name: keys.name.clone(),
-            channel: keys.channel.clone(),
+            channel: channel.to_string(),
+            queued: false,
+            head: true,
             key: keys.key.clone(),
             deadline,
             started: now,
@@ -201,6 +212,17 @@ impl Waiter {
             told_quiet: false,
             attempt_started: now,
         }
+    }
+
+    /// Where the waiter stands since its last attempt.
+    pub fn queued(&mut self, queued: bool, head: bool) {
+        self.queued = queued;
+        self.head = head;
+    }
+
+    /// True when the wait's deadline has passed.
+    pub fn deadline_passed(&self) -> bool {
+        self.deadline.is_some_and(Stamp::passed)
     }
 
     fn retry(&mut self) -> Verdict {
@@ -237,6 +259,11 @@ impl Waiter {
         self.progress(&pause, reason, loud);
 
         let mut sleep = match pause {
+            // Behind the head: only a wake or the heartbeat, with a little jitter so that the
+            // waiters do not all beat at once.
+            Pause::Busy { .. } if self.queued && !self.head => {
+                HEARTBEAT.mul_f64(0.8 + fastrand::f64() * 0.2)
+            }
             Pause::Busy { retry_in, .. } => {
                 let ceiling = self.backoff;
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
@@ -250,6 +277,10 @@ impl Waiter {
                 ceiling.mul_f64(0.5 + fastrand::f64() * 0.5)
             }
         };
+        if self.queued {
+            // The heartbeat keeps the waiter's place, whatever the wait is for.
+            sleep = sleep.min(HEARTBEAT);
+        }
         if let Some(d) = self.deadline {
             sleep = sleep.min(d.remaining());
         }
@@ -269,15 +300,24 @@ impl Waiter {
                     self.finish();
                     return Verdict::Signal(s);
                 }
-                Some(Wake::Released(i)) => {
+                Some(Wake::Released(_)) => {
+                    // Our own channel: whoever published it let us in (or told us we were
+                    // superseded); only we compete for the slot, so no random pause.
+                    trace!(
+                        "woken by a release of '{}' (on our wake channel)",
+                        self.name
+                    );
+                    return self.retry();
+                }
+                Some(Wake::Changed(i)) => {
                     let Pause::Busy { busy, .. } = pause else {
                         continue;
                     };
-                    if !busy.get(i).copied().unwrap_or(false) {
-                        // Someone else's key on a node that granted us: not our holder.
+                    if !self.head || !busy.get(i).copied().unwrap_or(false) {
+                        // Behind the head, or someone else's key on a node that granted us.
                         continue;
                     }
-                    trace!("woken by a release of '{}'", self.name);
+                    trace!("woken by a keyspace event on '{}'", self.name);
                     return self.after_release(nodes.len(), last_attempt, wake);
                 }
             }
@@ -451,12 +491,13 @@ fn subscribe(
                     match pubsub.get_message() {
                         Ok(msg) => {
                             let payload: String = msg.get_payload().unwrap_or_default();
-                            let relevant = msg.get_channel_name() == channels[0]
-                                || matches!(
-                                    payload.as_str(),
-                                    "del" | "expired" | "evicted" | "unlink"
-                                );
-                            if relevant && tx.send(Wake::Released(i)).is_err() {
+                            let wake = if msg.get_channel_name() == channels[0] {
+                                Some(Wake::Released(i))
+                            } else {
+                                matches!(payload.as_str(), "del" | "expired" | "evicted" | "unlink")
+                                    .then_some(Wake::Changed(i))
+                            };
+                            if wake.is_some_and(|w| tx.send(w).is_err()) {
                                 break;
                             }
                         }

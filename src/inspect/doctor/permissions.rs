@@ -40,6 +40,15 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
         keys.limit.as_str(),
     ];
     let bases = [keys.slot_base.as_str(), keys.holder_base.as_str()];
+    let acquire_keys = crate::lock::queue::acquire_keys(&keys);
+    let queue = [
+        keys.key.as_str(),
+        keys.holder.as_str(),
+        keys.limit.as_str(),
+        keys.queue.as_str(),
+        keys.alive.as_str(),
+        keys.waiters.as_str(),
+    ];
     let pid = std::process::id().to_string();
     let fail = |what: &str, reason: String| -> Check {
         (
@@ -56,7 +65,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
     let acquired = node.eval(
         "acquire (scratch)",
         &ACQUIRE,
-        &lock,
+        &acquire_keys,
         &[
             &token,
             &ttl,
@@ -68,14 +77,20 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
             bases[0],
             bases[1],
             "",
+            "",
+            "",
+            "n",
+            "",
+            &keys.wake,
+            "3000",
         ],
     );
     let release = |node: &mut Node| {
         node.eval(
             "release (scratch)",
             &RELEASE,
-            &[&keys.key, &keys.holder, &keys.limit],
-            &[&token, &keys.channel, bases[0], bases[1]],
+            &queue,
+            &[&token, &keys.channel, bases[0], bases[1], &keys.wake],
         )
     };
     let won = match acquired {
@@ -106,7 +121,20 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                     &token, &ttl, fence, "", "", "", "", &ttl, "0", "", "", bases[0], bases[1],
                 ],
             ),
-            ("the status script", &STATUS, lock.to_vec(), bases.to_vec()),
+            (
+                "the status script",
+                &STATUS,
+                vec![
+                    &keys.key,
+                    &keys.fence,
+                    &keys.holder,
+                    &keys.limit,
+                    &keys.queue,
+                    &keys.alive,
+                    &keys.waiters,
+                ],
+                bases.to_vec(),
+            ),
         ];
         for (what, script, k, a) in steps {
             if let Err(f) = node.eval(what, script, &k, &a) {
@@ -122,8 +150,8 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
     if let Err(f) = node.eval(
         "break (scratch)",
         &BREAK,
-        &[&keys.key, &keys.holder, &keys.limit],
-        &[&keys.channel, bases[0], bases[1], "0"],
+        &queue,
+        &[&keys.channel, bases[0], bases[1], &keys.wake, "0"],
     ) {
         return fail("the break script", f.reason);
     }

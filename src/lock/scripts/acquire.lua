@@ -1,19 +1,31 @@
--- Round 1 of a grant: take a free slot of the lock, count the grant on the fencing counter and record
--- the holder, all in one atomic step.
--- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit
+-- Round 1 of a grant, and the caller's place in the queue, in one atomic step: take a free slot of
+-- the lock if no live waiter is queued ahead of the caller, count the grant on the fencing counter
+-- and record the holder; otherwise queue the caller (or refresh its heartbeat) and say who holds the
+-- lock and where the caller stands. See docs/queue.md.
+-- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit, queue, alive, waiters, tickets,
+--       superseded
 -- ARGV: token, ttl ms, quarantine ms, host, pid, command line, limit N, slot key base, holder hash
---       base (slot i >= 2 is `base .. i`), the slot wanted ('' or 0 = the lowest free one)
+--       base (slot i >= 2 is `base .. i`), the slot wanted ('' or 0 = the lowest free one),
+--       waiter id, ticket ('' = none yet), mode ('n' one attempt, never queued; 'w' wait; 's' wait
+--       and supersede the older waiters), note, wake channel prefix, heartbeat expiry ms
 -- Returns {1, fence, run id, slot}               granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
---         {0, pttl, host, pid, command, run id}  no slot for us (pttl: the soonest a slot frees)
---         {2, remaining quarantine ms, run id, uptime s}
+--         {0, pttl, host, pid, command, run id, ticket, ahead, waiting, note}
+--                                                no slot for us (pttl: the soonest a slot frees), or
+--                                                live waiters are queued ahead (ticket '' when the
+--                                                caller is not queued)
+--         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting}
 --                                                this node started too recently to vote
 --         {3, the limit in use, host, pid, command, run id}
 --                                                the name is used with another limit
+--         {4, record of the superseding waiter (JSON), run id}
+--                                                the caller was displaced by a --supersede waiter
 local token, ttl = ARGV[1], ARGV[2]
 local limit = tonumber(ARGV[7]) or 1
 local want = tonumber(ARGV[10]) or 0
+local id, ticket, mode, note, wake = ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15]
+local alive_ms = tonumber(ARGV[16])
 local info
 local function server_info()
   info = info or redis.call('INFO', 'server')
@@ -36,7 +48,7 @@ local function holder_key(i)
 end
 -- The holder of slot i, if its record is the current holder's (a canonical client keeps none).
 local function holder_of(i, current)
-  local h = redis.call('HMGET', holder_key(i), 'token', 'host', 'pid', 'cmd', 'limit')
+  local h = redis.call('HMGET', holder_key(i), 'token', 'host', 'pid', 'cmd', 'limit', 'note')
   if h[1] ~= current then
     return nil
   end
@@ -89,31 +101,142 @@ if recorded and recorded ~= limit then
   return {3, recorded, '', '', '', run_id()}
 end
 
--- Queue: `ahead` counts the live waiters before this caller.
-local ahead = 0
+-- Queue: `ahead` counts the live waiters before this caller. Waiters whose heartbeat expired
+-- (killed or stopped) are dropped first. A caller with a ticket (Redlock: the maximum over the
+-- nodes) is placed by it on every node, so that every node orders alike.
+local t = redis.call('TIME')
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now_ms)
+if #dead > 0 then
+  redis.call('ZREM', KEYS[5], unpack(dead))
+  redis.call('ZREM', KEYS[6], unpack(dead))
+  redis.call('HDEL', KEYS[7], unpack(dead))
+end
+if id ~= '' then
+  local by = redis.call('HGET', KEYS[9], id)
+  if by then
+    return {4, by, run_id()}
+  end
+end
+local queued = false
+if id ~= '' and mode ~= 'n' then
+  local score = redis.call('ZSCORE', KEYS[5], id)
+  if score then
+    queued = true
+    if ticket ~= '' and score ~= ticket then
+      redis.call('ZADD', KEYS[5], 'XX', ticket, id)
+    end
+  end
+  if ticket ~= '' and less(redis.call('GET', KEYS[8]) or '0', ticket) then
+    redis.call('SET', KEYS[8], ticket)
+  end
+  if mode == 's' and not queued then
+    -- --supersede: the older waiters stop waiting and learn who displaced them.
+    local older = redis.call('ZRANGE', KEYS[5], 0, -1)
+    if #older > 0 then
+      local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note})
+      for _, w in ipairs(older) do
+        redis.call('HSET', KEYS[9], w, by)
+        redis.call('PUBLISH', wake .. '\031' .. w, 'superseded')
+      end
+      redis.call('PEXPIRE', KEYS[9], 60000)
+      redis.call('DEL', KEYS[5], KEYS[6], KEYS[7])
+    end
+  end
+end
+local ahead
+if queued then
+  ahead = redis.call('ZRANK', KEYS[5], id)
+elseif ticket ~= '' and mode ~= 'n' then
+  ahead = redis.call('ZCOUNT', KEYS[5], '-inf', '(' .. ticket)
+else
+  ahead = redis.call('ZCARD', KEYS[5])
+end
 
-if ahead >= free or not pick then
-  local h = holder_of(busy_slot or 1, busy_token)
+local quarantined
+if ahead < free and pick then
+  -- Restart quarantine, failing closed. uptime_in_seconds is floor(now) - floor(start), up to 1 s
+  -- more than the true uptime, so the node votes only once uptime - 1 s covers the quarantine;
+  -- without a readable uptime it does not vote for the whole period.
+  local quarantine = tonumber(ARGV[3])
+  if quarantine > 0 then
+    local up = tonumber(string.match(server_info(), 'uptime_in_seconds:(%d+)'))
+    if not up then
+      quarantined = {2, quarantine, run_id(), false}
+    else
+      local sure = (up - 1) * 1000
+      if sure < quarantine then
+        quarantined = {2, quarantine - sure, run_id(), up}
+      end
+    end
+  end
+end
+
+if ahead >= free or not pick or quarantined then
+  if id ~= '' and mode ~= 'n' then
+    -- Queue the caller (its first refusal is its enqueue) and take its heartbeat.
+    if not queued then
+      if ticket == '' then
+        -- max(counter + 1, server time in us): the order survives a restart that lost the counter.
+        local n = redis.call('INCR', KEYS[8])
+        local us = t[1] * 1000000 + tonumber(t[2])
+        if n < us then
+          n = us
+          redis.call('SET', KEYS[8], string.format('%.0f', n))
+        end
+        ticket = string.format('%.0f', n)
+      end
+      redis.call('ZADD', KEYS[5], ticket, id)
+      redis.call('HSET', KEYS[7], id, cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6],
+        note = note, since_ms = now_ms, ticket = ticket}))
+      ahead = redis.call('ZRANK', KEYS[5], id)
+    else
+      ticket = redis.call('ZSCORE', KEYS[5], id)
+    end
+    redis.call('ZADD', KEYS[6], now_ms + alive_ms, id)
+    for i = 5, 8 do
+      redis.call('PEXPIRE', KEYS[i], alive_ms * 2)
+    end
+    if limit > 1 and redis.call('PTTL', KEYS[4]) < alive_ms * 2 then
+      -- The limit outlives the waiters' heartbeats too, so a client with another limit is told.
+      redis.call('SET', KEYS[4], limit, 'PX', alive_ms * 2)
+    end
+  else
+    ticket = ''
+  end
+  local waiting = redis.call('ZCARD', KEYS[5])
+  if #dead > 0 and free > 0 then
+    -- Waiters moved up to a free slot: wake them (the caller, if one of them, is answering now).
+    for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, free - 1)) do
+      if w ~= id then
+        redis.call('PUBLISH', wake .. '\031' .. w, 'head')
+      end
+    end
+  end
+  if quarantined then
+    table.insert(quarantined, ticket)
+    table.insert(quarantined, ahead)
+    table.insert(quarantined, waiting)
+    return quarantined
+  end
+  local h = busy_token and holder_of(busy_slot or 1, busy_token)
   if not h then
-    return {0, busy_pttl or -2, '', '', '', run_id()}
+    return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, ''}
   end
-  return {0, busy_pttl, h[2] or '', h[3] or '', h[4] or '', run_id()}
+  return {0, busy_pttl, h[2] or '', h[3] or '', h[4] or '', run_id(), ticket, ahead, waiting,
+    h[6] or ''}
 end
-local quarantine = tonumber(ARGV[3])
+
+-- Granted: the caller leaves the queue; the last one out takes the queue's keys along.
+if queued then
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('HDEL', KEYS[7], id)
+end
+if redis.call('ZCARD', KEYS[5]) == 0 then
+  redis.call('DEL', KEYS[6], KEYS[7], KEYS[8])
+end
 local counter = redis.call('GET', KEYS[2])
--- Restart quarantine, failing closed. uptime_in_seconds is floor(now) - floor(start), up to 1 s more
--- than the true uptime, so the node votes only once uptime - 1 s covers the quarantine; without a
--- readable uptime it does not vote for the whole period.
-if quarantine > 0 then
-  local up = tonumber(string.match(server_info(), 'uptime_in_seconds:(%d+)'))
-  if not up then
-    return {2, quarantine, run_id(), false}
-  end
-  local sure = (up - 1) * 1000
-  if sure < quarantine then
-    return {2, quarantine - sure, run_id(), up}
-  end
-end
 -- The fence survives a loss of the counter: a missing counter (lost with the node's data, evicted,
 -- or never made) starts from the server's clock in microseconds, above every fence handed out before
 -- as long as the clock did not step back and no counter ran ahead of it (fewer than one grant per
@@ -123,7 +246,6 @@ end
 -- the microsecond, keeps the counters of Redlock nodes equal from one grant to the next, so that no
 -- round 2 is needed in the steady state. One counter serves every slot, so fences increase across
 -- all grants of the name.
-local t = redis.call('TIME')
 local fence
 if not counter then
   fence = t[1] .. string.format('%06d', tonumber(t[2]))
@@ -139,8 +261,10 @@ else
 end
 redis.call('SET', slot_key(pick), token, 'NX', 'PX', ttl)
 redis.call('HSET', holder_key(pick), 'token', token, 'fence', fence, 'host', ARGV[4], 'pid', ARGV[5],
-  'cmd', ARGV[6], 'acquired_ms', t[1] * 1000 + math.floor(t[2] / 1000), 'ttl_ms', ttl,
-  'slot', pick, 'limit', limit)
+  'cmd', ARGV[6], 'acquired_ms', now_ms, 'ttl_ms', ttl, 'slot', pick, 'limit', limit)
+if note ~= '' then
+  redis.call('HSET', holder_key(pick), 'note', note)
+end
 redis.call('PEXPIRE', holder_key(pick), ttl)
 if limit > 1 and redis.call('PTTL', KEYS[4]) < tonumber(ttl) then
   -- Outlives every slot's lease, so a client with another limit is told while any slot is held.

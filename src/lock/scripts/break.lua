@@ -1,14 +1,15 @@
 -- Operator override: delete the lock's holders whoever they are, report whom each slot was taken
--- from, wake the waiters. The fencing counter is left as it is, so a broken holder's token is stale
--- for any fenced store.
--- KEYS: lock (slot 1), holder hash (slot 1's), limit
--- ARGV: release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), then the
---       tokens the operator confirmed (none: every holder)
+-- from, wake the waiters that the freed slots let in (on their own channels; the release channel is
+-- still announced for older clients). Waiters stay queued. The fencing counter is left as it is, so
+-- a broken holder's token is stale for any fenced store.
+-- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters
+-- ARGV: release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake channel
+--       prefix, then the tokens the operator confirmed (none: every holder)
 -- Returns {{{slot, token, {holder field, value, ...}}, ...} broken, {token, ...} left as they are
 --          because the operator did not confirm them (they came after the question)}
 local confirmed = {}
-local any = #ARGV <= 3
-for i = 4, #ARGV do
+local any = #ARGV <= 4
+for i = 5, #ARGV do
   confirmed[ARGV[i]] = true
 end
 local limit = tonumber(redis.call('GET', KEYS[3]) or '')
@@ -27,7 +28,7 @@ for i = 1, limit or 1 do
   end
 end
 if #broken > 0 then
-  if limit and #left == 0 then
+  if limit and #left == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
     local live = false
     for i = 1, limit do
       live = live or redis.call('GET', i == 1 and KEYS[1] or ARGV[2] .. i)
@@ -37,5 +38,22 @@ if #broken > 0 then
     end
   end
   redis.call('PUBLISH', ARGV[1], 'broken')
+  -- free: the number of free slots.
+  local free = 0
+  for i = 1, limit or 1 do
+    if not redis.call('GET', i == 1 and KEYS[1] or ARGV[2] .. i) then
+      free = free + 1
+    end
+  end
+  local t = redis.call('TIME')
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+  if #dead > 0 then
+    redis.call('ZREM', KEYS[4], unpack(dead))
+    redis.call('ZREM', KEYS[5], unpack(dead))
+    redis.call('HDEL', KEYS[6], unpack(dead))
+  end
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
+    redis.call('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')
+  end
 end
 return {broken, left}

@@ -1,6 +1,10 @@
--- Compare-and-delete: remove the lock only where it still holds our token, then wake the waiters.
--- KEYS: lock (slot 1), holder hash (slot 1's), limit
--- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`)
+-- Compare-and-delete: remove the lock only where it still holds our token, then wake whom the
+-- release lets in: the first live waiters of the queue, as many as there are free slots (waiters
+-- whose heartbeat expired are dropped first), each on its own channel. The release channel is still
+-- announced for older clients.
+-- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters
+-- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake
+--       channel prefix
 -- Returns 1 when our lock was deleted, 0 when it was not ours (expired, broken, taken by another).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
 -- one), so a release needs no slot number; once no slot is held the limit is forgotten.
@@ -21,13 +25,24 @@ if redis.call('GET', key) ~= token then
 end
 redis.call('DEL', key, holder)
 redis.call('PUBLISH', ARGV[2], 'released')
-if n then
-  local live = redis.call('GET', KEYS[1])
-  for i = 2, n do
-    live = live or redis.call('GET', ARGV[3] .. i)
+-- free: the number of free slots.
+local free = 0
+for i = 1, n or 1 do
+  if not redis.call('GET', i == 1 and KEYS[1] or ARGV[3] .. i) then
+    free = free + 1
   end
-  if not live then
-    redis.call('DEL', KEYS[3])
-  end
+end
+if n and free == n and redis.call('ZCARD', KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[3])
+end
+local t = redis.call('TIME')
+local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+if #dead > 0 then
+  redis.call('ZREM', KEYS[4], unpack(dead))
+  redis.call('ZREM', KEYS[5], unpack(dead))
+  redis.call('HDEL', KEYS[6], unpack(dead))
+end
+for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
+  redis.call('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
 end
 return 1

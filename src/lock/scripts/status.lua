@@ -1,9 +1,11 @@
 -- Everything `status` shows about one lock on one node, read atomically in one round trip.
--- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit
+-- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit, queue, alive, waiters
 -- ARGV: slot key base, holder hash base (slot i >= 2 is `base .. i`)
 -- Returns {token or false, pttl, fence or false, {holder field, value, ...}, {server seconds, micros},
 --          uptime in seconds or false, the limit or false,
---          {{slot, token, pttl, {holder field, value, ...}}, ...} for the held slots from 2 on}
+--          {{slot, token, pttl, {holder field, value, ...}}, ...} for the held slots from 2 on,
+--          {waiter id, record (JSON), ticket, ...} the live waiters in queue order}
+-- Read only: waiters whose heartbeat expired are left out, not removed.
 local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
 local limit = tonumber(redis.call('GET', KEYS[4]) or '')
 local slots = {}
@@ -14,5 +16,17 @@ for i = 2, limit or 1 do
       redis.call('HGETALL', ARGV[2] .. i)}
   end
 end
+local t = redis.call('TIME')
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local waiters = {}
+local queue = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
+for i = 1, #queue, 2 do
+  local expiry = tonumber(redis.call('ZSCORE', KEYS[6], queue[i]))
+  if expiry and expiry > now_ms then
+    table.insert(waiters, queue[i])
+    table.insert(waiters, redis.call('HGET', KEYS[7], queue[i]) or '{}')
+    table.insert(waiters, queue[i + 1])
+  end
+end
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]),
-  redis.call('HGETALL', KEYS[3]), redis.call('TIME'), tonumber(up) or false, limit or false, slots}
+  redis.call('HGETALL', KEYS[3]), t, tonumber(up) or false, limit or false, slots, waiters}

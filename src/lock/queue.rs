@@ -1,0 +1,259 @@
+//! The queue of waiters: first come, first served, in every mode.
+//!
+//! Without a queue every release wakes every waiter and the fastest retry wins, so a deploy that
+//! waited longest can land last, and N waiters cost O(N²) commands. Here each waiter has a place:
+//!
+//! - **A ticket orders the queue the same way on every node.** The first refused attempt queues the
+//!   caller in the same script call (no extra round trip on a single node), with the ticket
+//!   `max(counter + 1, server time in µs)`, so the order survives a restart that lost the counter.
+//!   With several nodes the waiter's ticket is the largest any node gave, like the fence, and every
+//!   later call carries it, so every node orders by the same number; when the nodes' tickets differ
+//!   the waiter sends it once more at once, which puts it on a quorum before it waits. The proof is in
+//!   `docs/queue.md`.
+//! - **Liveness by heartbeat.** Every attempt of a queued waiter refreshes its expiry ([`ALIVE`]);
+//!   a waiter re-runs its attempt every [`HEARTBEAT`], and any script that reads the queue drops the
+//!   waiters whose expiry passed. A killed or stopped waiter thus leaves within [`ALIVE`], and holds up
+//!   the next one by at most `ALIVE + HEARTBEAT`. A waiter that stops waiting (granted, `-w`, a signal)
+//!   leaves at once with `leave.lua`, on every node in parallel; on a signal without waiting for the
+//!   answers. A waiter that could not heartbeat for longer than [`ALIVE`] (it was stopped) may have been
+//!   dropped, so it gives up its ticket and queues again at the back.
+//! - **Wake only whom the release lets in.** Each waiter listens on a channel of its own; a release,
+//!   a break, or the departure of a waiter at the head publishes to the first waiters that a free slot
+//!   lets in, and to nobody else. Waiters behind the head sleep until woken or until their heartbeat.
+//!
+//! The grant rule (in `acquire.lua`): `free` slots, `ahead` live waiters queued before the caller;
+//! granted iff `ahead < free`. An attempt with `-n` is never queued, and counts every live waiter as
+//! ahead of it.
+
+use std::time::Duration;
+
+use super::keys::LockKeys;
+use super::node::Node;
+use super::quorum;
+use crate::clock::Stamp;
+
+/// How often a queued waiter re-runs its attempt (its heartbeat, which doubles as a retry).
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long a waiter stays queued after its last heartbeat.
+pub const ALIVE: Duration = Duration::from_secs(3);
+/// Longest `--note`, in bytes.
+pub const MAX_NOTE: usize = 512;
+
+/// KEYS of `acquire.lua`.
+pub fn acquire_keys(keys: &LockKeys) -> [&str; 9] {
+    [
+        &keys.key,
+        &keys.fence,
+        &keys.holder,
+        &keys.limit,
+        &keys.queue,
+        &keys.alive,
+        &keys.waiters,
+        &keys.tickets,
+        &keys.superseded,
+    ]
+}
+
+/// How an attempt may use the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One attempt: never queued, refused while anyone waits.
+    Once,
+    /// Queued on the first refusal.
+    Wait,
+    /// Queued, displacing the older waiters (`--supersede`).
+    Supersede,
+}
+
+impl Mode {
+    /// The script's mode argument.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Mode::Once => "n",
+            Mode::Wait => "w",
+            Mode::Supersede => "s",
+        }
+    }
+}
+
+/// One waiter's place in the queue, kept across its attempts.
+#[derive(Debug)]
+pub struct Place {
+    /// 64 random bits, 16 hex digits: the waiter's member in the queue and its wake channel.
+    pub id: String,
+    pub mode: Mode,
+    /// The ticket every node orders this waiter by, once one was given.
+    pub ticket: Option<u64>,
+    /// Some node may have queued this waiter.
+    pub queued: bool,
+    /// When a quorum last answered a heartbeat.
+    heard: Option<Stamp>,
+    /// Live waiters ahead of this one (on a quorum), and how many wait in all.
+    pub position: Option<(u64, u64)>,
+}
+
+impl Place {
+    pub fn new(mode: Mode) -> Place {
+        Place {
+            id: new_waiter_id(),
+            mode,
+            ticket: None,
+            queued: false,
+            heard: None,
+            position: None,
+        }
+    }
+
+    /// The ticket as the script's argument.
+    pub fn ticket_arg(&self) -> String {
+        self.ticket.map_or(String::new(), |t| t.to_string())
+    }
+
+    /// Records a heartbeat answered by a quorum.
+    pub fn heard(&mut self) {
+        self.heard = Some(Stamp::now());
+    }
+
+    /// Before an attempt: a waiter whose last heartbeat is older than [`ALIVE`] (it was stopped) may
+    /// have been dropped from the queue; it queues again behind those who kept waiting.
+    pub fn check_lapse(&mut self) {
+        if self.heard.is_some_and(|h| h.elapsed() > ALIVE) {
+            self.ticket = None;
+            self.heard = None;
+        }
+    }
+
+    /// True when no waiter stands ahead of this one.
+    pub fn is_head(&self) -> bool {
+        self.position.is_none_or(|(ahead, _)| ahead == 0)
+    }
+
+    /// `position 3 of 5`, for wait lines.
+    pub fn describe(&self) -> Option<String> {
+        let (ahead, waiting) = self.position?;
+        Some(format!(
+            "position {} of {}",
+            ahead + 1,
+            waiting.max(ahead + 1)
+        ))
+    }
+}
+
+/// 64 bits from the operating system's CSPRNG, as 16 lowercase hex digits.
+pub fn new_waiter_id() -> String {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the operating system's random source failed");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Takes waiter `id` out of the queue on the `on` nodes, in parallel. `blind`: send without waiting
+/// for the answers (on a signal, whose exit must not wait for Redis).
+pub fn leave(nodes: &mut [Node], keys: &LockKeys, id: &str, on: &[bool], blind: bool) {
+    let key_list = [
+        keys.key.as_str(),
+        keys.queue.as_str(),
+        keys.alive.as_str(),
+        keys.waiters.as_str(),
+        keys.tickets.as_str(),
+        keys.limit.as_str(),
+    ];
+    let args = [id, keys.wake.as_str(), keys.slot_base.as_str()];
+    if blind {
+        for (i, node) in nodes.iter_mut().enumerate() {
+            if on[i] {
+                node.send_only(super::LEAVE_LUA, &key_list, &args);
+            }
+        }
+        return;
+    }
+    quorum::each(
+        nodes,
+        |i| on[i],
+        |_, node| {
+            if node.is_stale() {
+                node.send_only(super::LEAVE_LUA, &key_list, &args);
+            } else {
+                let _ = node.eval("leave the queue", &super::LEAVE, &key_list, &args);
+            }
+        },
+    );
+}
+
+/// One waiter as `status` shows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WaiterRecord {
+    pub id: String,
+    pub host: String,
+    pub pid: String,
+    pub cmd: String,
+    pub note: String,
+    /// When it was queued (server milliseconds since the epoch).
+    pub since_ms: Option<u64>,
+    pub ticket: Option<u64>,
+}
+
+impl WaiterRecord {
+    /// Reads the JSON record `acquire.lua` stores (`cjson` writes numbers and strings as given).
+    pub fn parse(id: &str, json: &str) -> WaiterRecord {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+        let text = |k: &str| match &v[k] {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => String::new(),
+        };
+        let num = |k: &str| {
+            let t = text(k);
+            t.parse::<u64>()
+                .ok()
+                .or_else(|| t.parse::<f64>().ok().map(|f| f as u64))
+        };
+        WaiterRecord {
+            id: id.to_string(),
+            host: text("host"),
+            pid: text("pid"),
+            cmd: text("cmd"),
+            note: text("note"),
+            since_ms: num("since_ms"),
+            ticket: num("ticket"),
+        }
+    }
+
+    /// `host pid 123 (cmd), note: TEXT`.
+    pub fn describe(&self) -> String {
+        super::describe_holder_note(&self.host, &self.pid, &self.cmd, &self.note)
+            .unwrap_or_else(|| "an unknown waiter".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back() {
+        let r = WaiterRecord::parse(
+            "ab",
+            r#"{"host":"h","pid":"12","cmd":"deploy","note":"job 7","since_ms":1764510000123,"ticket":"1764510000123456"}"#,
+        );
+        assert_eq!(r.since_ms, Some(1764510000123));
+        assert_eq!(r.ticket, Some(1764510000123456));
+        assert_eq!(r.describe(), "h pid 12 (deploy), note: job 7");
+        assert_eq!(
+            WaiterRecord::parse("x", "not json").describe(),
+            "an unknown waiter"
+        );
+    }
+
+    #[test]
+    fn a_lapsed_waiter_queues_again() {
+        let mut p = Place::new(Mode::Wait);
+        assert_eq!(p.id.len(), 16);
+        p.ticket = Some(5);
+        p.heard = Some(Stamp::now());
+        p.check_lapse();
+        assert_eq!(p.ticket, Some(5));
+        p.position = Some((2, 5));
+        assert_eq!(p.describe().as_deref(), Some("position 3 of 5"));
+        assert!(!p.is_head());
+    }
+}

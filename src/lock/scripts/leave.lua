@@ -1,0 +1,30 @@
+-- A waiter stops waiting (granted elsewhere, its -w deadline, a signal): it leaves the queue at once,
+-- and if it stood where a free slot would let it in, the waiter that takes its place is woken.
+-- KEYS: lock (slot 1), queue, alive, waiters, tickets, limit
+-- ARGV: waiter id, wake channel prefix, slot key base (slot i >= 2 is `base .. i`)
+-- Returns 1 when the waiter was queued here, 0 when it was not.
+local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
+if not rank then
+  return 0
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+if redis.call('ZCARD', KEYS[2]) == 0 then
+  -- The last one out takes the queue's keys along.
+  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+  return 1
+end
+-- free: the number of free slots.
+local free = 0
+for i = 1, tonumber(redis.call('GET', KEYS[6]) or '') or 1 do
+  if not redis.call('GET', i == 1 and KEYS[1] or ARGV[3] .. i) then
+    free = free + 1
+  end
+end
+if rank < free then
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, free - 1)) do
+    redis.call('PUBLISH', ARGV[2] .. '\031' .. w, 'head')
+  end
+end
+return 1

@@ -1,0 +1,438 @@
+//! The queue: waiters are served in arrival order on one node and on Redlock, `-n` never jumps it,
+//! a dead or stopped waiter leaves it within the documented bound, a waiter that gives up leaves at
+//! once, `--supersede` displaces the older waiters, notes show everywhere, and N handoffs cost O(N)
+//! commands. Real servers, real signals.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// The queue's key of lock `name` under the default prefix.
+fn queue_key(name: &str) -> String {
+    format!("{{lockctl:{name}}}\u{1f}queue")
+}
+
+/// Each node's queue: member -> score.
+fn queues(servers: &[&Server], name: &str) -> Vec<HashMap<String, String>> {
+    servers
+        .iter()
+        .map(|s| {
+            let v: Vec<(String, String)> =
+                s.cmd(&["ZRANGE", &queue_key(name), "0", "-1", "WITHSCORES"]);
+            v.into_iter().collect()
+        })
+        .collect()
+}
+
+/// Waits until `count` waiters are queued on every node, each with one ticket on all of them (the
+/// enqueue finished everywhere).
+fn wait_queued(servers: &[&Server], name: &str, count: usize) {
+    let ok = eventually(Duration::from_secs(30), || {
+        let q = queues(servers, name);
+        q.iter().all(|m| m.len() == count) && q.iter().all(|m| *m == q[0])
+    });
+    assert!(
+        ok,
+        "{count} waiters not queued alike: {:?}",
+        queues(servers, name)
+    );
+}
+
+/// A waiter that appends `who` to `file` while it holds the lock.
+fn waiter(cmd: &mut Command, name: &str, file: &Path, who: &str, extra: &[&str]) -> Child {
+    cmd.args(["exec", name])
+        .args(extra)
+        .arg("-c")
+        .arg(format!("echo {who} >> '{}'; sleep 0.02", file.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter")
+}
+
+/// Holds `name` from outside (a token, released later by the test).
+fn hold(cmd: &mut Command, name: &str) -> String {
+    let o = run(cmd.args(["acquire", name, "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    stdout(&o)
+}
+
+/// Six waiters arriving one after another are served in that order, `rounds` times.
+fn arrival_order(servers: &[&Server], lockctl: impl Fn() -> Command, rounds: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..rounds {
+        let name = format!("order{round}");
+        let file = dir.path().join(&name);
+        let token = hold(&mut lockctl(), &name);
+        let mut kids = Vec::new();
+        for i in 1..=6 {
+            kids.push(waiter(&mut lockctl(), &name, &file, &i.to_string(), &[]));
+            wait_queued(servers, &name, i);
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        let o = run(lockctl().args(["release", &name, "--token", &token]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        for k in kids {
+            let o = wait_output(k, Duration::from_secs(60));
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+        }
+        let order = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            order.split_whitespace().collect::<Vec<_>>(),
+            ["1", "2", "3", "4", "5", "6"],
+            "round {round}"
+        );
+    }
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order() {
+    let s = Server::start();
+    arrival_order(&[&s], || lockctl_on(&s), 10);
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order_on_redlock() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    arrival_order(&all, || s.lockctl(), 10);
+}
+
+/// `status NAME --format json`.
+fn status_json(cmd: &mut Command, name: &str) -> serde_json::Value {
+    let o = run(cmd.args(["status", name, "--format", "json"]));
+    serde_json::from_str(&stdout(&o)).expect("status prints JSON")
+}
+
+fn waiter_pids(cmd: &mut Command, name: &str) -> Vec<u64> {
+    status_json(cmd, name)["waiters"]
+        .as_array()
+        .expect("a waiters array")
+        .iter()
+        .map(|w| w["pid"].as_u64().expect("a pid"))
+        .collect()
+}
+
+/// An `exec` waiting for `name` that prints `held` once it holds it (its stderr piped, for the wait
+/// lines); `exec` records its own pid, which tells the waiters apart in `status`.
+fn acquirer(cmd: &mut Command, name: &str, extra: &[&str]) -> Child {
+    cmd.args(["exec", name, "--ttl", "60s"])
+        .args(extra)
+        .args(["-c", "echo held"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn acquire")
+}
+
+/// The heartbeat expiry of the only waiter queued for `name`, in server ms.
+fn alive_until(s: &Server, name: &str) -> Option<u64> {
+    let v: Vec<(String, u64)> = s.cmd(&[
+        "ZRANGE",
+        &format!("{{lockctl:{name}}}\u{1f}alive"),
+        "0",
+        "-1",
+        "WITHSCORES",
+    ]);
+    v.first().map(|(_, t)| *t)
+}
+
+/// A queued waiter and a free lock: `-n` is refused.
+fn no_wait_case(servers: &[&Server], lockctl: impl Fn() -> Command) {
+    let token = hold(&mut lockctl(), "nj");
+    let a = acquirer(&mut lockctl(), "nj", &[]);
+    wait_queued(servers, "nj", 1);
+    // Stop the waiter just after a heartbeat, so that it stays queued for about 3 s while it cannot
+    // take the free lock: the state a head is in between being woken and its attempt.
+    let first = alive_until(servers[0], "nj").unwrap();
+    assert!(eventually(Duration::from_secs(10), || alive_until(
+        servers[0], "nj"
+    )
+    .is_some_and(|t| t > first)));
+    kill(a.id() as i32, libc::SIGSTOP);
+    let o = run(lockctl().args(["release", "nj", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(lockctl().args(["acquire", "nj", "-n"]));
+    assert_eq!(
+        code(&o),
+        75,
+        "-n took a free lock from the queue: {}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("1 waiting ahead"), "{}", stderr(&o));
+    for s in servers {
+        assert_eq!(s.get("lockctl:nj"), None);
+    }
+    kill(a.id() as i32, libc::SIGCONT);
+    let out = wait_output(a, Duration::from_secs(60));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "held");
+}
+
+#[test]
+fn no_wait_never_jumps_the_queue() {
+    let s = Server::start();
+    no_wait_case(&[&s], || lockctl_on(&s));
+}
+
+#[test]
+fn no_wait_never_jumps_the_queue_on_redlock() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    no_wait_case(&all, || s.lockctl());
+}
+
+/// A waiter in the middle of the queue dies (`sig` SIGKILL) or stops (SIGSTOP): the one behind it
+/// gets the lock within the documented bound (heartbeat expiry 3 s + heartbeat 1 s), bounded here
+/// generously; a waiter that never left would hold it up forever.
+fn dead_waiter_does_not_stall(sig: i32) {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "dead");
+    let mut kids = Vec::new();
+    for who in ["a", "b", "c"] {
+        kids.push(waiter(&mut lockctl_on(&s), "dead", &file, who, &[]));
+        wait_queued(&[&s], "dead", kids.len());
+    }
+    let b = kids.remove(1);
+    kill(b.id() as i32, sig);
+    let released = Instant::now();
+    let o = run(lockctl_on(&s).args(["release", "dead", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let took = released.elapsed();
+    eprintln!("the waiter behind a dead one got the lock {took:?} after the release");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a\nc\n");
+    kill(b.id() as i32, libc::SIGCONT);
+    kill(b.id() as i32, libc::SIGKILL);
+    let _ = wait_output(b, Duration::from_secs(10));
+}
+
+#[test]
+fn a_killed_waiter_does_not_stall_the_queue() {
+    dead_waiter_does_not_stall(libc::SIGKILL);
+}
+
+#[test]
+fn a_stopped_waiter_does_not_stall_the_queue() {
+    dead_waiter_does_not_stall(libc::SIGSTOP);
+}
+
+#[test]
+fn a_waiter_that_stops_waiting_leaves_at_once() {
+    let s = Server::start();
+    let _token = hold(&mut lockctl_on(&s), "leave");
+    let a = acquirer(&mut lockctl_on(&s), "leave", &["-w", "3s"]);
+    wait_queued(&[&s], "leave", 1);
+    let b = acquirer(&mut lockctl_on(&s), "leave", &[]);
+    wait_queued(&[&s], "leave", 2);
+    let (a_pid, b_pid) = (a.id() as u64, b.id() as u64);
+    assert_eq!(waiter_pids(&mut lockctl_on(&s), "leave"), [a_pid, b_pid]);
+    kill(b_pid as i32, libc::SIGTERM);
+    let o = wait_output(b, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&o));
+    // Gone well before its heartbeat could expire (3 s).
+    assert!(
+        eventually(Duration::from_millis(500), || waiter_pids(
+            &mut lockctl_on(&s),
+            "leave"
+        ) == [a_pid]),
+        "{:?}",
+        status_json(&mut lockctl_on(&s), "leave")["waiters"]
+    );
+    let o = wait_output(a, Duration::from_secs(60));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert_eq!(waiter_pids(&mut lockctl_on(&s), "leave"), Vec::<u64>::new());
+}
+
+/// `--supersede` displaces the older waiters, never the holder.
+fn supersede_case(servers: &[&Server], lockctl: impl Fn() -> Command) {
+    let token = hold(&mut lockctl(), "sup");
+    let a = acquirer(&mut lockctl(), "sup", &["--note", "build 1"]);
+    wait_queued(servers, "sup", 1);
+    let b = acquirer(&mut lockctl(), "sup", &["-E", "3"]);
+    wait_queued(servers, "sup", 2);
+    let c = acquirer(&mut lockctl(), "sup", &["--supersede", "--note", "build 3"]);
+    let c_pid = c.id() as u64;
+    let o = wait_output(a, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert!(err.contains("superseded"), "{err}");
+    assert!(err.contains(&format!("pid {c_pid}")), "{err}");
+    assert!(err.contains("note: build 3"), "{err}");
+    let o = wait_output(b, Duration::from_secs(60));
+    assert_eq!(code(&o), 3, "-E applies: {}", stderr(&o));
+    // The holder is untouched; the superseder alone waits.
+    for s in servers {
+        assert_eq!(s.get("lockctl:sup"), Some(token.clone()));
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || waiter_pids(
+            &mut lockctl(),
+            "sup"
+        ) == [c_pid]),
+        "{:?}",
+        status_json(&mut lockctl(), "sup")["waiters"]
+    );
+    let o = run(lockctl().args(["release", "sup", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(c, Duration::from_secs(60));
+    assert_eq!(
+        (code(&o), stdout(&o)),
+        (0, "held".to_string()),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn supersede_displaces_the_older_waiters_not_the_holder() {
+    let s = Server::start();
+    supersede_case(&[&s], || lockctl_on(&s));
+}
+
+#[test]
+fn supersede_displaces_the_older_waiters_not_the_holder_on_redlock() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    supersede_case(&all, || s.lockctl());
+}
+
+#[test]
+fn notes_show_in_status_list_wait_lines_and_busy_messages() {
+    let s = Server::start();
+    let o = run(lockctl_on(&s)
+        .env("LOCKCTL_NOTE", "https://ci.example/jobs/41")
+        .args(["acquire", "noted", "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = acquirer(
+        &mut lockctl_on(&s),
+        "noted",
+        &["-w", "2s", "--note", "job 42"],
+    );
+    let w_pid = w.id() as u64;
+    wait_queued(&[&s], "noted", 1);
+
+    let st = status_json(&mut lockctl_on(&s), "noted");
+    assert_eq!(
+        st["holders"][0]["holder"]["note"], "https://ci.example/jobs/41",
+        "{st}"
+    );
+    assert_eq!(st["holder"]["note"], "https://ci.example/jobs/41", "{st}");
+    assert_eq!(st["waiters"][0]["note"], "job 42", "{st}");
+    assert_eq!(st["waiters"][0]["position"], 1, "{st}");
+    assert_eq!(st["waiters"][0]["pid"], w_pid, "{st}");
+    assert!(st["waiters"][0]["waited_ms"].as_i64().is_some(), "{st}");
+    let plain = stdout(&run(lockctl_on(&s).args(["status", "noted"])));
+    assert!(
+        plain.contains("note: https://ci.example/jobs/41"),
+        "{plain}"
+    );
+    assert!(plain.contains("waiters  1"), "{plain}");
+    assert!(plain.contains(&format!("pid {w_pid}")), "{plain}");
+    assert!(plain.contains("note: job 42"), "{plain}");
+
+    let list = stdout(&run(lockctl_on(&s).args(["list"])));
+    assert!(list.contains("WAITING"), "{list}");
+    assert!(list.contains("note: https://ci.example/jobs/41"), "{list}");
+    let lj: serde_json::Value = serde_json::from_str(&stdout(&run(
+        lockctl_on(&s).args(["list", "--format", "json"])
+    )))
+    .expect("list prints JSON");
+    let row = lj["locks"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["name"] == "noted"))
+        .unwrap_or_else(|| panic!("no row for the lock: {lj}"));
+    assert_eq!(row["waiters"], 1, "{lj}");
+    assert_eq!(row["holder"]["note"], "https://ci.example/jobs/41", "{lj}");
+
+    let o = wait_output(w, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert!(err.contains("position 1 of 1"), "wait line: {err}");
+    assert!(
+        err.contains("lock 'noted' is busy (held by")
+            && err.contains("note: https://ci.example/jobs/41"),
+        "busy message: {err}"
+    );
+}
+
+#[test]
+fn a_bad_note_is_refused_before_redis_is_touched() {
+    let s = Server::start();
+    for (note, why) in [
+        ("two\nlines", "control character"),
+        (&"x".repeat(600)[..], "the limit is 512 bytes"),
+    ] {
+        for cmd in [
+            vec!["acquire", "bad-note", "--note", note],
+            vec!["exec", "bad-note", "--note", note, "--", "true"],
+        ] {
+            let o = run(lockctl_on(&s).args(&cmd));
+            assert_eq!(code(&o), 2, "{}", stderr(&o));
+            assert!(stderr(&o).contains("invalid --note"), "{}", stderr(&o));
+            assert!(stderr(&o).contains(why), "{}", stderr(&o));
+        }
+        let o = run(lockctl_on(&s)
+            .env("LOCKCTL_NOTE", note)
+            .args(["acquire", "bad-note"]));
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+    }
+    assert_eq!(s.keys(), Vec::<String>::new());
+}
+
+/// Calls of EVALSHA and EVAL on a server since its start or CONFIG RESETSTAT.
+fn script_calls(s: &Server) -> u64 {
+    let info: String = s.cmd(&["INFO", "commandstats"]);
+    ["evalsha", "eval"]
+        .iter()
+        .map(|c| {
+            let prefix = format!("cmdstat_{c}:calls=");
+            info.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse().expect("numeric calls"))
+        })
+        .sum()
+}
+
+/// Issue 12: every release woke every waiter, so 30 waiters taking the lock once each cost 534
+/// script calls (60 cost 1,947). Waking only the head makes it linear: a few calls per waiter (its
+/// enqueue, the retry after subscribing, one heartbeat a second, the attempt it is woken for, its
+/// release).
+#[test]
+fn n_handoffs_cost_a_linear_number_of_commands() {
+    const N: usize = 30;
+    let s = Server::start();
+    let token = hold(&mut lockctl_on(&s), "handoff");
+    let _: () = s.cmd(&["CONFIG", "RESETSTAT"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ran");
+    let kids: Vec<Child> = (0..N)
+        .map(|i| waiter(&mut lockctl_on(&s), "handoff", &file, &i.to_string(), &[]))
+        .collect();
+    wait_queued(&[&s], "handoff", N);
+    let o = run(lockctl_on(&s).args(["release", "handoff", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(120));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let calls = script_calls(&s);
+    eprintln!("{N} waiters, one handoff each: {calls} script calls");
+    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), N);
+    assert!(
+        calls < 12 * N as u64,
+        "{calls} script calls for {N} handoffs"
+    );
+}
