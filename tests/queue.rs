@@ -436,3 +436,43 @@ fn n_handoffs_cost_a_linear_number_of_commands() {
         "{calls} script calls for {N} handoffs"
     );
 }
+
+/// With N slots, a release lets in the first waiters in line, as many as there are free slots, and
+/// the rest keep their order.
+#[test]
+fn semaphore_waiters_are_served_in_arrival_order() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let tokens: Vec<String> = (0..2)
+        .map(|_| {
+            let o = run(lockctl_on(&s).args(["acquire", "sem", "--ttl", "60s", "--limit", "2"]));
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+            stdout(&o)
+        })
+        .collect();
+    let mut kids = Vec::new();
+    for i in 1..=4 {
+        kids.push(waiter(
+            &mut lockctl_on(&s),
+            "sem",
+            &file,
+            &i.to_string(),
+            &["--limit", "2"],
+        ));
+        wait_queued(&[&s], "sem", i);
+    }
+    for t in &tokens {
+        let o = run(lockctl_on(&s).args(["release", "sem", "--token", t]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let order = std::fs::read_to_string(&file).unwrap();
+    let mut order: Vec<&str> = order.split_whitespace().collect();
+    order[..2].sort_unstable();
+    order[2..].sort_unstable();
+    assert_eq!(order, ["1", "2", "3", "4"]);
+}
