@@ -276,6 +276,9 @@ struct Refusal {
     reorder: bool,
     /// The most waiters any node counted, besides us.
     waiting: u64,
+    /// Nodes where no slot is held and only waiters queued ahead refused us (who may be held up by
+    /// the same quarantine).
+    queued_behind: usize,
 }
 
 enum Round1 {
@@ -593,7 +596,8 @@ impl Engine {
     /// True when the attempt would have won a quorum but for the nodes in quarantine.
     fn refused_by_quarantine(&self, refusal: &Refusal) -> bool {
         let q = refusal.quarantined.len();
-        q > 0 && (refusal.wins + q >= self.quorum() || self.nodes.len() - q < self.quorum())
+        let open = refusal.wins + refusal.queued_behind;
+        q > 0 && (open + q >= self.quorum() || self.nodes.len() - q < self.quorum())
     }
 
     /// `held by HOLDER`, for wait lines.
@@ -740,6 +744,9 @@ impl Engine {
                     if pttl >= 0 {
                         refusal.retry_in =
                             min_opt(refusal.retry_in, Duration::from_millis(pttl as u64));
+                    }
+                    if pttl == -2 {
+                        refusal.queued_behind += 1;
                     }
                     if refusal.holder.is_none() {
                         refusal.holder = holder;

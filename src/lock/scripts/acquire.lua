@@ -154,8 +154,9 @@ else
 end
 
 local quarantined
-if ahead < free and pick then
-  -- Restart quarantine, failing closed. uptime_in_seconds is floor(now) - floor(start), up to 1 s
+if pick then
+  -- Restart quarantine, failing closed (asked whenever a slot is free, so that a waiter behind
+  -- others learns that the node cannot vote anyway). uptime_in_seconds is floor(now) - floor(start), up to 1 s
   -- more than the true uptime, so the node votes only once uptime - 1 s covers the quarantine;
   -- without a readable uptime it does not vote for the whole period.
   local quarantine = tonumber(ARGV[3])
