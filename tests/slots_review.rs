@@ -94,10 +94,11 @@ fn a_stray_slot_key_does_not_keep_a_lost_slot_renewed() {
     assert_eq!(code(&xo), 0, "X: {}", stderr(&xo));
     let xg: serde_json::Value = serde_json::from_str(&stdout(&xo)).unwrap();
     assert_eq!(xg["slot"], 1, "{xg}");
+    // H's stray slot-2 key on node 2 is no longer extended by H's renewals; Y waits out its TTL.
     let y = acquire_json(
         s.lockctl().env_remove("LOCKCTL_QUARANTINE"),
         "pool",
-        &["--limit", "2", "--ttl", "3s", "-n"],
+        &["--limit", "2", "--ttl", "3s", "-w", "10s"],
     );
     assert_eq!(y["slot"], 2, "{y}");
 

@@ -1008,7 +1008,8 @@ impl Engine {
         let results = quorum::all(&mut self.nodes, |_, node| {
             node.eval("release", &RELEASE, &key_list, &args)
         });
-        let (released, answered, failures) = tally(results);
+        // Every key of the token is gone; the release held a lease only if one slot had a quorum.
+        let (_, released, answered, failures) = tally_slots(results);
         self.verdict(keys, released, answered, failures, "release")
             .map(|_| released)
     }
@@ -1093,28 +1094,23 @@ impl Engine {
             Some((_, run_ids, _)) => run_ids.to_vec(),
             None => Vec::new(),
         };
-        // A grant knows its slot; a token alone is looked for in every slot.
-        let (slot_key, slot_holder, limit_arg, slot_arg) = match slot {
-            Some((slot, limit)) => (
-                keys.slot_key(slot),
-                keys.slot_holder(slot),
-                limit.to_string(),
-                slot.to_string(),
-            ),
-            None => (
-                keys.key.clone(),
-                keys.holder.clone(),
-                String::new(),
-                String::new(),
-            ),
+        let started = Stamp::now();
+        // A grant knows its slot; for a token alone it is the slot where the token has a quorum.
+        let (slot, limit_arg) = match slot {
+            Some((slot, limit)) => (slot, limit.to_string()),
+            None => (self.find_slot(keys, token)?, String::new()),
         };
+        let (slot_key, slot_holder, slot_arg) = (
+            keys.slot_key(slot),
+            keys.slot_holder(slot),
+            slot.to_string(),
+        );
         let key_list = [
             slot_key.as_str(),
             keys.fence.as_str(),
             slot_holder.as_str(),
             keys.limit.as_str(),
         ];
-        let started = Stamp::now();
         let mut results = quorum::all(&mut self.nodes, |i, node| {
             let granted_by = granted_by.get(i).map_or("", String::as_str);
             let args = [
@@ -1191,6 +1187,38 @@ impl Engine {
                 ),
             }),
         }
+    }
+
+    /// The slot where `token` holds a quorum of keys. A stray key of the token in another slot (a
+    /// grant's late round-1 request that took another free slot on a node) is no vote for it.
+    fn find_slot(&mut self, keys: &LockKeys, token: &str) -> Result<usize, LockError> {
+        let key_list = [
+            keys.key.as_str(),
+            keys.fence.as_str(),
+            keys.holder.as_str(),
+            keys.limit.as_str(),
+        ];
+        let results = quorum::all(&mut self.nodes, |_, node| {
+            let args = [
+                token,
+                "",
+                "0",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "0",
+                "",
+                "",
+                &keys.slot_base,
+                &keys.holder_base,
+            ];
+            node.eval("renew (find the slot)", &RENEW, &key_list, &args)
+        });
+        let (slot, held, answered, failures) = tally_slots(results);
+        self.verdict(keys, held, answered, failures, "renew")?;
+        Ok(slot)
     }
 
     fn verdict(
@@ -1281,6 +1309,38 @@ fn tally(results: Vec<Result<Value, NodeFailure>>) -> (usize, usize, Vec<String>
         }
     }
     (held, answered, failures)
+}
+
+/// Counts the slot lists that `release.lua` and a slot-finding `renew.lua` answer, per slot: the slot
+/// with the most nodes (the lowest on a tie), its node count, answers, and failure reasons.
+fn tally_slots(results: Vec<Result<Value, NodeFailure>>) -> (usize, usize, usize, Vec<String>) {
+    let mut votes: std::collections::BTreeMap<usize, usize> = std::collections::BTreeMap::new();
+    let mut answered = 0;
+    let mut failures = Vec::new();
+    for r in results {
+        match r {
+            Ok(Value::Array(slots)) => {
+                answered += 1;
+                let mut seen = std::collections::BTreeSet::new();
+                for s in slots {
+                    if let Value::Int(s) = s {
+                        if let Ok(s) = usize::try_from(s) {
+                            if seen.insert(s) {
+                                *votes.entry(s).or_default() += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(_) => answered += 1,
+            Err(fail) => failures.push(fail.reason),
+        }
+    }
+    let (slot, held) = votes.into_iter().fold(
+        (1, 0),
+        |best, (s, n)| if n > best.1 { (s, n) } else { best },
+    );
+    (slot, held, answered, failures)
 }
 
 fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {

@@ -118,7 +118,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                 &RENEW,
                 lock.to_vec(),
                 vec![
-                    &token, &ttl, fence, "", "", "", "", &ttl, "0", "", "", bases[0], bases[1],
+                    &token, &ttl, fence, "", "", "", "", &ttl, "0", "", "1", bases[0], bases[1],
                 ],
             ),
             (

@@ -5,25 +5,27 @@
 -- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters
 -- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake
 --       channel prefix
--- Returns 1 when our lock was deleted, 0 when it was not ours (expired, broken, taken by another).
+-- Returns the slots whose key held our token and was deleted (empty: not ours; expired, broken, taken).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
--- one), so a release needs no slot number; once no slot is held the limit is forgotten.
+-- one), so a release needs no slot number. Every key of the token goes: besides its grant's slot it
+-- may hold a stray in another (a round-1 request that ran late here), which is the caller's too. The
+-- client judges the release by the slot with a quorum. Once no slot is held the limit is forgotten.
 local token = ARGV[1]
-local key, holder = KEYS[1], KEYS[2]
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
-if redis.call('GET', key) ~= token then
-  key = nil
-  for i = 2, n or 1 do
-    if redis.call('GET', ARGV[3] .. i) == token then
-      key, holder = ARGV[3] .. i, ARGV[4] .. i
-      break
-    end
-  end
-  if not key then
-    return 0
+local deleted = {}
+if redis.call('GET', KEYS[1]) == token then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  deleted[1] = 1
+end
+for i = 2, n or 1 do
+  if redis.call('GET', ARGV[3] .. i) == token then
+    redis.call('DEL', ARGV[3] .. i, ARGV[4] .. i)
+    deleted[#deleted + 1] = i
   end
 end
-redis.call('DEL', key, holder)
+if #deleted == 0 then
+  return deleted
+end
 redis.call('PUBLISH', ARGV[2], 'released')
 -- free: the number of free slots.
 local free = 0
@@ -45,4 +47,4 @@ end
 for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
   redis.call('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
 end
-return 1
+return deleted

@@ -3,11 +3,17 @@
 -- ARGV: token, ttl ms ('' = the grant's, recorded with the holder), fence T, the node's run id when
 --       it last gave us the key ('' = never re-create), host, pid, command line, the ttl ms for ''
 --       when the holder record is not ours (a canonical client's key has none), quarantine ms,
---       the grant's limit N and slot ('' = unknown: look for the token in every slot of the limit
---       recorded for the name), slot key base, holder hash base (slot i >= 2 is `base .. i`)
+--       the grant's limit N ('' = the one recorded for the name) and slot ('' = unknown: only find
+--       it), slot key base, holder hash base (slot i >= 2 is `base .. i`)
 -- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed or re-created for a holder that
 --         gave a run id (the node's current run id, which the holder records),
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
+--         With no slot given: the slots that hold the token here, as an array, and nothing renewed.
+--
+-- Finding first: a token can hold keys in two slots, its grant's and a stray on a node where its
+-- round-1 request ran late and took another free slot. Only the slot with a quorum is the lease; the
+-- client counts the slots found per slot and renews that one alone, so a stray never adds a vote and
+-- is never extended.
 --
 -- Re-creation: when the key is missing and the node's run id is no longer the one it had when it gave
 -- us the key, the node restarted since and lost our key in the restart, not to an operator, to
@@ -23,21 +29,31 @@
 local token, ttl = ARGV[1], ARGV[2]
 local key, holder = KEYS[1], KEYS[3]
 local limit = tonumber(ARGV[10])
-local current = redis.call('GET', key)
-if current ~= token and not limit then
-  for i = 2, tonumber(redis.call('GET', KEYS[4]) or '') or 1 do
+local recorded = tonumber(redis.call('GET', KEYS[4]) or '')
+if ARGV[11] == '' then
+  local found = {}
+  if redis.call('GET', key) == token then
+    found[#found + 1] = 1
+  end
+  for i = 2, recorded or 1 do
     if redis.call('GET', ARGV[12] .. i) == token then
-      key, holder, current = ARGV[12] .. i, ARGV[13] .. i, token
-      break
+      found[#found + 1] = i
     end
   end
+  return found
 end
+local current = redis.call('GET', key)
 if ttl == '' then
   local h = redis.call('HMGET', holder, 'token', 'ttl_ms')
   ttl = (h[1] == token and h[2]) or ARGV[8]
 end
+-- The limit key is extended with the lease, never set to a value other than the one in use here: a
+-- grant's limit differing from it belongs to another client's use of the name.
 local function keep_limit()
-  local n = limit or tonumber(redis.call('GET', KEYS[4]) or '')
+  local n = recorded or limit
+  if limit and recorded and limit ~= recorded then
+    return
+  end
   if n and n > 1 and redis.call('PTTL', KEYS[4]) < tonumber(ttl) then
     redis.call('SET', KEYS[4], n, 'PX', ttl)
   end
@@ -60,6 +76,11 @@ end
 local info = redis.call('INFO', 'server')
 local run_id = string.match(info, 'run_id:(%x+)')
 if not run_id or run_id == granted_by then
+  return 0
+end
+-- The name is in use here with another limit (or as a semaphore by a plain lock's holder, or the
+-- other way round): a key put back would count in a semaphore of another size.
+if limit and (recorded or 1) ~= limit then
   return 0
 end
 local quarantine = tonumber(ARGV[9])
