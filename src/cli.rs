@@ -213,9 +213,10 @@ Examples:
     ///
     /// A lock held by another token is never touched. The token is --token, or LOCKCTL_TOKEN when
     /// LOCKCTL_NAME is unset or names this lock (as after `eval` of `acquire --format env`, or
-    /// inside `exec`). The token alone finds its slot of a --limit N semaphore.
+    /// inside `exec`). The token alone finds its slot of a --limit N semaphore; its keys in every
+    /// slot are deleted, and it held the lock only if one slot had a quorum of them.
     #[command(after_long_help = "Exit status:
-  0    released: the token held the lock on a quorum of nodes
+  0    released: the token held one slot of the lock on a quorum of nodes
   76   the token does not hold the lock (expired, broken, or taken by another holder)
   69   Redis unavailable: too few nodes answered to tell
   2    usage error (no token, bad name); nothing was changed in Redis
@@ -231,7 +232,8 @@ Examples:
     /// Without --ttl the lease gets the TTL it was granted with again (30s for a lock that lockctl
     /// did not grant, such as a redis-py Lock's). The token is --token, or LOCKCTL_TOKEN when
     /// LOCKCTL_NAME is unset or names this lock. The token alone finds its slot of a --limit N
-    /// semaphore.
+    /// semaphore: the slot where a quorum of nodes holds it, which alone is extended (a stray key
+    /// of the token in another slot is no vote and is not extended).
     #[command(after_long_help = "Exit status:
   0    renewed; the new validity in milliseconds is on stdout
   76   the token does not hold the lock any more

@@ -78,9 +78,9 @@ local run_id = string.match(info, 'run_id:(%x+)')
 if not run_id or run_id == granted_by then
   return 0
 end
--- The name is in use here with another limit (or as a semaphore by a plain lock's holder, or the
--- other way round): a key put back would count in a semaphore of another size.
-if limit and (recorded or 1) ~= limit then
+-- The name is in use here as a semaphore of another limit (of any, for a plain lock's holder): a key
+-- put back would count in a semaphore of another size.
+if limit and recorded and recorded ~= limit then
   return 0
 end
 local quarantine = tonumber(ARGV[9])
