@@ -281,7 +281,7 @@ fn a_renewal_puts_back_no_key_into_a_semaphore_of_another_limit() {
     let put_back = eventually(Duration::from_secs(5), || {
         s[1].get(&slot_key("pool", 2)).as_deref() == Some(token.as_str())
     });
-    let limit = s[1].get(&format!("{{lockctl:pool}}\u{1f}limit"));
+    let limit = s[1].get("{lockctl:pool}\u{1f}limit");
     let mut stdin = child.stdin.take().unwrap();
     let _ = stdin.write_all(b"done\n");
     drop(stdin);
