@@ -12,8 +12,12 @@
 //!   orphan of the namespace; lockctl waits for its last child, the watcher for lockctl's "done", and
 //!   the lock is renewed forever after the command ended.
 //! - **Both guards out of the way.** The watcher SIGKILLed and lockctl SIGKILLed before its next
-//!   renewal (which is when it notices), or both stopped: nothing is left to stop the job, which runs
-//!   on while another client holds the lock.
+//!   renewal (which is when it notices), the watcher stopped (which lockctl never notices) and
+//!   lockctl SIGKILLed at any time after, or both stopped: nothing is left to stop the job, which
+//!   runs on while another client holds the lock.
+//! - **A forgotten group.** Once lockctl has reaped the command's first process, the watcher forgets
+//!   the job's group: a member that re-forks inside that group, each copy living less than the
+//!   watcher's tenth of a second, outlives a SIGKILLed lockctl without ever leaving the group.
 //!
 //! The container is `unshare -pf --kill-child --mount-proc` (root and util-linux's `unshare`); the
 //! servers are started by each test, so the restart quarantine is off for them (`lockctl()` sets
@@ -330,6 +334,88 @@ fn a_job_does_not_run_on_when_lockctl_and_its_watcher_are_both_stopped() {
     kill(watcher, libc::SIGCONT);
     kill(pid, libc::SIGCONT);
     let _ = wait_output(child, Duration::from_secs(30));
+    assert!(
+        !ran_on,
+        "a job member ran on while another client held the lock"
+    );
+}
+
+/// Hops: appends a line, then starts its next copy in the background and exits; each copy lives a
+/// few tens of milliseconds, in the job's group.
+const HOP: &str = r#"n=$2
+[ "$n" -le 0 ] && exit 0
+[ -e "$1/stop" ] && exit 0
+echo "$$" >> "$1/log"
+sleep 0.02
+sh "$1/hop.sh" "$1" $((n-1)) &
+exit 0
+"#;
+
+/// The command's first process exits and leaves a member in the job's group that re-forks (each
+/// copy lives less than the watcher's tenth of a second); lockctl is then killed by SIGKILL. lockctl
+/// told the watcher to forget the group when it reaped its leader, so the watcher neither signals
+/// the group nor counts its ID among the job's groups when it looks for orphans: the chain, which
+/// never left the group, runs on under the next holder. (With the leader alive, the same chain is
+/// killed with the group.)
+#[test]
+fn a_member_re_forking_in_the_job_s_group_after_its_leader_exited_dies_with_lockctl() {
+    let s = Server::start();
+    std::fs::write(s.dir().join("hop.sh"), HOP).unwrap();
+    let dir = s.dir().display();
+    let mut child = start(
+        &s,
+        "hopper",
+        "2s",
+        &format!("sh {dir}/hop.sh {dir} 400 & echo ready; exit 0"),
+    );
+    // Long enough for lockctl to have reaped the first process and the watcher to have looked.
+    std::thread::sleep(Duration::from_millis(1000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !writes_under_the_next_holder(&s, "hopper"),
+        "a job member ran on while another client held the lock"
+    );
+}
+
+/// The same chain while the first process lives (the watcher still knows the group): it is killed
+/// with the group, so the failure above is the forgotten group's.
+#[test]
+fn a_member_re_forking_in_the_job_s_group_dies_with_lockctl_while_its_leader_lives() {
+    let s = Server::start();
+    std::fs::write(s.dir().join("hop.sh"), HOP).unwrap();
+    let dir = s.dir().display();
+    let mut child = start(
+        &s,
+        "hopper2",
+        "2s",
+        &format!("sh {dir}/hop.sh {dir} 400 & echo ready; sleep 100"),
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !writes_under_the_next_holder(&s, "hopper2"),
+        "a job member ran on while another client held the lock"
+    );
+}
+
+/// The watcher stopped (SIGSTOP) goes unnoticed: lockctl's writes to its pipe still succeed, so
+/// lockctl renews on; once lockctl is killed by SIGKILL, however much later, nothing stops the job.
+#[test]
+fn a_job_dies_with_lockctl_killed_while_its_watcher_is_stopped() {
+    let s = Server::start();
+    let (mut child, watcher) = looping_job(&s, "paused", "2s");
+    std::thread::sleep(Duration::from_millis(500));
+    kill(watcher, libc::SIGSTOP);
+    // Several renewals (every TTL/3) go by with the watcher stopped.
+    std::thread::sleep(Duration::from_millis(2000));
+    let renewing = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ran_on = writes_under_the_next_holder(&s, "paused");
+    kill(watcher, libc::SIGCONT);
+    assert!(renewing, "lockctl ran on with its watcher stopped");
     assert!(
         !ran_on,
         "a job member ran on while another client held the lock"
