@@ -6,7 +6,8 @@
 //!   are not the job's: another lockctl's watcher started just before, in the same session (that
 //!   lockctl then stops its own job and exits 76); in a container, the children of the container's
 //!   first process, whose parent is PID 1 without their being orphans, and whose process group reads
-//!   0 (the group's leader is outside the namespace), as does the forgotten group's ID.
+//!   0 (the group's leader is outside the namespace), as does the forgotten group's ID; and the
+//!   caller's own orphans, once a member of the job has joined the caller's process group.
 //! - **lockctl as PID 1 of a PID namespace** (`unshare -pf`, a container without an init): the
 //!   watcher, forked twice to leave lockctl's children, comes back to it, since PID 1 adopts every
 //!   orphan of the namespace; lockctl waits for its last child, the watcher for lockctl's "done", and
@@ -420,4 +421,33 @@ fn a_job_dies_with_lockctl_killed_while_its_watcher_is_stopped() {
         !ran_on,
         "a job member ran on while another client held the lock"
     );
+}
+
+/// A member of the job joins the process group of lockctl's caller (`setpgid` into an existing
+/// group of the session), and the caller has an orphan of its own in that group, started after
+/// lockctl. When lockctl is killed by SIGKILL, the watcher counts the caller's group among the
+/// job's groups and kills every orphan in it: the caller's process, which was never the job's.
+#[test]
+fn one_lockctl_s_death_spares_its_caller_s_orphan_in_a_group_a_member_joined() {
+    let s = Server::start();
+    // SAFETY: getpgrp has no preconditions.
+    let caller_group = unsafe { libc::getpgrp() };
+    let mut child = start(
+        &s,
+        "joiner",
+        "2s",
+        &format!(
+            "perl -e 'setpgrp(0, {caller_group}) or die; exec \"sleep\", \"30\"' & echo ready; wait"
+        ),
+    );
+    // The caller's orphan: its parent exits at once, leaving it in the caller's group.
+    let out = run(Command::new("sh").args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"]));
+    let orphan: i32 = stdout(&out).parse().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let survived = alive(orphan);
+    kill(orphan, libc::SIGKILL);
+    assert!(survived, "the caller's own process died with lockctl's job");
 }
