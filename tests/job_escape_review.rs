@@ -16,6 +16,9 @@
 //!   renewal (which is when it notices), the watcher stopped (which lockctl never notices) and
 //!   lockctl SIGKILLed at any time after, or both stopped: nothing is left to stop the job, which
 //!   runs on while another client holds the lock.
+//! - **A blocking write.** A stopped watcher's pipe fills with deadlines; lockctl's renewal thread
+//!   then blocks writing to it while it holds the deadline's lock, and the deadline timer with it:
+//!   a running lockctl lets its job run on after the lease ran out.
 //! - **A forgotten group.** Once lockctl has reaped the command's first process, the watcher forgets
 //!   the job's group: a member that re-forks inside that group, each copy living less than the
 //!   watcher's tenth of a second, outlives a SIGKILLed lockctl without ever leaving the group.
@@ -450,4 +453,37 @@ fn one_lockctl_s_death_spares_its_caller_s_orphan_in_a_group_a_member_joined() {
     let survived = alive(orphan);
     kill(orphan, libc::SIGKILL);
     assert!(survived, "the caller's own process died with lockctl's job");
+}
+
+/// The watcher stopped: lockctl's deadline messages fill its pipe (shrunk here to one page, so
+/// that it fills in seconds rather than the hour a 64 KiB pipe takes at this TTL), and the renewal
+/// thread blocks in the write, inside the deadline's lock. The deadline timer then waits for that
+/// lock, so nothing stops the job: lockctl runs, not stopped, while another client is granted the
+/// lock and the job writes on.
+#[test]
+fn a_stopped_watcher_does_not_keep_lockctl_from_stopping_its_job() {
+    let s = Server::start();
+    let (mut child, watcher) = looping_job(&s, "fullpipe", "200ms");
+    kill(watcher, libc::SIGSTOP);
+    let fd_path = std::ffi::CString::new(format!("/proc/{watcher}/fd/3")).unwrap();
+    // SAFETY: open and fcntl on a path and descriptor of our own; the descriptor is closed after.
+    unsafe {
+        let fd = libc::open(fd_path.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK);
+        assert!(fd >= 0, "the watcher's pipe can be opened");
+        assert!(libc::fcntl(fd, libc::F_SETPIPE_SZ, 4096) >= 0);
+        libc::close(fd);
+    }
+    let granted = eventually(Duration::from_secs(120), || !busy(&s, "fullpipe"));
+    let running = child.try_wait().unwrap().is_none();
+    let before = lines(s.dir());
+    std::thread::sleep(Duration::from_millis(1000));
+    let after = lines(s.dir());
+    std::fs::write(s.dir().join("stop"), "").unwrap();
+    kill(watcher, libc::SIGCONT);
+    let _ = wait_output(child, Duration::from_secs(30));
+    assert!(granted, "the lease never ran out in Redis");
+    assert!(
+        !(running && after > before),
+        "lockctl ran, and so did its job, while another client held the lock"
+    );
 }
