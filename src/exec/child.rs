@@ -192,7 +192,9 @@ pub fn kill_job(pgid: Option<u32>, signal: i32, spare: i32) {
 /// descendant in the job: it is their subreaper, so an orphan of the job becomes its child. The
 /// watcher is lockctl's child only when lockctl is the first process of a PID namespace, which
 /// adopts every orphan there; the kernel's lists of lockctl's children then tell it apart (where
-/// the kernel keeps none, it counts as a child of the job, and lockctl waits for it).
+/// the kernel keeps none, it counts as a child of the job, and lockctl waits for it). They are read
+/// only then; a child is removed from them only when lockctl reaps it, which it does under the lock
+/// its caller holds, so none is missed.
 pub fn has_children(spare: i32) -> bool {
     // SAFETY: siginfo_t is plain data; waitid with WNOHANG | WNOWAIT only looks.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -207,6 +209,11 @@ pub fn has_children(spare: i32) -> bool {
     };
     if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
         return false;
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    if spare <= 0 || super::procs::read(spare).is_none_or(|w| w.ppid != me) {
+        return true;
     }
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return true;
