@@ -177,6 +177,30 @@ impl Walker {
         read(self.lockctl).is_some_and(|p| p.start == self.start)
     }
 
+    /// Waits (a second at most) until lockctl has finished exiting, every thread of it: its
+    /// descriptors close, which wakes the watcher, before the kernel hands its children to init. The job's group becomes
+    /// orphaned at that moment, and an orphaned group with a stopped member gets SIGHUP and SIGCONT:
+    /// stopped too early, the command's first process would die of the SIGHUP, and the parent links
+    /// from it to the job's other groups would be cut before the search.
+    pub fn await_lockctl_exit(&self) {
+        for _ in 0..1000 {
+            let state = std::fs::read_to_string(format!("/proc/{}/stat", self.lockctl));
+            let running = state.is_ok_and(|stat| {
+                let rest = stat.rfind(')').map_or("", |close| &stat[close + 1..]);
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let start = fields.get(19).and_then(|s| s.parse::<u64>().ok());
+                start == Some(self.start) && !matches!(fields.first(), Some(&"Z") | Some(&"X"))
+            }) || std::fs::read_dir(format!("/proc/{}/task", self.lockctl))
+                // A zombie leader's other threads may still be exiting; the last one hands over
+                // the children.
+                .is_ok_and(|tasks| tasks.count() > 1);
+            if !running {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Looks again at lockctl's descendants, if lockctl still runs.
     pub fn refresh(&mut self) {
         if !self.lockctl_lives() {

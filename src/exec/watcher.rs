@@ -512,6 +512,9 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
                     // subreaper in lockctl's session, such as a container's first process, and
                     // are harder to tell apart from other processes).
                     let live = known.live && known.group > 0;
+                    if let Some(w) = walker.as_deref() {
+                        w.await_lockctl_exit();
+                    }
                     if live {
                         libc::killpg(known.group, libc::SIGSTOP);
                     }
