@@ -12,7 +12,9 @@
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
-//! - On end-of-file without a "done" byte first, the watcher stops the group (SIGSTOP, so that no
+//! - On end-of-file without a "done" byte first, the watcher waits until lockctl has finished
+//!   exiting (the group becomes orphaned then, and an orphaned group with a stopped member gets
+//!   SIGHUP and SIGCONT from the kernel), then stops the group (SIGSTOP, so that no
 //!   member can leave it or die and cut the parent links the search follows), sends SIGKILL to every
 //!   other process of the job it can find (below), then to the group, and exits. lockctl writes
 //!   "done" once the whole job has exited, as soon as it knows, before the release. The command's
