@@ -6,10 +6,13 @@
 //!   (`sh -c 'a | b'`, a script's background helpers), and only that; `killpg` on the child's group does
 //!   it, and lockctl itself stays out of the blast.
 //! - **Tied to lockctl's life**: if lockctl dies, even by SIGKILL, nobody renews the lease, so the
-//!   whole group dies: the watcher (`watcher.rs`) kills it, and the child announces its group to the
-//!   watcher before exec. `PR_SET_PDEATHSIG(SIGKILL)` kills the direct child too, should the watcher
-//!   itself be gone. The kernel sends it when the *thread* that forked the child exits, so the child is
-//!   always spawned from the main thread, which lives until the end.
+//!   whole job dies: the watcher (`watcher.rs`) kills it, and the child announces its group to the
+//!   watcher before exec. Only when the watcher runs as the forked copy, which signals the group and
+//!   nothing else, does `PR_SET_PDEATHSIG(SIGKILL)` kill the direct child too; the exec'd watcher
+//!   needs the direct child alive until it has stopped the group and followed its parent links (see
+//!   there), and lockctl itself stops the job the moment its watcher is gone. The kernel sends the
+//!   signal when the *thread* that forked the child exits, so the child is always spawned from the
+//!   main thread, which lives until the end.
 //! - **The job ends when lockctl has no child left**: lockctl is the child subreaper
 //!   (`PR_SET_CHILD_SUBREAPER`), so processes orphaned by the direct child's exit
 //!   (`sh -c 'work & exit 0'`) become lockctl's children instead of init's, whatever process group or
@@ -51,13 +54,14 @@ pub fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
-/// Spawns `program args` in its own process group with the parent-death signal set; the group is
-/// announced to the watcher on `watcher` before exec.
+/// Spawns `program args` in its own process group, with the parent-death signal set if `pdeathsig`;
+/// the group is announced to the watcher on `watcher` before exec.
 pub fn spawn(
     program: &OsString,
     args: &[OsString],
     env: &[(&str, String)],
     watcher: RawFd,
+    pdeathsig: bool,
 ) -> io::Result<Child> {
     let mut cmd = Command::new(program);
     cmd.args(args).process_group(0);
@@ -71,13 +75,14 @@ pub fn spawn(
     // calls (prctl, getppid, kill, getpid, write, sigprocmask, tcsetpgrp); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
+            if pdeathsig
+                && libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
             {
                 return Err(io::Error::last_os_error());
             }
@@ -173,19 +178,24 @@ pub fn reap(pid: u32) {
     {}
 }
 
-/// Sends `signal` to the job: its process group `pgid` (if still known), and every other descendant of lockctl (see
-/// `procs.rs`). Quietly skips what is gone.
-pub fn kill_job(pgid: Option<u32>, signal: i32) {
+/// Sends `signal` to the job: its process group `pgid` (if still known), and every other descendant
+/// of lockctl but its watcher `spare` (see `procs.rs`). Quietly skips what is gone.
+pub fn kill_job(pgid: Option<u32>, signal: i32, spare: i32) {
     if let Some(pgid) = pgid {
         // SAFETY: killpg on a group we created; the caller guarantees the ID is not recycled.
         unsafe { libc::killpg(pgid as libc::pid_t, signal) };
     }
-    super::procs::signal_descendants(signal, pgid.map_or(0, |g| g as i32));
+    super::procs::signal_descendants(signal, pgid.map_or(0, |g| g as i32), spare);
 }
 
-/// True while lockctl has a child, exited or not. Without one it has no descendant at all: it is
-/// their subreaper, so an orphan of the job becomes its child.
-pub fn has_children() -> bool {
+/// True while lockctl has a child other than its watcher `spare`, exited or not. Without one it has no
+/// descendant in the job: it is their subreaper, so an orphan of the job becomes its child. The
+/// watcher is lockctl's child only when lockctl is the first process of a PID namespace, which
+/// adopts every orphan there; the kernel's lists of lockctl's children then tell it apart (where
+/// the kernel keeps none, it counts as a child of the job, and lockctl waits for it). They are read
+/// only then; a child is removed from them only when lockctl reaps it, which it does under the lock
+/// its caller holds, so none is missed.
+pub fn has_children(spare: i32) -> bool {
     // SAFETY: siginfo_t is plain data; waitid with WNOHANG | WNOWAIT only looks.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: waitid with a valid out-pointer.
@@ -197,5 +207,25 @@ pub fn has_children() -> bool {
             libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
         )
     };
-    !(rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+    if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+        return false;
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    if spare <= 0 || super::procs::read(spare).is_none_or(|w| w.ppid != me) {
+        return true;
+    }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return true;
+    };
+    let mut others = false;
+    for task in tasks.flatten() {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+            return true;
+        };
+        others |= list
+            .split_whitespace()
+            .any(|c| !c.parse::<i32>().is_ok_and(|c| c == spare));
+    }
+    others
 }

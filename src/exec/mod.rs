@@ -131,7 +131,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
             );
         }
     };
-    let child = match child::spawn(&program, &program_args, &env, watcher.fd()) {
+    let child = match child::spawn(&program, &program_args, &env, watcher.fd(), !watcher.exec()) {
         Ok(c) => c,
         Err(e) => {
             watcher.done();
@@ -153,6 +153,27 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     // A signal that came between the grant and the switch above is still in the waiter's channel.
     if let Some(signal) = wake.pending_signal() {
         supervisor.forward(signal);
+    }
+    // A watcher that is gone or stopped guards nothing: lockctl's death would leave the job running.
+    let sup = Arc::clone(&supervisor);
+    let name = keys.name.clone();
+    let monitored = watcher.monitor(move |gone| match gone {
+        None => !sup.over(),
+        Some(why) => {
+            let reason = format!(
+                "its watcher process (lockctl-guard) {why}, so the command could outlive lockctl"
+            );
+            if sup.watcher_lost(reason.clone()) {
+                crate::say!("lease on '{name}' lost: {reason}; stopping the command");
+            }
+            false
+        }
+    });
+    if let Err(e) = monitored {
+        abandon(&supervisor, child, watcher);
+        let _ = engine.release(&keys, &grant.token);
+        return Err(e)
+            .context("cannot start the thread that checks the watcher; the command was killed");
     }
 
     let lease = match Lease::start(

@@ -55,6 +55,15 @@ pub fn read(pid: i32) -> Option<Proc> {
     })
 }
 
+/// True if `pid` is stopped (by a stop signal, or at a tracer's stop).
+pub fn stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|close| stat[close + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "T" || state == "t")
+    })
+}
+
 /// The processes of `procs` whose chain of parents reaches one of `roots` (the roots excluded).
 pub fn descendants(procs: &[Proc], roots: &HashSet<i32>) -> Vec<Proc> {
     let mut inside: HashSet<i32> = roots.clone();
@@ -73,15 +82,16 @@ pub fn descendants(procs: &[Proc], roots: &HashSet<i32>) -> Vec<Proc> {
     }
 }
 
-/// Sends `signal` once to each of `members` not in the group `done` (already signalled as a whole):
-/// to each group one of them leads, as a whole, and to the others one by one. A group led by a
-/// process outside the job is not signalled as a whole: a member may have joined one (`setpgid`
-/// into another group of the session), and the other processes there are not the job's.
+/// Sends `signal` once to each of `members` not in the group `done` (already signalled as a whole; 0
+/// for none): to each group one of them leads, as a whole, and to the others one by one. A group led
+/// by a process outside the job is not signalled as a whole: a member may have joined one (`setpgid`
+/// into another group of the session), and the other processes there are not the job's. Inside a
+/// PID namespace a group whose leader is outside it reads 0: such a member is signalled alone.
 pub fn signal_all(members: &[Proc], signal: i32, done: i32) {
     let pids: HashSet<i32> = members.iter().map(|p| p.pid).collect();
     let mut groups = HashSet::from([done]);
     for p in members {
-        if p.pgid == done {
+        if done > 0 && p.pgid == done {
             continue;
         }
         // SAFETY: kill/killpg with plain integers; see the module docs for the PIDs' validity.
@@ -97,15 +107,17 @@ pub fn signal_all(members: &[Proc], signal: i32, done: i32) {
     }
 }
 
-/// Sends `signal` to every descendant of this process outside the group `done`, in rounds for
-/// SIGKILL (a fork between a walk and the signal escapes one round, not the next).
-pub fn signal_descendants(signal: i32, done: i32) {
+/// Sends `signal` to every descendant of this process outside the group `done` but `spare` (the
+/// watcher, which has no descendants), in rounds for SIGKILL (a fork between a walk and the signal
+/// escapes one round, not the next).
+pub fn signal_descendants(signal: i32, done: i32, spare: i32) {
     let me = HashSet::from([std::process::id() as i32]);
     let rounds = if signal == libc::SIGKILL { 4 } else { 1 };
     let mut seen: HashSet<(i32, u64)> = HashSet::new();
     for _ in 0..rounds {
         let found: Vec<Proc> = descendants(&snapshot(), &me)
             .into_iter()
+            .filter(|p| p.pid != spare)
             .filter(|p| seen.insert((p.pid, p.start)))
             .collect();
         if found.is_empty() {
@@ -116,17 +128,23 @@ pub fn signal_descendants(signal: i32, done: i32) {
 }
 
 /// The watcher's view of the job (in the exec'd watcher only: it allocates). While lockctl lives,
-/// its descendants are the job; once it is gone, they are orphans of init, and only what the
-/// watcher saw, or can still tell apart, is found:
+/// its descendants are the job; once it is gone, they are orphans of init (or of a subreaper, such
+/// as a container's first process), and the watcher finds only what it can prove to be the job's:
 ///
 /// - the processes of its last look (every [`super::watcher`] wake, a tenth of a second at most),
 ///   checked by start time so a recycled PID is not taken for one of them, and their descendants;
-/// - orphans in lockctl's session whose parent is init or outside the session (they were reparented), started after
-///   lockctl, in a group of the job or leading a group of their own started since that last look.
+/// - processes in lockctl's session, started after lockctl, whose process group is the job's own
+///   (also after lockctl reaped its leader: a group's ID stays reserved while any member exists) or
+///   is led by a process of the job it has found. A process joins a group only by being forked in
+///   it or by asking to (`setpgid` on itself or its child before exec), so every member of such a
+///   group is the job's, unless it chose to join. No other process is taken for the job's: being
+///   an orphan, or leading a group of its own, proves nothing (a container's first process has
+///   children that are not orphans; another lockctl's command leads its group; in a PID namespace
+///   every group whose leader is outside reads 0).
 ///
-/// A process that moved to a group of its own within a tenth of a second before lockctl's death,
-/// whose parent died with lockctl, and that forked its children only after the watcher's last look,
-/// is found by the second rule only if it leads its group; its children in that group go with it.
+/// A process that moved to a group of its own (or another session) within a tenth of a second
+/// before lockctl's death, and whose parent exited before the watcher could stop the job's group,
+/// is not found; neither is one in another group of the session that a member joined.
 pub struct Walker {
     lockctl: i32,
     me: i32,
@@ -135,14 +153,11 @@ pub struct Walker {
     start: u64,
     /// The job's processes at the last look, by PID.
     seen: HashMap<i32, Proc>,
-    /// Clock ticks since boot at the last look.
-    looked: u64,
 }
 
 impl Walker {
     /// `lockctl` is the PID of the lockctl that started `start` (clock ticks since boot); the watcher
-    /// shares its session. lockctl may be gone already: until the watcher has looked while it lived,
-    /// everything since lockctl's start counts as recent.
+    /// shares its session. lockctl may be gone already.
     pub fn new(lockctl: i32, start: u64) -> Walker {
         // SAFETY: getsid has no preconditions.
         let sid = unsafe { libc::getsid(0) };
@@ -152,7 +167,6 @@ impl Walker {
             sid,
             start,
             seen: HashMap::new(),
-            looked: start,
         };
         w.refresh();
         w
@@ -163,9 +177,32 @@ impl Walker {
         read(self.lockctl).is_some_and(|p| p.start == self.start)
     }
 
+    /// Waits (a second at most) until lockctl has finished exiting, every thread of it: its
+    /// descriptors close, which wakes the watcher, before the kernel hands its children to init. The job's group becomes
+    /// orphaned at that moment, and an orphaned group with a stopped member gets SIGHUP and SIGCONT:
+    /// stopped too early, the command's first process would die of the SIGHUP, and the parent links
+    /// from it to the job's other groups would be cut before the search.
+    pub fn await_lockctl_exit(&self) {
+        for _ in 0..1000 {
+            let state = std::fs::read_to_string(format!("/proc/{}/stat", self.lockctl));
+            let running = state.is_ok_and(|stat| {
+                let rest = stat.rfind(')').map_or("", |close| &stat[close + 1..]);
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let start = fields.get(19).and_then(|s| s.parse::<u64>().ok());
+                start == Some(self.start) && !matches!(fields.first(), Some(&"Z") | Some(&"X"))
+            }) || std::fs::read_dir(format!("/proc/{}/task", self.lockctl))
+                // A zombie leader's other threads may still be exiting; the last one hands over
+                // the children.
+                .is_ok_and(|tasks| tasks.count() > 1);
+            if !running {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Looks again at lockctl's descendants, if lockctl still runs.
     pub fn refresh(&mut self) {
-        let looked = ticks();
         if !self.lockctl_lives() {
             return;
         }
@@ -176,13 +213,14 @@ impl Walker {
             .filter(|p| p.pid != self.me)
             .map(|p| (p.pid, p))
             .collect();
-        self.looked = looked;
     }
 
-    /// Sends `signal` to the job outside the group `group` (already signalled as a whole); `orphaned`:
-    /// lockctl is gone, so look for its orphans too (see the type's docs).
-    pub fn signal(&mut self, group: i32, signal: i32, orphaned: bool) {
-        let rounds = if signal == libc::SIGKILL { 4 } else { 1 };
+    /// Sends `signal` to the job outside its group `group` (0 if not announced), which the caller
+    /// signals as a whole while `live` (lockctl has not reaped its leader; afterwards the ID only
+    /// names the group to match members against). `orphaned`: lockctl is gone, so look for its
+    /// orphans too (see the type's docs).
+    pub fn signal(&mut self, group: i32, live: bool, signal: i32, orphaned: bool) {
+        let rounds = if signal == libc::SIGKILL { 8 } else { 1 };
         let mut done: HashSet<(i32, u64)> = HashSet::new();
         for _ in 0..rounds {
             let procs = snapshot();
@@ -197,7 +235,7 @@ impl Walker {
             if self.lockctl_lives() {
                 roots.insert(self.lockctl);
             }
-            if group > 0 {
+            if live && group > 0 {
                 roots.insert(group);
             }
             let mut members: HashMap<i32, Proc> = descendants(&procs, &roots)
@@ -205,25 +243,16 @@ impl Walker {
                 .chain(self.seen.values().filter(|p| still(p)).copied())
                 .map(|p| (p.pid, p))
                 .collect();
-            if orphaned && self.sid >= 0 && self.start > 0 {
-                // A session ID of 0: the session leader is outside our PID namespace (a
-                // container), as it is for every process of the job.
+            if orphaned && self.start > 0 {
                 let groups: HashSet<i32> = members
                     .values()
-                    .flat_map(|p| [p.pgid, p.pid])
-                    .chain([group])
+                    .filter(|p| p.pgid == p.pid)
+                    .map(|p| p.pid)
+                    .chain(Some(group))
+                    .filter(|&g| g > 0)
                     .collect();
-                let recent = self.looked.saturating_sub(RECENT_TICKS);
                 for p in &procs {
-                    // An orphan goes to init, or to the nearest subreaper, which may share
-                    // lockctl's session (a container whose first process started lockctl).
-                    let reparented =
-                        p.ppid == 1 || by_pid.get(&p.ppid).is_none_or(|q| q.sid != self.sid);
-                    if p.sid == self.sid
-                        && p.start >= self.start
-                        && reparented
-                        && (groups.contains(&p.pgid) || (p.pgid == p.pid && p.start >= recent))
-                    {
+                    if p.sid == self.sid && p.start >= self.start && groups.contains(&p.pgid) {
                         members.insert(p.pid, *p);
                     }
                 }
@@ -236,7 +265,7 @@ impl Walker {
             if fresh.is_empty() {
                 return;
             }
-            signal_all(&fresh, signal, group);
+            signal_all(&fresh, signal, if live { group } else { 0 });
             self.seen.extend(fresh.into_iter().map(|p| (p.pid, p)));
         }
     }
@@ -282,17 +311,6 @@ fn children_of(root: i32) -> Option<Vec<Proc>> {
         }
     }
     Some(found)
-}
-
-/// How far before the last look a process counts as started since (start times are in ticks).
-const RECENT_TICKS: u64 = 10;
-
-/// Clock ticks since boot, the unit of [`Proc::start`].
-pub fn ticks() -> u64 {
-    let ns = crate::clock::Stamp::now().since_boot().as_nanos() as u64;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    ns / (1_000_000_000 / hz)
 }
 
 #[cfg(test)]

@@ -82,7 +82,23 @@ impl Supervisor {
     /// The lease is gone: SIGTERM now, SIGKILL after `--kill-after`. True the first time (the caller
     /// says why; later reports add nothing).
     pub fn lease_lost(self: &Arc<Self>, reason: String) -> bool {
-        let mut st = self.state();
+        let st = self.state();
+        self.lose(st, reason)
+    }
+
+    /// The watcher is gone or stopped: the lease is lost as for [`Self::lease_lost`], unless the
+    /// job is over already (the watcher then stands down).
+    pub fn watcher_lost(self: &Arc<Self>, reason: String) -> bool {
+        let st = self.state();
+        !st.exited && self.lose(st, reason)
+    }
+
+    /// True once no process of the job is left.
+    pub fn over(&self) -> bool {
+        self.state().exited
+    }
+
+    fn lose(self: &Arc<Self>, mut st: MutexGuard<'_, State>, reason: String) -> bool {
         let first = st.lost.is_none();
         if first {
             st.lost = Some(reason);
@@ -98,7 +114,11 @@ impl Supervisor {
     /// Sends `signal` to the job: its group while the group's ID is surely still its own, and every
     /// other descendant.
     fn kill(&self, st: &State, signal: i32) {
-        kill_job((!st.leader_reaped).then_some(self.pgid), signal);
+        kill_job(
+            (!st.leader_reaped).then_some(self.pgid),
+            signal,
+            self.watcher.pid(),
+        );
     }
 
     fn arm_kill_timer(self: &Arc<Self>, st: &mut State) {
@@ -153,7 +173,7 @@ impl Supervisor {
             st.leader_reaped = true;
         }
         reap(pid);
-        if !st.exited && !has_children() {
+        if !st.exited && !has_children(self.watcher.pid()) {
             st.exited = true;
             self.exited.notify_all();
         }
@@ -171,6 +191,12 @@ impl Supervisor {
                         ended = Some(how);
                         if !self.state().exited {
                             trace!("the command exited ({how:?}); waiting for the rest of the job");
+                        }
+                    }
+                    // Only the watcher may be left, as lockctl's child (see `has_children`).
+                    if self.state().exited {
+                        if let Some(ended) = ended {
+                            return Ok(ended);
                         }
                     }
                 }

@@ -2,9 +2,9 @@
 //! when the lease's deadline passes while lockctl cannot (it was stopped, SIGSTOP or a debugger).
 //!
 //! When lockctl dies, nobody renews the lease any more, and after the TTL another client may hold the
-//! lock; no process of the job may run on then. The parent-death signal (`child.rs`) reaches only the
-//! direct child: `sh -c 'sleep 30 | cat'` would leave `sleep` and `cat` running. A process group has
-//! no parent-death signal, so a watcher does it:
+//! lock; no process of the job may run on then. A parent-death signal would reach only the direct
+//! child: `sh -c 'sleep 30 | cat'` would leave `sleep` and `cat` running. A process group has no
+//! parent-death signal, so a watcher does it:
 //!
 //! - lockctl forks it before the child, with a pipe whose write end only lockctl holds (close-on-exec,
 //!   so the job never inherits it). The watcher blocks reading the other end. The kernel closes the
@@ -12,24 +12,42 @@
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
-//! - On end-of-file without a "done" byte first, the watcher stops the group (SIGSTOP, so that no
+//! - On end-of-file without a "done" byte first, the watcher waits until lockctl has finished
+//!   exiting (the group becomes orphaned then, and an orphaned group with a stopped member gets
+//!   SIGHUP and SIGCONT from the kernel), then stops the group (SIGSTOP, so that no
 //!   member can leave it or die and cut the parent links the search follows), sends SIGKILL to every
-//!   other process of the job it can find (below), then to the group, and exits. lockctl writes "done" once the whole
-//!   job has exited, as soon as it knows, before the release.
+//!   other process of the job it can find (below), then to the group, and exits. lockctl writes
+//!   "done" once the whole job has exited, as soon as it knows, before the release. The command's
+//!   first process has no parent-death signal while this watcher runs (it says so, see below): a
+//!   first process killed by the kernel at lockctl's death, before the watcher stopped the group,
+//!   would cut the parent links to what it started in other groups (`sh -c 'timeout 300 cmd'`),
+//!   and those could no longer be told apart from other processes.
 //! - **Processes that left the group** (`timeout`, `set -m`, `setsid`) are lockctl's descendants, not
 //!   the group's members. While lockctl lives the watcher looks at lockctl's descendants in `/proc`
 //!   every tenth of a second and remembers them; when lockctl dies they become init's orphans, the
 //!   parent links that led to lockctl are gone, and the watcher kills what it remembers, their
-//!   descendants, and the orphans it can still tell apart (`procs.rs`, [`Walker`]). Its limit: a
-//!   process that moved to a group of its own less than a tenth of a second before lockctl's death,
-//!   whose parent died with lockctl, is found only if it leads that group.
+//!   descendants, and the processes in the job's groups (`procs.rs`, [`Walker`]). It never takes a
+//!   process for the job's on a guess (an orphan, a recent group leader): killing another command is
+//!   as bad as missing one of the job. Its limit: a process that moved to a group of its own less
+//!   than a tenth of a second before lockctl's death, and whose parent exited before the watcher
+//!   stopped the job's group, is not found.
 //! - **A name of its own.** It is not a fork of lockctl left running but lockctl's binary started
 //!   again (`/proc/self/exe`) with the command line
 //!   `lockctl-guard --lockctl-guard PID:START KILL_AFTER_NS`
 //!   and the process name `lockctl-guard`, which `main` recognises before parsing anything. So
 //!   `pkill -f 'exec NAME'` and `killall lockctl` kill lockctl and not its watcher, which then kills
 //!   the job. An unanchored `pkill lockctl` matches both. Should the exec fail (no `/proc`), the
-//!   forked copy watches by itself, without looking for processes that left the group.
+//!   forked copy watches by itself, without looking for processes that left the group; the command's
+//!   first process then keeps the parent-death signal (SIGKILL).
+//! - **A pipe back** whose write end only the watcher holds. Its first word says how the watcher
+//!   runs (exec'd or the forked copy) and its PID; lockctl waits for it before starting the command.
+//!   Then a thread of lockctl polls the read end: it hangs up the moment the watcher is gone, however
+//!   it went, and every tenth of a second the thread checks that the watcher is not stopped. Either
+//!   way the watcher no longer guards the job (lockctl's death would leave it running), so lockctl
+//!   stops the job as for a lost lease and exits 76. lockctl's writes to the watcher never block
+//!   (the pipe is non-blocking, and a full one, a watcher that does not read, counts as gone): the
+//!   renewal thread writes each deadline while it holds the deadline's lock, which the deadline
+//!   timer needs to stop the job.
 //! - **The deadline backstop.** lockctl's deadline timer is a thread inside lockctl: a stopped lockctl
 //!   runs no threads, while its job, in a group of its own, runs on after the key expires in Redis and
 //!   another client holds the lock. So the watcher enforces the deadline too. lockctl sends it each
@@ -43,23 +61,30 @@
 //!   watcher's SIGKILL then waits for `--kill-after` after lockctl's SIGTERM too. `poll`'s
 //!   timeout runs on the monotonic clock, which stops during a suspend, so no wait is longer than a
 //!   second before the boot-time clock is read again.
-//! - Between fork and exec (and in the fallback copy) the watcher only makes async-signal-safe calls (lockctl has threads, and
-//!   only the forking thread exists in the copy): `fork`, `sigprocmask`, `setpgid`, `dup2`/`fcntl`,
-//!   `close_range`/`close`, `execve`, `poll`, `read`, `clock_gettime`, `killpg`, `_exit`; it
-//!   allocates nothing (the exec's arguments are built before the fork). It blocks every signal, closes every other
+//! - Between fork and exec (and in the fallback copy) the watcher only makes async-signal-safe calls
+//!   (lockctl has threads, and only the forking thread exists in the copy): `fork`, `sigprocmask`,
+//!   `setpgid`, `dup2`/`fcntl`, `close_range`/`close`, `execve`, `getpid`, `write`, `poll`, `read`,
+//!   `clock_gettime`, `killpg`, `_exit`; it allocates nothing (the exec's arguments are built before
+//!   the fork). It blocks every signal, closes every other
 //!   descriptor (it must not hold the terminal, lockctl's output pipes or its Redis connections), and
 //!   sits in a process group of its own, so a signal sent to lockctl's job (a shell's `kill %1`,
 //!   Ctrl-C) does not take it along.
 //! - It is forked twice, the middle process exiting at once, so that it is not lockctl's child:
 //!   lockctl's children are the job's processes only, whoever lists them, and lockctl's reaper never
 //!   meets it. (lockctl becomes a subreaper only after this, or the watcher would come back to it.)
+//!   One exception: a lockctl that is the first process of a PID namespace (a container without an
+//!   init) adopts every orphan there, its watcher too. It then knows the watcher's PID from its
+//!   first word, and neither waits for it nor signals it (`child::has_children`,
+//!   `procs::signal_descendants`).
 //!
 //! **Why the group ID cannot be another process's.** Linux keeps a PID number allocated while any
 //! process uses it as its PID, process-group ID or session ID, zombies included. The job's group `P` is
 //! the direct child's PID, so `P` cannot be reused while any member of the group exists, even one that
 //! has exited and awaits reaping. lockctl reaps the direct child itself and, just before, tells the
-//! watcher to forget the group (from then on the group's members are found by looking, like any
-//! other process of the job). So a `killpg(P)` from the watcher can only reach a recycled `P` if the
+//! watcher to forget the group: from then on it never signals `P` as a group, and finds the group's
+//! members by looking, matching their group ID against `P` (which stays reserved while any of them
+//! exists; once none does, a process matched against a recycled `P` must also have started after
+//! lockctl in its session). So a `killpg(P)` from the watcher can only reach a recycled `P` if the
 //! kernel handed out the freed number again, as a group ID, between the watcher reading its pipe and
 //! its `killpg`: PIDs are allocated cyclically, so that needs the whole PID space to wrap around in
 //! that moment.
@@ -80,6 +105,9 @@ const DEADLINE_TAG: u8 = b't';
 const HANDLING: u8 = b'l';
 /// Written by lockctl once the group has exited.
 const DONE: u8 = b'd';
+/// Written by lockctl before it reaps the job's first process: the group's ID may be reused once
+/// the group is empty, so it is no longer signalled as a whole.
+const FORGET: u8 = b'f';
 /// The watcher's first argument after exec; `main` looks for it before parsing the command line.
 pub const GUARD_ARG: &str = "--lockctl-guard";
 /// Its process name (`comm`) and `argv[0]`: not lockctl's, so `killall lockctl` and
@@ -87,6 +115,18 @@ pub const GUARD_ARG: &str = "--lockctl-guard";
 const GUARD_NAME: &[u8] = b"lockctl-guard\0";
 /// The descriptor the exec'd watcher reads its pipe from.
 const GUARD_FD: RawFd = 3;
+/// The descriptor of the watcher's pipe back to lockctl: only the watcher holds its write end, so
+/// lockctl sees it hang up the moment the watcher is gone.
+const BACK_FD: RawFd = 4;
+/// Sent back once the watcher runs as `lockctl-guard`, able to find the job's processes.
+const READY_EXEC: u8 = b'x';
+/// Sent back by the forked copy when the exec failed: it can only signal the job's group.
+const READY_COPY: u8 = b'c';
+/// How long lockctl waits for the watcher's first word before it starts the command anyway, with
+/// the parent-death signal as for a forked copy.
+const READY_WAIT_MS: libc::c_int = 10_000;
+/// How often lockctl checks that its watcher is not stopped.
+const CHECK_MS: libc::c_int = 100;
 /// How often the exec'd watcher looks for the job's processes while lockctl lives.
 const WALK_MS: u64 = 100;
 /// The longest wait in one `poll`: its timeout runs on the monotonic clock, which stops during a
@@ -96,18 +136,26 @@ const RECHECK_MS: u64 = 1000;
 /// should lockctl be stopped or gone by then.
 const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 
-/// The lockctl side of the pipe to the watcher, shared by the threads that report to it.
+/// The lockctl side of the pipe to the watcher, shared by the threads that report to it, and the
+/// watcher's PID.
 #[derive(Clone)]
-pub struct Link(Arc<OwnedFd>);
+pub struct Link(Arc<OwnedFd>, libc::pid_t);
 
 impl Link {
-    /// One message, written whole (shorter than PIPE_BUF, so atomic among writers).
+    /// One message, written whole or not at all: shorter than PIPE_BUF, so atomic among writers, on a
+    /// non-blocking pipe. False if the watcher is gone (EPIPE, with SIGPIPE ignored by the Rust
+    /// runtime) or does not read (EAGAIN: its pipe is full, it is stopped); a caller never blocks,
+    /// whatever lock it holds.
     fn send(&self, msg: &[u8]) -> bool {
-        // SAFETY: a write from a live buffer on our own pipe; a watcher that is gone makes it fail
-        // (EPIPE, with SIGPIPE ignored by the Rust runtime).
+        // SAFETY: a write from a live buffer on our own pipe.
         unsafe {
             libc::write(self.0.as_raw_fd(), msg.as_ptr().cast(), msg.len()) == msg.len() as isize
         }
+    }
+
+    /// The watcher's PID: a child of lockctl that lockctl's waits do not see (see [`Watcher`]).
+    pub fn pid(&self) -> libc::pid_t {
+        self.1
     }
 
     /// Tells the watcher the lease now runs until `at`.
@@ -121,9 +169,7 @@ impl Link {
     /// reused from then on, so the watcher stops signalling it as a group (the walker still finds
     /// the group's members).
     pub fn forget_group(&self) {
-        let mut msg = [GROUP_TAG; 5];
-        msg[1..].copy_from_slice(&0i32.to_ne_bytes());
-        self.send(&msg);
+        self.send(&[FORGET]);
     }
 
     /// lockctl is stopping the job for a lost lease itself: the watcher sends no SIGTERM of its own.
@@ -135,25 +181,29 @@ impl Link {
 /// A running watcher.
 pub struct Watcher {
     link: Link,
+    /// The read end of the watcher's pipe back.
+    back: Arc<OwnedFd>,
+    /// The watcher runs as `lockctl-guard` (it said so), not as the forked copy.
+    exec: bool,
 }
 
 impl Watcher {
-    /// Forks the watcher, which enforces the lease `deadline` (and later ones it is sent) with the
-    /// stop policy: SIGTERM, then SIGKILL `kill_after` later.
+    /// Starts the watcher, which enforces the lease `deadline` (and later ones it is sent) with the
+    /// stop policy: SIGTERM, then SIGKILL `kill_after` later; returns once it has said whether it
+    /// runs as `lockctl-guard`.
     pub fn start(deadline: Stamp, kill_after: Duration) -> io::Result<Watcher> {
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: pipe2 writes two descriptors into the array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors were just created and are owned here.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let link = Link(Arc::new(write));
+        let (read, write) = pipe()?;
+        let (back, back_write) = pipe()?;
+        let link = Link(Arc::new(write), 0);
         if !link.deadline(deadline) {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: fcntl on our own descriptor.
+        if unsafe { libc::fcntl(link.0.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
         let kill_after = kill_after.as_nanos().min(u64::MAX as u128) as u64;
-        // Everything exec needs is built before the fork: the copy may not allocate.
+        // Everything exec needs is built before the clone: the copy may not allocate.
         let exe = c"/proc/self/exe";
         let me = std::process::id() as i32;
         let start = super::procs::read(me).map_or(0, |p| p.start);
@@ -167,17 +217,18 @@ impl Watcher {
             std::ptr::null(),
         ];
         let envp = [std::ptr::null::<libc::c_char>()];
-        // SAFETY: fork has no preconditions; the child only forks the watcher and exits (below).
+        // SAFETY: fork has no preconditions; the copy only forks the watcher and exits (below).
         let middle = unsafe { libc::fork() };
         if middle == 0 {
             // SAFETY: in the forked copy, async-signal-safe calls only; `watch` never returns.
             unsafe {
                 match libc::fork() {
                     0 => {
-                        isolate(read.as_raw_fd());
+                        isolate(read.as_raw_fd(), back_write.as_raw_fd());
                         libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
                         // No exec (no /proc?): watch from this copy, without looking for
                         // processes that left the group.
+                        say_ready(READY_COPY);
                         watch(GUARD_FD, kill_after, None)
                     }
                     -1 => libc::_exit(1),
@@ -188,6 +239,7 @@ impl Watcher {
         if middle < 0 {
             return Err(io::Error::last_os_error());
         }
+        drop(back_write);
         let mut status = 0;
         // SAFETY: waitpid on the child just forked, which exits at once.
         while unsafe { libc::waitpid(middle, &mut status, 0) } < 0 {
@@ -199,7 +251,31 @@ impl Watcher {
         if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
             return Err(io::Error::other("cannot fork the watcher process"));
         }
-        Ok(Watcher { link })
+        let mut pfd = libc::pollfd {
+            fd: back.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on our own descriptor; a bounded wait for the watcher's first word.
+        let ready = unsafe { libc::poll(&mut pfd, 1, READY_WAIT_MS) } > 0;
+        let mut word = [0u8; 5];
+        // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The word
+        // is shorter than PIPE_BUF, so it was written, and is read, whole.
+        if ready
+            && unsafe { libc::read(back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) }
+                != word.len() as isize
+        {
+            return Err(io::Error::other("the watcher process ended at its start"));
+        }
+        // Without its word in time, the watcher's PID is unknown (0): lockctl then cannot be its
+        // parent either (only a PID 1 is, see the module docs), or it would have answered.
+        let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
+        let link = Link(link.0, pid);
+        Ok(Watcher {
+            link,
+            back: Arc::new(back),
+            exec: word[0] == READY_EXEC,
+        })
     }
 
     /// The descriptor on which the child announces its group (see [`announce`]).
@@ -212,10 +288,88 @@ impl Watcher {
         self.link.clone()
     }
 
+    /// True if the watcher runs as `lockctl-guard`: it then stops the job's group and finds every
+    /// process it can tell is the job's when lockctl dies, so the command's first process must not
+    /// die before it (no parent-death signal, see `child.rs`).
+    pub fn exec(&self) -> bool {
+        self.exec
+    }
+
+    /// Watches the watcher on a thread of its own: `report(Some(why))` once, the moment it is gone
+    /// or found stopped (it no longer guards the job then), and `report(None)` every
+    /// [`CHECK_MS`], which returns false once the thread is no longer needed.
+    pub fn monitor(
+        &self,
+        mut report: impl FnMut(Option<&str>) -> bool + Send + 'static,
+    ) -> io::Result<()> {
+        let back = Arc::clone(&self.back);
+        let pid = self.link.pid();
+        std::thread::Builder::new()
+            .name("watcher-check".into())
+            .stack_size(64 * 1024)
+            .spawn(move || loop {
+                let mut pfd = libc::pollfd {
+                    fd: back.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: poll on our own descriptor.
+                let ready = unsafe { libc::poll(&mut pfd, 1, CHECK_MS) };
+                let mut gone = None;
+                if ready > 0 {
+                    let mut buf = [0u8; 16];
+                    // SAFETY: a read into a live buffer from our own pipe.
+                    let n =
+                        unsafe { libc::read(back.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                    if n == 0
+                        || (n < 0
+                            && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted)
+                    {
+                        gone = Some("is gone");
+                    }
+                } else if super::procs::stopped(pid) {
+                    gone = Some("is stopped");
+                }
+                if let Some(why) = gone {
+                    report(Some(why));
+                    return;
+                }
+                if !report(None) {
+                    return;
+                }
+            })?;
+        Ok(())
+    }
+
     /// The group has exited: the watcher stands down.
     pub fn done(self) {
         self.link.send(&[DONE]);
     }
+}
+
+/// Tells lockctl, on the pipe back, how the watcher runs and its PID (lockctl's child when lockctl
+/// is a PID namespace's first process: it must not wait for it).
+///
+/// # Safety
+/// Async-signal-safe.
+unsafe fn say_ready(how: u8) {
+    // SAFETY: getpid has no preconditions; a write of 5 bytes, less than PIPE_BUF, is atomic.
+    unsafe {
+        let mut word = [how; 5];
+        word[1..].copy_from_slice(&libc::getpid().to_ne_bytes());
+        libc::write(BACK_FD, word.as_ptr().cast(), word.len());
+    }
+}
+
+/// A pipe, both ends close-on-exec.
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Tells the watcher behind `fd` which group to kill: the calling process's own.
@@ -252,6 +406,10 @@ unsafe fn boottime_ns() -> u64 {
 /// What the watcher knows, from the messages read so far.
 struct Known {
     group: libc::pid_t,
+    /// The group's leader is not reaped yet: its ID is surely the job's group's, and `killpg` on it
+    /// reaches the job only. Afterwards the ID still names the job's group to match processes
+    /// against (it stays reserved while a member exists), but is not signalled as a whole.
+    live: bool,
     /// The lease's deadline (boot-time ns); 0 before the first.
     deadline: u64,
     /// lockctl handles a lost lease itself.
@@ -262,24 +420,28 @@ struct Known {
 }
 
 /// Readies the forked copy to be the watcher: every signal blocked (the mask survives exec), a
-/// process group of its own, and no descriptor but the pipe, on [`GUARD_FD`].
+/// process group of its own, and no descriptor but its pipe from lockctl, on [`GUARD_FD`], and its
+/// pipe back, on [`BACK_FD`].
 ///
 /// # Safety
 /// Async-signal-safe; only for the child of a fork.
-unsafe fn isolate(read: RawFd) {
+unsafe fn isolate(read: RawFd, back: RawFd) {
     // SAFETY: async-signal-safe calls on process state and our own descriptors.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
         libc::setpgid(0, 0);
-        if read == GUARD_FD {
-            libc::fcntl(GUARD_FD, libc::F_SETFD, 0);
-        } else {
-            // dup2 leaves the copy without close-on-exec.
-            libc::dup2(read, GUARD_FD);
-        }
-        close_all_but(GUARD_FD);
+        // Copies above both targets first, so neither dup2 overwrites the other's source; dup2
+        // leaves its copy without close-on-exec.
+        let read = libc::fcntl(read, libc::F_DUPFD_CLOEXEC, BACK_FD + 1);
+        let back = libc::fcntl(back, libc::F_DUPFD_CLOEXEC, BACK_FD + 1);
+        libc::dup2(read, GUARD_FD);
+        libc::dup2(back, BACK_FD);
+        close_all_above(BACK_FD);
+        libc::close(0);
+        libc::close(1);
+        libc::close(2);
     }
 }
 
@@ -298,6 +460,8 @@ pub fn guard(args: &[std::ffi::OsString]) -> ! {
     // SAFETY: PR_SET_NAME with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, GUARD_NAME.as_ptr(), 0, 0, 0) };
     let mut walker = Walker::new(lockctl, start);
+    // SAFETY: a write to our own pipe back to lockctl.
+    unsafe { say_ready(READY_EXEC) };
     // SAFETY: this process is the watcher; the walker may allocate, since it was exec'd.
     unsafe { watch(GUARD_FD, kill_after, Some(&mut walker)) }
 }
@@ -313,6 +477,7 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
     unsafe {
         let mut known = Known {
             group: 0,
+            live: false,
             deadline: 0,
             handling: false,
             kill_at: 0,
@@ -348,13 +513,17 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
                     // stand during the walk (once they die, those become orphans of init or of a
                     // subreaper in lockctl's session, such as a container's first process, and
                     // are harder to tell apart from other processes).
-                    if known.group > 0 {
+                    let live = known.live && known.group > 0;
+                    if let Some(w) = walker.as_deref() {
+                        w.await_lockctl_exit();
+                    }
+                    if live {
                         libc::killpg(known.group, libc::SIGSTOP);
                     }
                     if let Some(w) = walker.as_deref_mut() {
-                        w.signal(known.group, libc::SIGKILL, true);
+                        w.signal(known.group, known.live, libc::SIGKILL, true);
                     }
-                    if known.group > 0 {
+                    if live {
                         libc::killpg(known.group, libc::SIGKILL);
                     }
                     libc::_exit(0);
@@ -368,6 +537,10 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
                 for &byte in &buf[..n as usize] {
                     if got == 0 && byte == DONE {
                         libc::_exit(0);
+                    }
+                    if got == 0 && byte == FORGET {
+                        known.live = false;
+                        continue;
                     }
                     if got == 0 && byte == HANDLING {
                         // Also after a SIGTERM of our own: lockctl's may come later, and the job
@@ -391,6 +564,7 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
                         if msg[0] == GROUP_TAG {
                             known.group =
                                 libc::pid_t::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
+                            known.live = true;
                         } else if msg[0] == DEADLINE_TAG {
                             let mut ns = [0u8; 8];
                             ns.copy_from_slice(&msg[1..9]);
@@ -430,21 +604,21 @@ unsafe fn enforce(
     let expired = known.deadline != 0 && now >= known.deadline;
     if expired && !known.handling && known.kill_at == 0 {
         // SAFETY: killpg on the job's group (see the module docs for why the ID is not recycled).
-        if known.group > 0 {
+        if known.live && known.group > 0 {
             unsafe { libc::killpg(known.group, libc::SIGTERM) };
         }
         if let Some(w) = walker.as_deref_mut() {
-            w.signal(known.group, libc::SIGTERM, false);
+            w.signal(known.group, known.live, libc::SIGTERM, false);
         }
         known.kill_at = now.saturating_add(kill_after).max(1);
     }
     if known.kill_at != 0 && !known.killed && now >= known.kill_at {
-        if known.group > 0 {
+        if known.live && known.group > 0 {
             // SAFETY: as above.
             unsafe { libc::killpg(known.group, libc::SIGKILL) };
         }
         if let Some(w) = walker {
-            w.signal(known.group, libc::SIGKILL, false);
+            w.signal(known.group, known.live, libc::SIGKILL, false);
         }
         known.killed = true;
     }
@@ -459,22 +633,18 @@ unsafe fn enforce(
     wait.div_ceil(1_000_000) as libc::c_int
 }
 
-/// Closes every descriptor except `keep`.
+/// Closes every descriptor above `last`.
 ///
 /// # Safety
 /// Async-signal-safe.
-unsafe fn close_all_but(keep: RawFd) {
+unsafe fn close_all_above(last: RawFd) {
     // SAFETY: close_range and close only drop descriptors of this (forked) process.
     unsafe {
-        let keep = keep as libc::c_uint;
-        let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0, keep - 1, 0) == 0;
-        let above = libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0) == 0;
-        if !(below && above) {
+        let from = last as libc::c_uint + 1;
+        if libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) != 0 {
             // Kernels before 5.9: close the usual range by hand.
-            for fd in 0..4096 {
-                if fd != keep as RawFd {
-                    libc::close(fd);
-                }
+            for fd in from as RawFd..4096 {
+                libc::close(fd);
             }
         }
     }
