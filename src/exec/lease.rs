@@ -193,7 +193,8 @@ fn renew_loop(
                         // Answered after the deadline: too late to count.
                         return (engine, ran_out());
                     }
-                    if !guarded {
+                    if !guarded && !supervisor.over() {
+                        // (Once the job is over, the watcher was told to stand down: no loss.)
                         // Without its watcher, the command would outlive a lockctl that dies or is
                         // stopped: that is a lease nobody enforces, so it ends here.
                         let reason = "its watcher process (lockctl-guard) is gone, so the command \
