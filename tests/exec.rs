@@ -1185,3 +1185,86 @@ fn a_process_that_leaves_the_group_with_setsid_is_still_part_of_the_job() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(s.get("lockctl:daemon"), None, "released");
 }
+
+/// The path where lockctl cannot supervise the command it started: the renewal thread cannot be
+/// created. The limit on processes (`RLIMIT_NPROC`, which counts threads) is the one fault that
+/// reaches it from outside, and only for a user other than root, so lockctl runs as an unused
+/// numeric uid under `setpriv` and `prlimit` (util-linux). Raising the limit one at a time moves the
+/// failure from the watcher's fork to the command's, then to the lease's threads. There lockctl
+/// must kill the command (a `sleep` far longer than the test's bound) and give the lock back; left
+/// alive, the command would keep lockctl waiting for it, without renewals, until the watcher stops
+/// it at the lease's deadline (so the TTL is far longer than the test's bound too).
+#[test]
+fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
+    const UID: &str = "64917";
+    let s = Server::start_tcp();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    for limit in 1..=64 {
+        let _ = std::fs::remove_file(&pid_file);
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid", UID, "--regid", UID, "--clear-groups", "prlimit"])
+            .arg(format!("--nproc={limit}"))
+            .arg(env!("CARGO_BIN_EXE_lockctl"))
+            .args([
+                "exec",
+                "-n",
+                "--ttl",
+                "10m",
+                "unsupervised",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .env("LOCKCTL_REDIS", s.url())
+            .env("LOCKCTL_QUARANTINE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let started = Instant::now();
+        let o = wait_output(
+            cmd.spawn().expect("run setpriv and prlimit"),
+            Duration::from_secs(120),
+        );
+        let err = stderr(&o);
+        if !err.contains("cannot start the renewal thread") {
+            // A fork or thread before the command's lease failed instead (`-n`: a connection
+            // that cannot be made ends the call at once): raise the limit.
+            assert_ne!(
+                o.status.code(),
+                Some(0),
+                "the command ran to its end: {err}"
+            );
+            continue;
+        }
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "lockctl did not end within {:?} of its start (it waited for the command it should \
+             have killed): {err}",
+            started.elapsed()
+        );
+        assert!(err.contains("the command was killed"), "{err}");
+        if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+            let pid = pid.trim();
+            assert!(
+                !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                "the command (pid {pid}) still runs"
+            );
+        }
+        assert_eq!(
+            s.get("lockctl:unsupervised"),
+            None,
+            "the lock was not given back"
+        );
+        return;
+    }
+    panic!("no limit on processes made the lease's threads fail");
+}

@@ -222,9 +222,18 @@ mod tests {
         assert!(!deadline.passed());
         clock.set(secs(40));
         assert!(deadline.passed());
-        assert!(!deadline.extend(Stamp::at(secs(50)), |_| {}));
+        // Nor is the watcher told of a new deadline once the old one has passed: it would then
+        // leave the job running on a lease that ran out.
+        let mut announced = None;
+        assert!(!deadline.extend(Stamp::at(secs(50)), |at| announced = Some(at)));
+        assert_eq!(
+            announced, None,
+            "a passed deadline was announced as extended"
+        );
         assert_eq!(deadline.at(), Stamp::at(secs(10)));
         assert!(deadline.passed());
+        // Disarmed before the timer woke, the deadline still counts as passed.
+        assert_eq!(deadline.disarm(), Some(Stamp::at(secs(10))));
         // Nor once the timer has fired, whatever the clock says.
         let (deadline, rx) = timer(&clock, 45);
         clock.set(secs(45));
