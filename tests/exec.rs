@@ -1268,3 +1268,54 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
     }
     panic!("no limit on processes made the lease's threads fail");
 }
+
+/// The watcher of the lockctl `pid`, found by its command line.
+fn watcher_of(pid: u32) -> Option<i32> {
+    let prefix = format!("lockctl-guard\0--lockctl-guard\0{pid}:");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+        })
+}
+
+/// Continues a stopped process when dropped, also when the test fails.
+struct Resume(i32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        kill(self.0, libc::SIGCONT);
+    }
+}
+
+/// The watcher stops the job too when the lease's deadline passes, which can hide a lockctl that
+/// no longer does: with the watcher stopped, a lease lost at a renewal (key deleted) must still stop
+/// the job, here one that would otherwise sleep for ten minutes.
+#[test]
+fn a_lost_lease_stops_the_job_while_the_watcher_is_stopped() {
+    let s = Server::start();
+    let (holder, _out) = start_ready(
+        exec_on(&s, "alone"),
+        &["--ttl", "2s", "--kill-after", "1s"],
+        "echo ready; exec sleep 600",
+        "ready",
+    );
+    let mut watcher = None;
+    eventually(Duration::from_secs(10), || {
+        watcher = watcher_of(holder.id());
+        watcher.is_some()
+    });
+    let watcher = watcher.expect("lockctl has a watcher");
+    kill(watcher, libc::SIGSTOP);
+    let _resume = Resume(watcher);
+    let _: i64 = s.cmd(&["DEL", "lockctl:alone"]);
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(
+        o.status.code(),
+        Some(76),
+        "lockctl did not stop the job after losing its lease: {}",
+        stderr(&o)
+    );
+}
