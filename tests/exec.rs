@@ -1198,12 +1198,16 @@ fn a_process_that_leaves_the_group_with_setsid_is_still_part_of_the_job() {
 fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
     const UID: &str = "64917";
     let s = Server::start_tcp();
-    let dir = tempfile::tempdir().unwrap();
+    // The other user must reach the binary: a copy in a directory open to all, under /tmp (the
+    // build directory, or $TMPDIR, may be private).
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
     std::fs::set_permissions(
         dir.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )
     .unwrap();
+    let bin = dir.path().join("lockctl");
+    std::fs::copy(env!("CARGO_BIN_EXE_lockctl"), &bin).unwrap();
     let pid_file = dir.path().join("pid");
     let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
     for limit in 1..=64 {
@@ -1211,7 +1215,7 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
         let mut cmd = std::process::Command::new("setpriv");
         cmd.args(["--reuid", UID, "--regid", UID, "--clear-groups", "prlimit"])
             .arg(format!("--nproc={limit}"))
-            .arg(env!("CARGO_BIN_EXE_lockctl"))
+            .arg(&bin)
             .args([
                 "exec",
                 "-n",
