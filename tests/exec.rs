@@ -1256,12 +1256,10 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
             started.elapsed()
         );
         assert!(err.contains("the command was killed"), "{err}");
-        if let Ok(pid) = std::fs::read_to_string(&pid_file) {
-            let pid = pid.trim();
-            assert!(
-                !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-                "the command (pid {pid}) still runs"
-            );
+        // The shell may have been killed before it wrote its PID, or while writing it.
+        let pid = std::fs::read_to_string(&pid_file).ok();
+        if let Some(pid) = pid.and_then(|p| p.trim().parse::<i32>().ok()) {
+            assert!(!alive(pid), "the command (pid {pid}) still runs");
         }
         assert_eq!(
             s.get("lockctl:unsupervised"),
@@ -1322,4 +1320,61 @@ fn a_lost_lease_stops_the_job_while_the_watcher_is_stopped() {
         "lockctl did not stop the job after losing its lease: {}",
         stderr(&o)
     );
+}
+
+/// With lockctl stopped (SIGSTOP) past its deadline, only the watcher can apply the stop policy: a
+/// SIGTERM to the whole job at the deadline, then SIGKILL once `--kill-after` has passed. The
+/// group's leader and a member that left the group with `setsid` both note SIGTERM and run on, so
+/// only the watcher's SIGKILL, to the group and to each process outside it, ends them.
+#[test]
+fn the_watcher_stops_the_job_while_lockctl_is_stopped() {
+    let s = Server::start();
+    let marker = s.dir().join("member-got-term");
+    let leader_marker = s.dir().join("leader-got-term");
+    let member_pid = s.dir().join("member-pid");
+    let script = r#"setsid sh -c 'echo $$ > "$P"; trap "touch \"$M\"" TERM; while :; do sleep 0.05; done' &
+trap 'touch "$L"' TERM
+echo ready
+echo $$
+while :; do sleep 0.05; done"#;
+    let mut cmd = exec_on(&s, "stoppedholder");
+    cmd.env("M", &marker)
+        .env("P", &member_pid)
+        .env("L", &leader_marker);
+    let (holder, mut out) =
+        start_ready(cmd, &["--ttl", "1s", "--kill-after", "1s"], script, "ready");
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let leader: i32 = line.trim().parse().unwrap();
+    let mut member = None;
+    eventually(Duration::from_secs(30), || {
+        member = std::fs::read_to_string(&member_pid)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        member.is_some()
+    });
+    let member = member.expect("the member wrote its pid");
+    let lockctl = holder.id() as i32;
+    kill(lockctl, libc::SIGSTOP);
+    let _resume = Resume(lockctl);
+    let termed = eventually(Duration::from_secs(60), || {
+        marker.exists() && leader_marker.exists()
+    });
+    eventually(Duration::from_secs(60), || !alive(leader) && !alive(member));
+    let (leader_alive, member_alive) = (alive(leader), alive(member));
+    kill(member, libc::SIGKILL);
+    kill(lockctl, libc::SIGCONT);
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert!(
+        termed,
+        "no SIGTERM from the watcher: to the group {}, to the member outside it {}",
+        leader_marker.exists(),
+        marker.exists()
+    );
+    assert!(
+        !leader_alive && !member_alive,
+        "the watcher's SIGKILL missed: leader alive {leader_alive}, member outside the group \
+         alive {member_alive}"
+    );
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
 }
