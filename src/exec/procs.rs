@@ -55,13 +55,16 @@ pub fn read(pid: i32) -> Option<Proc> {
     })
 }
 
-/// True if `pid` is stopped (by a stop signal, or at a tracer's stop).
-pub fn stopped(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rfind(')')
-            .and_then(|close| stat[close + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "T" || state == "t")
-    })
+/// How `pid` is stopped, if it is: `Some('T')` by a stop signal, `Some('t')` at a tracer's stop
+/// (`strace -f` puts a process there for a moment at every system call; a debugger, for good).
+pub fn stop_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+    match state {
+        "T" => Some('T'),
+        "t" => Some('t'),
+        _ => None,
+    }
 }
 
 /// The processes of `procs` whose chain of parents reaches one of `roots` (the roots excluded).

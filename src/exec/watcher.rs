@@ -127,6 +127,9 @@ const READY_COPY: u8 = b'c';
 const READY_WAIT_MS: libc::c_int = 10_000;
 /// How often lockctl checks that its watcher is not stopped.
 const CHECK_MS: libc::c_int = 100;
+/// Looks in a row that must find the watcher at a tracer's stop before it counts as stopped (a
+/// second): `strace -f` stops it for a moment at each system call.
+const TRACED_LOOKS: u32 = 10;
 /// How often the exec'd watcher looks for the job's processes while lockctl lives.
 const WALK_MS: u64 = 100;
 /// The longest wait in one `poll`: its timeout runs on the monotonic clock, which stops during a
@@ -304,6 +307,9 @@ impl Watcher {
     ) -> io::Result<()> {
         let back = Arc::clone(&self.back);
         let pid = self.link.pid();
+        // Consecutive looks that found the watcher at a tracer's stop: a traced process passes
+        // through one at every system call, so only one that lasts counts (a debugger's).
+        let mut traced = 0u32;
         std::thread::Builder::new()
             .name("watcher-check".into())
             .stack_size(64 * 1024)
@@ -327,8 +333,17 @@ impl Watcher {
                     {
                         gone = Some("is gone");
                     }
-                } else if super::procs::stopped(pid) {
-                    gone = Some("is stopped");
+                } else {
+                    match super::procs::stop_state(pid) {
+                        Some('T') => gone = Some("is stopped"),
+                        Some(_) => {
+                            traced += 1;
+                            if traced >= TRACED_LOOKS {
+                                gone = Some("is stopped by a debugger");
+                            }
+                        }
+                        None => traced = 0,
+                    }
                 }
                 if let Some(why) = gone {
                     report(Some(why));
