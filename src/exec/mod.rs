@@ -231,9 +231,11 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
             say!("lease on '{}' was lost: {reason}; exit 76", keys.name);
             Ok(Exit::Lost)
         }
-        (Some(_), true) => {
+        (Some(reason), true) => {
+            // The thread that stopped the command says why only after stopping it, and may not
+            // have written its line yet: the reason goes here too.
             say!(
-                "exit 76 (lease lost) instead of the command's {}",
+                "exit 76 (lease lost: {reason}) instead of the command's {}",
                 status.code()
             );
             Ok(Exit::Lost)
