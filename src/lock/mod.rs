@@ -1004,10 +1004,7 @@ impl Engine {
     /// make a quorum.
     pub fn release(&mut self, keys: &LockKeys, token: &str) -> Result<usize, LockError> {
         let key_list = release_keys(keys);
-        // A nonce for this call: a release resent after a dropped connection is known by it.
-        let nonce = new_token();
-        let [a, b, c, d, e] = release_args(keys, token);
-        let args = [a, b, c, d, e, nonce.as_str()];
+        let args = release_args(keys, token);
         let results = quorum::all(&mut self.nodes, |_, node| {
             node.eval("release", &RELEASE, &key_list, &args)
         });

@@ -12,10 +12,11 @@
 //! request/response; it is kept only to send a rollback without waiting ([`Node::send_only`]), which the
 //! server runs after the command that timed out, in order, should it ever wake up. A connection found
 //! dropped (`CLIENT KILL`, a server restart), reused or just opened, is reopened once, at once: every
-//! lockctl script leaves the same state when it runs twice. Its reply could differ where the server
-//! ran a release and the connection dropped before the reply: the second send would find the keys
-//! gone. The release therefore leaves a note for a few seconds under the call's nonce, and the resend
-//! (same nonce) answers "ours" from it (`release.lua`). A new connection is no safer than an old one: an operator's
+//! lockctl script leaves the same state when it runs twice. Its reply may differ: in the rare case where
+//! the server ran a release and the connection dropped before the reply, the second send answers "not
+//! ours". Usually the first send never arrived (the server had restarted), and treating every resend
+//! as unsure would turn those clean answers into "unavailable"; the rare false "not ours" is the
+//! smaller harm. A new connection is no safer than an old one: an operator's
 //! `CLIENT KILL TYPE normal` can land between its connect and its first command.
 //!
 //! A node reaches its server through its endpoint (`super::endpoint`): the URL's server, a cluster's

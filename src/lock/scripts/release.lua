@@ -4,7 +4,7 @@
 -- announced for older clients.
 -- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters
 -- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake
---       channel prefix, the call's nonce ('' = no note for a resend)
+--       channel prefix
 -- Returns the slots whose key held our token and was deleted (empty: not ours; expired, broken, taken).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
 -- one), so a release needs no slot number. Every key of the token goes: besides its grant's slot it
@@ -23,23 +23,8 @@ for i = 2, n or 1 do
     deleted[#deleted + 1] = i
   end
 end
--- A release sent again after its connection dropped (the first may have run, its reply lost) finds
--- the keys gone: the note left by the first run, for a few seconds, says it was ours. It is known by
--- the call's nonce (ARGV[6]; '' leaves no note), so a second `release` of the token is still 76.
-local nonce = ARGV[6] or ''
-local note = KEYS[2] .. '\031released'
 if #deleted == 0 then
-  local mark = token .. ':' .. nonce .. ':'
-  local last = nonce ~= '' and redis.call('GET', note)
-  if last and string.sub(last, 1, #mark) == mark then
-    for i in string.gmatch(string.sub(last, #mark + 1), '%d+') do
-      deleted[#deleted + 1] = tonumber(i)
-    end
-  end
   return deleted
-end
-if nonce ~= '' then
-  redis.call('SET', note, token .. ':' .. nonce .. ':' .. table.concat(deleted, ','), 'PX', 10000)
 end
 redis.call('PUBLISH', ARGV[2], 'released')
 -- free: the number of free slots.
