@@ -106,6 +106,17 @@ end
 -- nodes) is placed by it on every node, so that every node orders alike.
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+-- A new ticket: max(counter + 1, server time in us), so the order survives a restart that lost the
+-- counter.
+local function new_ticket()
+  local n = redis.call('INCR', KEYS[8])
+  local us = t[1] * 1000000 + tonumber(t[2])
+  if n < us then
+    n = us
+    redis.call('SET', KEYS[8], string.format('%.0f', n))
+  end
+  return string.format('%.0f', n)
+end
 local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now_ms)
 if #dead > 0 then
   redis.call('ZREM', KEYS[5], unpack(dead))
@@ -130,9 +141,12 @@ if id ~= '' and mode ~= 'n' then
   if ticket ~= '' and less(redis.call('GET', KEYS[8]) or '0', ticket) then
     redis.call('SET', KEYS[8], ticket)
   end
-  if mode == 's' and not queued then
-    -- --supersede: the older waiters stop waiting and learn who displaced them.
-    local older = redis.call('ZRANGE', KEYS[5], 0, -1)
+  if mode == 's' and not queued and ticket == '' then
+    -- --supersede, on its first enqueue only (a waiter put back at its carried ticket, after a
+    -- restart, arrived before those queued since): the waiters older than its new ticket stop
+    -- waiting and learn who displaced them; later ones keep their places.
+    ticket = new_ticket()
+    local older = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ticket)
     if #older > 0 then
       local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note})
       for _, w in ipairs(older) do
@@ -140,7 +154,9 @@ if id ~= '' and mode ~= 'n' then
         redis.call('PUBLISH', wake .. '\031' .. w, 'superseded')
       end
       redis.call('PEXPIRE', KEYS[9], 60000)
-      redis.call('DEL', KEYS[5], KEYS[6], KEYS[7])
+      redis.call('ZREM', KEYS[5], unpack(older))
+      redis.call('ZREM', KEYS[6], unpack(older))
+      redis.call('HDEL', KEYS[7], unpack(older))
     end
   end
 end
@@ -178,14 +194,7 @@ if ahead >= free or not pick or quarantined then
     -- Queue the caller (its first refusal is its enqueue) and take its heartbeat.
     if not queued then
       if ticket == '' then
-        -- max(counter + 1, server time in us): the order survives a restart that lost the counter.
-        local n = redis.call('INCR', KEYS[8])
-        local us = t[1] * 1000000 + tonumber(t[2])
-        if n < us then
-          n = us
-          redis.call('SET', KEYS[8], string.format('%.0f', n))
-        end
-        ticket = string.format('%.0f', n)
+        ticket = new_ticket()
       end
       redis.call('ZADD', KEYS[5], ticket, id)
       redis.call('HSET', KEYS[7], id, cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6],
