@@ -267,3 +267,42 @@ fn a_superseding_waiter_requeued_on_a_restarted_node_does_not_displace_newer_wai
     );
     assert_eq!(order(&file), ["S", "B"]);
 }
+
+/// A client with another limit is refused while only a waiter of a plain lock is there (the lock
+/// free, its head stopped before taking it): exit 2 naming both limits, with or without waiting,
+/// and nothing in Redis changes.
+#[test]
+fn another_limit_is_refused_while_only_a_plain_waiter_is_queued() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "plain");
+    let head = waiter(&mut lockctl_on(&s), "plain", &file, "W", &[]);
+    wait_queued(&s, "plain", 1);
+    kill(head.id() as i32, libc::SIGSTOP);
+    let o = run(lockctl_on(&s).args(["release", "plain", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let dump = |s: &Server| {
+        let mut keys = s.keys();
+        keys.sort();
+        let queue: Vec<String> = s.cmd(&["ZRANGE", &queue_key("plain"), "0", "-1", "WITHSCORES"]);
+        (keys, queue)
+    };
+    let before = dump(&s);
+    for extra in [&["-n"][..], &["-w", "1s"][..]] {
+        let o = run(lockctl_on(&s)
+            .args(["acquire", "plain", "--limit", "2", "--ttl", "5s"])
+            .args(extra));
+        let e = stderr(&o);
+        assert_eq!(code(&o), 2, "{extra:?}: {}{e}", stdout(&o));
+        assert!(
+            e.contains("plain is used with --limit 1") && e.contains("you asked for --limit 2"),
+            "{e}"
+        );
+        assert_eq!(dump(&s), before, "a refused limit changed Redis");
+    }
+    kill(head.id() as i32, libc::SIGCONT);
+    let o = wait_output(head, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "the queued waiter lost: {}", stderr(&o));
+    assert_eq!(order(&file), ["W"]);
+}

@@ -80,30 +80,7 @@ for i = 1, limit do
   end
 end
 
--- Limit: every client of a name must use the same N. The `limit` key records it while a slot is in
--- use; a plain lock (N = 1) keeps none, and its holder record says limit 1.
-local recorded = tonumber(redis.call('GET', KEYS[4]) or '')
-if not recorded and limit > 1 then
-  local current = redis.call('GET', KEYS[1])
-  local h = current and holder_of(1, current)
-  if h then
-    recorded = tonumber(h[5]) or 1
-  end
-end
-if recorded and recorded ~= limit then
-  for i = 1, recorded do
-    local current = redis.call('GET', slot_key(i))
-    local h = current and holder_of(i, current)
-    if h then
-      return {3, recorded, h[2] or '', h[3] or '', h[4] or '', run_id()}
-    end
-  end
-  return {3, recorded, '', '', '', run_id()}
-end
-
--- Queue: `ahead` counts the live waiters before this caller. Waiters whose heartbeat expired
--- (killed or stopped) are dropped first. A caller with a ticket (Redlock: the maximum over the
--- nodes) is placed by it on every node, so that every node orders alike.
+-- Waiters whose heartbeat expired (killed or stopped) are dropped first.
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 -- A new ticket: max(counter + 1, server time in us), so the order survives a restart that lost the
@@ -123,6 +100,43 @@ if #dead > 0 then
   redis.call('ZREM', KEYS[6], unpack(dead))
   redis.call('HDEL', KEYS[7], unpack(dead))
 end
+
+-- Limit: every client of a name must use the same N, holder or waiter. The `limit` key records it
+-- while a slot is in use or N > 1 waiters wait; a plain lock (N = 1) keeps none: its holder record
+-- says limit 1, and so do its waiters' records (the head's is read, every waiter having passed this
+-- check).
+local recorded = tonumber(redis.call('GET', KEYS[4]) or '')
+if not recorded then
+  -- Waiters of a plain lock keep no `limit` key: their records say the limit they wait with.
+  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  local rec = head and redis.call('HGET', KEYS[7], head)
+  if rec then
+    local ok, w = pcall(cjson.decode, rec)
+    if ok and type(w) == 'table' and tonumber(w.limit) then
+      recorded = tonumber(w.limit)
+    end
+  end
+end
+if not recorded and limit > 1 then
+  local current = redis.call('GET', KEYS[1])
+  local h = current and holder_of(1, current)
+  if h then
+    recorded = tonumber(h[5]) or 1
+  end
+end
+if recorded and recorded ~= limit then
+  for i = 1, recorded do
+    local current = redis.call('GET', slot_key(i))
+    local h = current and holder_of(i, current)
+    if h then
+      return {3, recorded, h[2] or '', h[3] or '', h[4] or '', run_id()}
+    end
+  end
+  return {3, recorded, '', '', '', run_id()}
+end
+
+-- Queue: `ahead` counts the live waiters before this caller. A caller with a ticket (Redlock: the
+-- maximum over the nodes) is placed by it on every node, so that every node orders alike.
 if id ~= '' then
   local by = redis.call('HGET', KEYS[9], id)
   if by then
@@ -198,7 +212,7 @@ if ahead >= free or not pick or quarantined then
       end
       redis.call('ZADD', KEYS[5], ticket, id)
       redis.call('HSET', KEYS[7], id, cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6],
-        note = note, since_ms = now_ms, ticket = ticket}))
+        note = note, since_ms = now_ms, ticket = ticket, limit = limit}))
       ahead = redis.call('ZRANK', KEYS[5], id)
     else
       ticket = redis.call('ZSCORE', KEYS[5], id)
