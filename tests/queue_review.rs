@@ -306,3 +306,39 @@ fn another_limit_is_refused_while_only_a_plain_waiter_is_queued() {
     assert_eq!(code(&o), 0, "the queued waiter lost: {}", stderr(&o));
     assert_eq!(order(&file), ["W"]);
 }
+
+/// `--supersede` with `-w 0` (which is `-n`) is refused too, for `exec` as well, while the lock is
+/// held with a waiter queued: exit 2 saying why, the command not run, the queue untouched.
+#[test]
+fn supersede_with_a_zero_wait_is_refused_and_says_why() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "held");
+    let w = waiter(&mut lockctl_on(&s), "held", &file, "W", &[]);
+    wait_queued(&s, "held", 1);
+    let queue = || s.cmd::<Vec<String>>(&["ZRANGE", &queue_key("held"), "0", "-1", "WITHSCORES"]);
+    let before = queue();
+    let ran = dir.path().join("ran");
+    for cmd in ["acquire", "exec"] {
+        let mut c = lockctl_on(&s);
+        c.args([cmd, "held", "--supersede", "-w", "0"]);
+        if cmd == "exec" {
+            c.args(["--", "touch"]).arg(&ran);
+        }
+        let o = run(&mut c);
+        let e = stderr(&o);
+        assert_eq!(code(&o), 2, "{cmd}: {}{e}", stdout(&o));
+        assert!(
+            e.contains("--supersede cannot be used with -w 0")
+                && e.contains("only displaces waiters"),
+            "{e}"
+        );
+        assert_eq!(queue(), before, "{cmd}: the queue changed");
+    }
+    assert!(!ran.exists(), "exec ran its command");
+    let o = run(lockctl_on(&s).args(["release", "held", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(w, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
