@@ -342,3 +342,30 @@ fn supersede_with_a_zero_wait_is_refused_and_says_why() {
     let o = wait_output(w, Duration::from_secs(60));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// On a single node the head of the queue does not poll while the holder holds: the release wakes it
+/// on its own channel, so it runs one attempt per heartbeat (1 s), not an exponential backoff from
+/// 10 ms (10, 20, 40 ... ms, about 10 attempts in 3 s).
+#[test]
+fn the_head_on_one_node_sleeps_until_woken_or_its_heartbeat() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "head");
+    let head = waiter(&mut lockctl_on(&s), "head", &file, "W", &[]);
+    wait_queued(&s, "head", 1);
+    let _: () = s.cmd(&["CONFIG", "RESETSTAT"]);
+    std::thread::sleep(Duration::from_secs(3));
+    let calls = script_calls(&s);
+    eprintln!("the head waiting 3 s: {calls} script calls");
+    // One per heartbeat over 3 s is 3 or 4, plus the retry right after subscribing.
+    assert!(
+        calls <= 5,
+        "the head ran {calls} attempts in 3 s of waiting"
+    );
+    let o = run(lockctl_on(&s).args(["release", "head", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(head, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(order(&file), ["W"]);
+}
