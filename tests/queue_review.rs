@@ -369,3 +369,80 @@ fn the_head_on_one_node_sleeps_until_woken_or_its_heartbeat() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(order(&file), ["W"]);
 }
+
+/// Waiters far back heartbeat less often and are kept longer (three of their intervals), so a killed
+/// one must not hold up the queue for that long: when its turn comes, the release finds no
+/// subscriber on its wake channel, drops it at once and wakes the next. D, queued behind ten others,
+/// is SIGKILLed; C behind it gets the lock before D's expiry on the node has passed.
+#[test]
+fn a_killed_waiter_far_back_is_dropped_when_its_turn_comes() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "far");
+    let mut kids = Vec::new();
+    for i in 1..=10u64 {
+        kids.push(waiter(
+            &mut lockctl_on(&s),
+            "far",
+            &file,
+            &i.to_string(),
+            &[],
+        ));
+        wait_queued(&s, "far", i);
+    }
+    let dead = waiter(&mut lockctl_on(&s), "far", &file, "D", &[]);
+    wait_queued(&s, "far", 11);
+    let started = dir.path().join("started");
+    let last = lockctl_on(&s)
+        .args(["exec", "far", "-c"])
+        .arg(format!(
+            "redis-cli -s '{}' TIME | head -1 > '{}'",
+            s.socket().display(),
+            started.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn C");
+    wait_queued(&s, "far", 12);
+    // D's id, and its expiry once it announced the interval of its place (ten ahead of it).
+    let waiters_key = "{lockctl:far}\u{1f}waiters";
+    let alive_key = "{lockctl:far}\u{1f}alive";
+    let records: Vec<String> = s.cmd(&["HGETALL", waiters_key]);
+    let id = records
+        .chunks(2)
+        .find(|kv| kv[1].contains(&format!("\"pid\":\"{}\"", dead.id())))
+        .map(|kv| kv[0].clone())
+        .expect("D's record");
+    let now_ms = || {
+        let t: Vec<String> = s.cmd(&["TIME"]);
+        t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000
+    };
+    let stretched = eventually(Duration::from_secs(30), || {
+        let e: Option<String> = s.cmd(&["ZSCORE", alive_key, &id]);
+        e.is_some_and(|e| e.parse::<f64>().unwrap() as u64 > now_ms() + 10_000)
+    });
+    assert!(stretched, "D's heartbeat did not stretch with its place");
+    let expiry: String = s.cmd(&["ZSCORE", alive_key, &id]);
+    let expiry_s = expiry.parse::<f64>().unwrap() as u64 / 1000;
+    kill(dead.id() as i32, libc::SIGKILL);
+    let o = run(lockctl_on(&s).args(["release", "far", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let o = wait_output(last, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "C: {}", stderr(&o));
+    let at: u64 = std::fs::read_to_string(&started)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        at < expiry_s,
+        "C got the lock at {at}, not before D's expiry {expiry_s}: D was not dropped at its turn"
+    );
+    let _ = wait_output(dead, Duration::from_secs(5));
+}

@@ -90,7 +90,14 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
             "release (scratch)",
             &RELEASE,
             &queue,
-            &[&token, &keys.channel, bases[0], bases[1], &keys.wake],
+            &[
+                &token,
+                &keys.channel,
+                bases[0],
+                bases[1],
+                &keys.wake,
+                "3000",
+            ],
         )
     };
     let won = match acquired {
