@@ -545,7 +545,7 @@ impl Engine {
                         reason.push_str(&format!("; {p}"));
                     }
                     let loud = self.refused_by_quarantine(&refusal);
-                    waiter.queued(place.queued, place.is_head(), place.interval());
+                    waiter.queued(place.queued, place.is_head());
                     match waiter.wait(&self.nodes, pause, &reason, loud, wake) {
                         wait::Verdict::Retry => {}
                         wait::Verdict::GiveUp => {
@@ -673,7 +673,7 @@ impl Engine {
         let want_arg = want.map_or(String::new(), |w| w.to_string());
         let key_list = queue::acquire_keys(keys);
         let ticket = place.ticket_arg();
-        let alive_ms = place.lifetime().as_millis().to_string();
+        let alive_ms = queue::ALIVE.as_millis().to_string();
 
         let started = Stamp::now();
         let round1 = quorum::all(&mut self.nodes, |_, node| {
@@ -1278,15 +1278,13 @@ fn release_keys(keys: &LockKeys) -> [&str; 6] {
 }
 
 /// The arguments of `release.lua`.
-fn release_args<'a>(keys: &'a LockKeys, token: &'a str) -> [&'a str; 6] {
-    static ALIVE_MS: LazyLock<String> = LazyLock::new(|| queue::ALIVE.as_millis().to_string());
+fn release_args<'a>(keys: &'a LockKeys, token: &'a str) -> [&'a str; 5] {
     [
         token,
         keys.channel.as_str(),
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
         keys.wake.as_str(),
-        ALIVE_MS.as_str(),
     ]
 }
 

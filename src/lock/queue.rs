@@ -10,16 +10,14 @@
 //!   later call carries it, so every node orders by the same number; when the nodes' tickets differ
 //!   the waiter sends it once more at once, which puts it on a quorum before it waits. The proof is in
 //!   `docs/queue.md`.
-//! - **Liveness by heartbeat.** A waiter re-runs its attempt every [`interval`] ([`HEARTBEAT`] per
-//!   waiter ahead, so that N waiters do not cost O(N²) heartbeats), and each attempt sets its expiry
-//!   to three intervals; any script that reads the queue drops the waiters whose expiry passed. A
-//!   release drops a woken waiter with no subscriber (killed) at once and wakes the next, and brings
-//!   a woken one's expiry down to [`ALIVE`], so a dead or stopped head holds up the next one by at
-//!   most `ALIVE + HEARTBEAT`. A waiter that stops waiting (granted, `-w`, a signal)
+//! - **Liveness by heartbeat.** Every attempt of a queued waiter refreshes its expiry ([`ALIVE`]);
+//!   a waiter re-runs its attempt every [`HEARTBEAT`], and any script that reads the queue drops the
+//!   waiters whose expiry passed. A killed or stopped waiter thus leaves within [`ALIVE`], and holds up
+//!   the next one by at most `ALIVE + HEARTBEAT`. A waiter that stops waiting (granted, `-w`, a signal)
 //!   leaves at once with `leave.lua`, on every node in parallel; on a signal without waiting for the
-//!   answers. A waiter whose own loop paused longer than its lifetime between the starts of two
+//!   answers. A waiter whose own loop paused longer than [`ALIVE`] between the starts of two
 //!   attempts (it was stopped) may have been dropped, so it gives up its ticket and queues again at
-//!   the back. An outage is no such pause: the waiter keeps trying once an interval through it, keeps
+//!   the back. An outage is no such pause: the waiter keeps trying every second through it, keeps
 //!   its ticket, and the nodes put it back at that ticket.
 //! - **Wake only whom the release lets in.** Each waiter listens on a channel of its own; a release,
 //!   a break, or the departure of a waiter at the head publishes to the first waiters that a free slot
@@ -38,17 +36,8 @@ use crate::clock::Stamp;
 
 /// How often a queued waiter re-runs its attempt (its heartbeat, which doubles as a retry).
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
-/// How long a waiter stays queued after its last heartbeat, at the head: three heartbeats.
+/// How long a waiter stays queued after its last heartbeat.
 pub const ALIVE: Duration = Duration::from_secs(3);
-/// The most waiters ahead that stretch a waiter's heartbeat interval (10 s, a lifetime of 30 s).
-const MAX_STRETCH: u64 = 10;
-
-/// The heartbeat interval of a waiter with `ahead` live waiters before it: one [`HEARTBEAT`] per
-/// waiter ahead (at least one, at most [`MAX_STRETCH`]). The k-th waiter waits about k holds, so a
-/// fixed interval would make the heartbeats of N waiters cost O(N²); this makes them O(N log N).
-pub fn interval(ahead: u64) -> Duration {
-    HEARTBEAT * ahead.clamp(1, MAX_STRETCH) as u32
-}
 /// Longest `--note`, in bytes.
 pub const MAX_NOTE: usize = 512;
 
@@ -101,8 +90,6 @@ pub struct Place {
     pub queued: bool,
     /// When the waiter's previous attempt started (boot-time clock, so a SIGSTOP counts).
     last_try: Option<Stamp>,
-    /// The heartbeat interval of the attempt now running: its lifetime is three of them.
-    sent: Duration,
     /// Live waiters ahead of this one (on a quorum), and how many wait in all.
     pub position: Option<(u64, u64)>,
 }
@@ -115,7 +102,6 @@ impl Place {
             ticket: None,
             queued: false,
             last_try: None,
-            sent: HEARTBEAT,
             position: None,
         }
     }
@@ -125,30 +111,16 @@ impl Place {
         self.ticket.map_or(String::new(), |t| t.to_string())
     }
 
-    /// At the start of an attempt: a waiter whose own loop had a gap longer than its lifetime between
+    /// At the start of an attempt: a waiter whose own loop had a gap longer than [`ALIVE`] between
     /// two attempts (it was stopped) may have been dropped from the queue; it queues again behind
-    /// those who kept waiting. An outage is no gap: the waiter kept trying at least once per
-    /// interval, so it keeps its ticket and is put back at it.
+    /// those who kept waiting. An outage is no gap: the waiter kept trying at least every
+    /// [`HEARTBEAT`], so it keeps its ticket and is put back at it.
     pub fn check_lapse(&mut self) {
         let now = Stamp::now();
-        if self
-            .last_try
-            .is_some_and(|t| now.elapsed_since(t) > self.lifetime())
-        {
+        if self.last_try.is_some_and(|t| now.elapsed_since(t) > ALIVE) {
             self.ticket = None;
         }
         self.last_try = Some(now);
-        self.sent = interval(self.position.map_or(0, |(ahead, _)| ahead));
-    }
-
-    /// The heartbeat interval this attempt announces; the waiter sleeps no longer than that.
-    pub fn interval(&self) -> Duration {
-        self.sent
-    }
-
-    /// How long the nodes keep this waiter after this attempt: three heartbeat intervals.
-    pub fn lifetime(&self) -> Duration {
-        self.sent * 3
     }
 
     /// True when no waiter stands ahead of this one.

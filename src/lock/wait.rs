@@ -161,8 +161,6 @@ pub(crate) struct Waiter {
     /// Queued (somewhere), and first in line (on a quorum).
     queued: bool,
     head: bool,
-    /// The heartbeat interval the last attempt announced (see `queue::interval`).
-    interval: Duration,
     key: String,
     deadline: Option<Stamp>,
     started: Stamp,
@@ -199,7 +197,6 @@ impl Waiter {
             channel: channel.to_string(),
             queued: false,
             head: true,
-            interval: HEARTBEAT,
             key: keys.key.clone(),
             deadline,
             started: now,
@@ -220,10 +217,9 @@ impl Waiter {
     }
 
     /// Where the waiter stands since its last attempt.
-    pub fn queued(&mut self, queued: bool, head: bool, interval: Duration) {
+    pub fn queued(&mut self, queued: bool, head: bool) {
         self.queued = queued;
         self.head = head;
-        self.interval = interval;
     }
 
     /// True when the wait's deadline has passed.
@@ -268,7 +264,7 @@ impl Waiter {
             // Behind the head: only a wake or the heartbeat, with a little jitter so that the
             // waiters do not all beat at once.
             Pause::Busy { .. } if self.queued && !self.head => {
-                self.interval.mul_f64(0.8 + fastrand::f64() * 0.2)
+                HEARTBEAT.mul_f64(0.8 + fastrand::f64() * 0.2)
             }
             // The head on a single node: the release publishes on its own channel, so it sleeps
             // until woken, the holder's lease ends, or its heartbeat (no split vote to spread out).
@@ -290,7 +286,7 @@ impl Waiter {
         };
         if self.queued {
             // The heartbeat keeps the waiter's place, whatever the wait is for.
-            sleep = sleep.min(self.interval);
+            sleep = sleep.min(HEARTBEAT);
         }
         if let Some(d) = self.deadline {
             sleep = sleep.min(d.remaining());

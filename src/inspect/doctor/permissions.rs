@@ -90,14 +90,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
             "release (scratch)",
             &RELEASE,
             &queue,
-            &[
-                &token,
-                &keys.channel,
-                bases[0],
-                bases[1],
-                &keys.wake,
-                "3000",
-            ],
+            &[&token, &keys.channel, bases[0], bases[1], &keys.wake],
         )
     };
     let won = match acquired {

@@ -4,7 +4,7 @@
 -- announced for older clients.
 -- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters
 -- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake
---       channel prefix, a head's lifetime in ms (three heartbeats)
+--       channel prefix
 -- Returns the slots whose key held our token and was deleted (empty: not ours; expired, broken, taken).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
 -- one), so a release needs no slot number. Every key of the token goes: besides its grant's slot it
@@ -44,33 +44,7 @@ if #dead > 0 then
   redis.call('ZREM', KEYS[5], unpack(dead))
   redis.call('HDEL', KEYS[6], unpack(dead))
 end
--- A waiter with no subscriber on its wake channel here (killed: its connection closed) is dropped at
--- once and the next one woken instead, unless it queued within the last heartbeat (it may not have
--- subscribed yet). A woken waiter's expiry comes down to a head's lifetime, so that a stopped one
--- is dropped within that, however far back its last heartbeat was.
-local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
-local alive = tonumber(ARGV[6])
-local i = 0
-while i < free do
-  local w = redis.call('ZRANGE', KEYS[4], i, i)[1]
-  if not w then
-    break
-  end
-  local since
-  if redis.call('PUBLISH', ARGV[5] .. '\031' .. w, 'released') == 0 then
-    local ok, r = pcall(cjson.decode, redis.call('HGET', KEYS[6], w) or '')
-    since = ok and type(r) == 'table' and tonumber(r.since_ms)
-  end
-  if since and since < now_ms - alive / 3 then
-    redis.call('ZREM', KEYS[4], w)
-    redis.call('ZREM', KEYS[5], w)
-    redis.call('HDEL', KEYS[6], w)
-  else
-    local expiry = tonumber(redis.call('ZSCORE', KEYS[5], w))
-    if expiry and expiry > now_ms + alive then
-      redis.call('ZADD', KEYS[5], now_ms + alive, w)
-    end
-    i = i + 1
-  end
+for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
+  redis.call('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
 end
 return deleted
