@@ -393,7 +393,8 @@ pub struct WaitArgs {
     ///
     /// The waiters queued before this one stop waiting and exit busy (75, or -E), saying who
     /// superseded them; the holder is never touched. For a deploy queue where only the latest
-    /// commit matters. Waiters are otherwise served in arrival order.
+    /// commit matters. Waiters are otherwise served in arrival order. Only for a caller that waits:
+    /// with -n or -w 0 it is a usage error (exit 2).
     #[arg(long, env = "LOCKCTL_SUPERSEDE", action = ArgAction::SetTrue,
         value_parser = BoolishValueParser::new())]
     pub supersede: bool,
@@ -606,6 +607,26 @@ fn settle_conflicts(cli: &mut Cli, matches: &ArgMatches) -> Result<(), clap::Err
             Side::First => wait.wait = None,
             Side::Second => wait.no_wait = false,
         }
+    }
+    let once = if wait.no_wait {
+        Some("-n/--no-wait")
+    } else if wait.wait.is_some_and(|d| d.is_zero()) {
+        Some("-w 0")
+    } else {
+        None
+    };
+    if let (true, Some(once)) = (wait.supersede, once) {
+        let supersede = match sub.value_source("supersede") {
+            Some(ValueSource::EnvVariable) => "LOCKCTL_SUPERSEDE",
+            _ => "--supersede",
+        };
+        return Err(clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "{supersede} cannot be used with {once}: it only displaces waiters, and a single \
+                 attempt never waits; drop one of them"
+            ),
+        ));
     }
     Ok(())
 }

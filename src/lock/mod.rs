@@ -905,8 +905,8 @@ impl Engine {
         }
     }
 
-    /// Updates the waiter's place from the nodes' answers: its ticket (the largest given), whether a
-    /// quorum heard its heartbeat, and its position (the quorum-th smallest, since a grant needs a
+    /// Updates the waiter's place from the nodes' answers: its ticket (the largest given) and its
+    /// position (the quorum-th smallest, since a grant needs a
     /// quorum of nodes where nobody is ahead).
     fn place(&self, place: &mut queue::Place, replies: &[QueueReply], refusal: &mut Refusal) {
         let total = replies.iter().map(|q| q.waiting).max().unwrap_or(0);
@@ -924,9 +924,6 @@ impl Engine {
         let known = place.ticket == Some(max);
         place.ticket = Some(max);
         refusal.reorder = !known && tickets.iter().any(|&t| t != max);
-        if tickets.len() >= self.quorum() {
-            place.heard();
-        }
         let mut ahead: Vec<u64> = replies
             .iter()
             .filter(|q| q.ticket.is_some())

@@ -15,8 +15,10 @@
 //!   waiters whose expiry passed. A killed or stopped waiter thus leaves within [`ALIVE`], and holds up
 //!   the next one by at most `ALIVE + HEARTBEAT`. A waiter that stops waiting (granted, `-w`, a signal)
 //!   leaves at once with `leave.lua`, on every node in parallel; on a signal without waiting for the
-//!   answers. A waiter that could not heartbeat for longer than [`ALIVE`] (it was stopped) may have been
-//!   dropped, so it gives up its ticket and queues again at the back.
+//!   answers. A waiter whose own loop paused longer than [`ALIVE`] between the starts of two
+//!   attempts (it was stopped) may have been dropped, so it gives up its ticket and queues again at
+//!   the back. An outage is no such pause: the waiter keeps trying every second through it, keeps
+//!   its ticket, and the nodes put it back at that ticket.
 //! - **Wake only whom the release lets in.** Each waiter listens on a channel of its own; a release,
 //!   a break, or the departure of a waiter at the head publishes to the first waiters that a free slot
 //!   lets in, and to nobody else. Waiters behind the head sleep until woken or until their heartbeat.
@@ -86,8 +88,8 @@ pub struct Place {
     pub ticket: Option<u64>,
     /// Some node may have queued this waiter.
     pub queued: bool,
-    /// When a quorum last answered a heartbeat.
-    heard: Option<Stamp>,
+    /// When the waiter's previous attempt started (boot-time clock, so a SIGSTOP counts).
+    last_try: Option<Stamp>,
     /// Live waiters ahead of this one (on a quorum), and how many wait in all.
     pub position: Option<(u64, u64)>,
 }
@@ -99,7 +101,7 @@ impl Place {
             mode,
             ticket: None,
             queued: false,
-            heard: None,
+            last_try: None,
             position: None,
         }
     }
@@ -109,18 +111,16 @@ impl Place {
         self.ticket.map_or(String::new(), |t| t.to_string())
     }
 
-    /// Records a heartbeat answered by a quorum.
-    pub fn heard(&mut self) {
-        self.heard = Some(Stamp::now());
-    }
-
-    /// Before an attempt: a waiter whose last heartbeat is older than [`ALIVE`] (it was stopped) may
-    /// have been dropped from the queue; it queues again behind those who kept waiting.
+    /// At the start of an attempt: a waiter whose own loop had a gap longer than [`ALIVE`] between
+    /// two attempts (it was stopped) may have been dropped from the queue; it queues again behind
+    /// those who kept waiting. An outage is no gap: the waiter kept trying at least every
+    /// [`HEARTBEAT`], so it keeps its ticket and is put back at it.
     pub fn check_lapse(&mut self) {
-        if self.heard.is_some_and(|h| h.elapsed() > ALIVE) {
+        let now = Stamp::now();
+        if self.last_try.is_some_and(|t| now.elapsed_since(t) > ALIVE) {
             self.ticket = None;
-            self.heard = None;
         }
+        self.last_try = Some(now);
     }
 
     /// True when no waiter stands ahead of this one.
@@ -249,9 +249,13 @@ mod tests {
         let mut p = Place::new(Mode::Wait);
         assert_eq!(p.id.len(), 16);
         p.ticket = Some(5);
-        p.heard = Some(Stamp::now());
+        p.check_lapse();
         p.check_lapse();
         assert_eq!(p.ticket, Some(5));
+        p.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
+        p.check_lapse();
+        assert_eq!(p.ticket, None);
+        p.ticket = Some(6);
         p.position = Some((2, 5));
         assert_eq!(p.describe().as_deref(), Some("position 3 of 5"));
         assert!(!p.is_head());

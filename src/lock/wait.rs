@@ -7,9 +7,11 @@
 //! arrives as a message. Between attempts the waiter sleeps on a channel that three things can wake: a
 //! message on its wake channel (retry at once), a signal (give up cleanly), or the end of the sleep.
 //! A waiter behind the head sleeps a heartbeat ([`super::queue::HEARTBEAT`]) between attempts, each of
-//! which keeps its place. The head's sleep backs off exponentially with uniform random jitter, up to a
-//! heartbeat, and never outlasts the holder's remaining TTL or a node's remaining quarantine, so an
-//! expiry is noticed when it happens. When the server publishes keyspace notifications
+//! which keeps its place. On a single node so does the head: the release wakes it on its own channel,
+//! so polling would only cost commands. With several nodes the head's sleep backs off exponentially
+//! with uniform random jitter, up to a heartbeat, since a split vote needs its retries spread out.
+//! Either never outlasts the holder's remaining TTL or a node's remaining quarantine, so an expiry is
+//! noticed when it happens. When the server publishes keyspace notifications
 //! (`notify-keyspace-events`), a `del`, `expired` or `evicted` event on the key wakes the head too,
 //! which covers clients that release without publishing; the others ignore them. A subscription that
 //! drops (the node restarted) wakes the waiter, which subscribes again.
@@ -263,6 +265,11 @@ impl Waiter {
             // waiters do not all beat at once.
             Pause::Busy { .. } if self.queued && !self.head => {
                 HEARTBEAT.mul_f64(0.8 + fastrand::f64() * 0.2)
+            }
+            // The head on a single node: the release publishes on its own channel, so it sleeps
+            // until woken, the holder's lease ends, or its heartbeat (no split vote to spread out).
+            Pause::Busy { retry_in, .. } if self.queued && self.subscribed.len() == 1 => {
+                retry_in.map_or(HEARTBEAT, |r| r + Duration::from_millis(1))
             }
             Pause::Busy { retry_in, .. } => {
                 let ceiling = self.backoff;

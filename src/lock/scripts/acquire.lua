@@ -80,9 +80,43 @@ for i = 1, limit do
   end
 end
 
--- Limit: every client of a name must use the same N. The `limit` key records it while a slot is in
--- use; a plain lock (N = 1) keeps none, and its holder record says limit 1.
+-- Waiters whose heartbeat expired (killed or stopped) are dropped first.
+local t = redis.call('TIME')
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+-- A new ticket: max(counter + 1, server time in us), so the order survives a restart that lost the
+-- counter.
+local function new_ticket()
+  local n = redis.call('INCR', KEYS[8])
+  local us = t[1] * 1000000 + tonumber(t[2])
+  if n < us then
+    n = us
+    redis.call('SET', KEYS[8], string.format('%.0f', n))
+  end
+  return string.format('%.0f', n)
+end
+local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now_ms)
+if #dead > 0 then
+  redis.call('ZREM', KEYS[5], unpack(dead))
+  redis.call('ZREM', KEYS[6], unpack(dead))
+  redis.call('HDEL', KEYS[7], unpack(dead))
+end
+
+-- Limit: every client of a name must use the same N, holder or waiter. The `limit` key records it
+-- while a slot is in use or N > 1 waiters wait; a plain lock (N = 1) keeps none: its holder record
+-- says limit 1, and so do its waiters' records (the head's is read, every waiter having passed this
+-- check).
 local recorded = tonumber(redis.call('GET', KEYS[4]) or '')
+if not recorded then
+  -- Waiters of a plain lock keep no `limit` key: their records say the limit they wait with.
+  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  local rec = head and redis.call('HGET', KEYS[7], head)
+  if rec then
+    local ok, w = pcall(cjson.decode, rec)
+    if ok and type(w) == 'table' and tonumber(w.limit) then
+      recorded = tonumber(w.limit)
+    end
+  end
+end
 if not recorded and limit > 1 then
   local current = redis.call('GET', KEYS[1])
   local h = current and holder_of(1, current)
@@ -101,17 +135,8 @@ if recorded and recorded ~= limit then
   return {3, recorded, '', '', '', run_id()}
 end
 
--- Queue: `ahead` counts the live waiters before this caller. Waiters whose heartbeat expired
--- (killed or stopped) are dropped first. A caller with a ticket (Redlock: the maximum over the
--- nodes) is placed by it on every node, so that every node orders alike.
-local t = redis.call('TIME')
-local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now_ms)
-if #dead > 0 then
-  redis.call('ZREM', KEYS[5], unpack(dead))
-  redis.call('ZREM', KEYS[6], unpack(dead))
-  redis.call('HDEL', KEYS[7], unpack(dead))
-end
+-- Queue: `ahead` counts the live waiters before this caller. A caller with a ticket (Redlock: the
+-- maximum over the nodes) is placed by it on every node, so that every node orders alike.
 if id ~= '' then
   local by = redis.call('HGET', KEYS[9], id)
   if by then
@@ -130,9 +155,12 @@ if id ~= '' and mode ~= 'n' then
   if ticket ~= '' and less(redis.call('GET', KEYS[8]) or '0', ticket) then
     redis.call('SET', KEYS[8], ticket)
   end
-  if mode == 's' and not queued then
-    -- --supersede: the older waiters stop waiting and learn who displaced them.
-    local older = redis.call('ZRANGE', KEYS[5], 0, -1)
+  if mode == 's' and not queued and ticket == '' then
+    -- --supersede, on its first enqueue only (a waiter put back at its carried ticket, after a
+    -- restart, arrived before those queued since): the waiters older than its new ticket stop
+    -- waiting and learn who displaced them; later ones keep their places.
+    ticket = new_ticket()
+    local older = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ticket)
     if #older > 0 then
       local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note})
       for _, w in ipairs(older) do
@@ -140,7 +168,9 @@ if id ~= '' and mode ~= 'n' then
         redis.call('PUBLISH', wake .. '\031' .. w, 'superseded')
       end
       redis.call('PEXPIRE', KEYS[9], 60000)
-      redis.call('DEL', KEYS[5], KEYS[6], KEYS[7])
+      redis.call('ZREM', KEYS[5], unpack(older))
+      redis.call('ZREM', KEYS[6], unpack(older))
+      redis.call('HDEL', KEYS[7], unpack(older))
     end
   end
 end
@@ -178,18 +208,11 @@ if ahead >= free or not pick or quarantined then
     -- Queue the caller (its first refusal is its enqueue) and take its heartbeat.
     if not queued then
       if ticket == '' then
-        -- max(counter + 1, server time in us): the order survives a restart that lost the counter.
-        local n = redis.call('INCR', KEYS[8])
-        local us = t[1] * 1000000 + tonumber(t[2])
-        if n < us then
-          n = us
-          redis.call('SET', KEYS[8], string.format('%.0f', n))
-        end
-        ticket = string.format('%.0f', n)
+        ticket = new_ticket()
       end
       redis.call('ZADD', KEYS[5], ticket, id)
       redis.call('HSET', KEYS[7], id, cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6],
-        note = note, since_ms = now_ms, ticket = ticket}))
+        note = note, since_ms = now_ms, ticket = ticket, limit = limit}))
       ahead = redis.call('ZRANK', KEYS[5], id)
     else
       ticket = redis.call('ZSCORE', KEYS[5], id)

@@ -1,0 +1,374 @@
+//! Review of the queue: cases where its promises (arrival order, `--supersede` displacing only the
+//! older waiters, `-n` never jumping the queue, clients with another `--limit` refused) do not hold
+//! after a node outage, a restart, or a briefly stopped waiter. Real servers, real signals.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+/// The queue's key of lock `name` under the default prefix.
+fn queue_key(name: &str) -> String {
+    format!("{{lockctl:{name}}}\u{1f}queue")
+}
+
+/// Waits until `count` waiters are queued on `s`.
+fn wait_queued(s: &Server, name: &str, count: u64) {
+    let ok = eventually(Duration::from_secs(30), || {
+        s.cmd::<u64>(&["ZCARD", &queue_key(name)]) == count
+    });
+    assert!(ok, "{count} waiter(s) not queued");
+}
+
+/// An `exec` waiting for `name` that appends `who` to `file` while it holds the lock.
+fn waiter(cmd: &mut Command, name: &str, file: &Path, who: &str, extra: &[&str]) -> Child {
+    cmd.args(["exec", name])
+        .args(extra)
+        .arg("-c")
+        .arg(format!("echo {who} >> '{}'; sleep 0.02", file.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter")
+}
+
+/// Holds `name` from outside; returns the token.
+fn hold(cmd: &mut Command, name: &str) -> String {
+    let o = run(cmd.args(["acquire", name, "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    stdout(&o)
+}
+
+fn order(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A lockctl for waiters that talk to a server the test restarts: the restart quarantine stays on,
+/// short (2 s) so that the test does not wait a whole TTL.
+fn waiter_cmd(s: &Server) -> Command {
+    let mut c = lockctl_on(s);
+    c.env("LOCKCTL_QUARANTINE", "2s");
+    c
+}
+
+/// Docs: "Waiting forever through a Redis outage or a restart quarantine keeps the heartbeat: the
+/// waiter retries at least once a second, so it keeps its place." Five waiters queue one after
+/// another; the node is down for 4 s (longer than a heartbeat's 3 s lifetime) and comes back empty.
+/// Every waiter kept retrying the whole time, so each should keep its place.
+#[test]
+fn an_outage_longer_than_a_heartbeat_keeps_the_arrival_order() {
+    let mut s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    // The holder talks to the server only before the restart, which it has just started.
+    let _token = hold(&mut lockctl_on(&s), "outage");
+    let mut kids = Vec::new();
+    for i in 1..=5u64 {
+        kids.push(waiter(
+            &mut waiter_cmd(&s),
+            "outage",
+            &file,
+            &i.to_string(),
+            &[],
+        ));
+        wait_queued(&s, "outage", i);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    s.kill();
+    std::thread::sleep(Duration::from_secs(4));
+    s.restart_empty();
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    assert_eq!(
+        order(&file),
+        ["1", "2", "3", "4", "5"],
+        "waiters that kept retrying through the outage lost their places"
+    );
+}
+
+/// Docs: `--supersede` displaces the waiters queued *before* it; "Later waiters without the flag
+/// queue behind it as usual." S (--supersede) queues, B queues behind it. The node restarts empty
+/// while S is stopped for 1.5 s (less than a heartbeat's lifetime, so S is a live waiter and keeps
+/// its ticket). B re-queues first; S's next attempt must not displace B, which arrived after S.
+#[test]
+fn a_superseding_waiter_requeued_after_a_restart_does_not_displace_newer_waiters() {
+    let mut s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    // The holder talks to the server only before the restart, which it has just started.
+    let _token = hold(&mut lockctl_on(&s), "sup");
+    let sup = waiter(&mut waiter_cmd(&s), "sup", &file, "S", &["--supersede"]);
+    wait_queued(&s, "sup", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let newer = waiter(&mut waiter_cmd(&s), "sup", &file, "B", &[]);
+    wait_queued(&s, "sup", 2);
+    kill(sup.id() as i32, libc::SIGSTOP);
+    s.restart_empty();
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(sup.id() as i32, libc::SIGCONT);
+    let o = wait_output(sup, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "S: {}", stderr(&o));
+    let o = wait_output(newer, Duration::from_secs(60));
+    assert_eq!(
+        code(&o),
+        0,
+        "B, which queued after S, was displaced by S: {}",
+        stderr(&o)
+    );
+    assert_eq!(order(&file), ["S", "B"]);
+}
+
+/// CONTRACT: "-n never jumps the queue" and "Clients that disagree on N get a clear error (exit 2)".
+/// W (--limit 1) is queued and is the head when the holder releases; while it is being handed the
+/// lock (here: stopped for a moment, well inside its heartbeat), `acquire -n --limit 2` must be
+/// refused (busy, or exit 2 for the other limit), and W must get the lock.
+#[test]
+fn another_limit_with_no_wait_does_not_jump_the_queue() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "mix");
+    let head = waiter(&mut lockctl_on(&s), "mix", &file, "W", &[]);
+    wait_queued(&s, "mix", 1);
+    kill(head.id() as i32, libc::SIGSTOP);
+    let o = run(lockctl_on(&s).args(["release", "mix", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let jump = run(lockctl_on(&s).args(["acquire", "mix", "-n", "--limit", "2", "--ttl", "5s"]));
+    kill(head.id() as i32, libc::SIGCONT);
+    let o = wait_output(head, Duration::from_secs(60));
+    assert_ne!(
+        code(&jump),
+        0,
+        "-n --limit 2 was granted while W was queued: {}",
+        stdout(&jump)
+    );
+    assert_eq!(code(&o), 0, "the queued waiter lost: {}", stderr(&o));
+    assert_eq!(order(&file), ["W"]);
+}
+
+/// Script calls (EVAL and EVALSHA) the server has run since the last `CONFIG RESETSTAT`.
+fn script_calls(s: &Server) -> u64 {
+    let info: String = s.cmd(&["INFO", "commandstats"]);
+    ["evalsha", "eval"]
+        .iter()
+        .map(|c| {
+            let prefix = format!("cmdstat_{c}:calls=");
+            info.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse().expect("numeric calls"))
+        })
+        .sum()
+}
+
+/// "N waiters each taking the lock once cost O(N) commands in all": the bound of `tests/queue.rs`
+/// (12 script calls per waiter), with holders that run for 1 s instead of 20 ms. Every waiter
+/// heartbeats once a second for as long as it waits, and the k-th waits about k holds, so the
+/// heartbeats alone grow with N² × the hold time.
+#[test]
+#[ignore = "open: 16 waiters holding 1 s each cost 192 script calls (the bound is < 12 x 16 = 192); \
+            a heartbeat stretched with the waiter's place brought it to 81, but the drop of dead \
+            waiters that must come with it reordered waiters on Redlock after a restart"]
+fn n_handoffs_of_one_second_holds_cost_a_linear_number_of_commands() {
+    const N: u64 = 16;
+    let s = Server::start();
+    let token = hold(&mut lockctl_on(&s), "cost");
+    let _: () = s.cmd(&["CONFIG", "RESETSTAT"]);
+    let kids: Vec<Child> = (0..N)
+        .map(|_| {
+            lockctl_on(&s)
+                .args(["exec", "cost", "-c", "sleep 1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn waiter")
+        })
+        .collect();
+    wait_queued(&s, "cost", N);
+    let o = run(lockctl_on(&s).args(["release", "cost", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(120));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let calls = script_calls(&s);
+    eprintln!("{N} waiters holding 1 s each: {calls} script calls");
+    assert!(calls < 12 * N, "{calls} script calls for {N} handoffs");
+}
+
+/// The queue promise lists `--supersede -n` as bad input: exit 2, and no change in Redis, whether
+/// the lock is free or held with waiters queued.
+#[test]
+fn supersede_with_no_wait_is_refused_as_bad_input() {
+    let s = Server::start();
+    let o = run(lockctl_on(&s).args(["acquire", "free", "--supersede", "-n"]));
+    assert_eq!(code(&o), 2, "on a free lock: {}{}", stdout(&o), stderr(&o));
+    assert!(
+        s.keys().is_empty(),
+        "keys after a refused --supersede -n: {:?}",
+        s.keys()
+    );
+    let o = run(lockctl_on(&s)
+        .env("LOCKCTL_SUPERSEDE", "1")
+        .args(["acquire", "free", "-n"]));
+    assert_eq!(
+        code(&o),
+        2,
+        "LOCKCTL_SUPERSEDE=1 with -n: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(s.keys().is_empty(), "keys: {:?}", s.keys());
+}
+
+/// The same on Redlock over 3 nodes: one node (a minority, which Redlock is meant to ride out)
+/// restarts empty while S is stopped for 1.5 s; B re-queues there first, and S's next attempt there
+/// must not displace B.
+#[test]
+fn a_superseding_waiter_requeued_on_a_restarted_node_does_not_displace_newer_waiters() {
+    let mut s = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    // The holder talks to the servers only before the restart, which it has just started.
+    let token = hold(&mut s.lockctl(), "sup");
+    // The waiters talk to a server the test restarts: the quarantine stays on, short (2 s).
+    let waiter_cmd = |s: &Servers| {
+        let mut c = s.lockctl();
+        c.env("LOCKCTL_QUARANTINE", "2s");
+        c
+    };
+    let sup = waiter(&mut waiter_cmd(&s), "sup", &file, "S", &["--supersede"]);
+    wait_queued(&s[0], "sup", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let newer = waiter(&mut waiter_cmd(&s), "sup", &file, "B", &[]);
+    wait_queued(&s[0], "sup", 2);
+    std::thread::sleep(Duration::from_millis(300));
+    kill(sup.id() as i32, libc::SIGSTOP);
+    s[2].restart_empty();
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(sup.id() as i32, libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(1500));
+    let o = run(s.lockctl().args(["release", "sup", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(sup, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "S: {}", stderr(&o));
+    let o = wait_output(newer, Duration::from_secs(60));
+    assert_eq!(
+        code(&o),
+        0,
+        "B, which queued after S, was displaced by S: {}",
+        stderr(&o)
+    );
+    assert_eq!(order(&file), ["S", "B"]);
+}
+
+/// A client with another limit is refused while only a waiter of a plain lock is there (the lock
+/// free, its head stopped before taking it): exit 2 naming both limits, with or without waiting,
+/// and nothing in Redis changes.
+#[test]
+fn another_limit_is_refused_while_only_a_plain_waiter_is_queued() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "plain");
+    let head = waiter(&mut lockctl_on(&s), "plain", &file, "W", &[]);
+    wait_queued(&s, "plain", 1);
+    kill(head.id() as i32, libc::SIGSTOP);
+    let o = run(lockctl_on(&s).args(["release", "plain", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let dump = |s: &Server| {
+        let mut keys = s.keys();
+        keys.sort();
+        let queue: Vec<String> = s.cmd(&["ZRANGE", &queue_key("plain"), "0", "-1", "WITHSCORES"]);
+        (keys, queue)
+    };
+    let before = dump(&s);
+    for extra in [&["-n"][..], &["-w", "1s"][..]] {
+        let o = run(lockctl_on(&s)
+            .args(["acquire", "plain", "--limit", "2", "--ttl", "5s"])
+            .args(extra));
+        let e = stderr(&o);
+        assert_eq!(code(&o), 2, "{extra:?}: {}{e}", stdout(&o));
+        assert!(
+            e.contains("plain is used with --limit 1") && e.contains("you asked for --limit 2"),
+            "{e}"
+        );
+        assert_eq!(dump(&s), before, "a refused limit changed Redis");
+    }
+    kill(head.id() as i32, libc::SIGCONT);
+    let o = wait_output(head, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "the queued waiter lost: {}", stderr(&o));
+    assert_eq!(order(&file), ["W"]);
+}
+
+/// `--supersede` with `-w 0` (which is `-n`) is refused too, for `exec` as well, while the lock is
+/// held with a waiter queued: exit 2 saying why, the command not run, the queue untouched.
+#[test]
+fn supersede_with_a_zero_wait_is_refused_and_says_why() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "held");
+    let w = waiter(&mut lockctl_on(&s), "held", &file, "W", &[]);
+    wait_queued(&s, "held", 1);
+    let queue = || s.cmd::<Vec<String>>(&["ZRANGE", &queue_key("held"), "0", "-1", "WITHSCORES"]);
+    let before = queue();
+    let ran = dir.path().join("ran");
+    for cmd in ["acquire", "exec"] {
+        let mut c = lockctl_on(&s);
+        c.args([cmd, "held", "--supersede", "-w", "0"]);
+        if cmd == "exec" {
+            c.args(["--", "touch"]).arg(&ran);
+        }
+        let o = run(&mut c);
+        let e = stderr(&o);
+        assert_eq!(code(&o), 2, "{cmd}: {}{e}", stdout(&o));
+        assert!(
+            e.contains("--supersede cannot be used with -w 0")
+                && e.contains("only displaces waiters"),
+            "{e}"
+        );
+        assert_eq!(queue(), before, "{cmd}: the queue changed");
+    }
+    assert!(!ran.exists(), "exec ran its command");
+    let o = run(lockctl_on(&s).args(["release", "held", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(w, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// On a single node the head of the queue does not poll while the holder holds: the release wakes it
+/// on its own channel, so it runs one attempt per heartbeat (1 s), not an exponential backoff from
+/// 10 ms (10, 20, 40 ... ms, about 10 attempts in 3 s).
+#[test]
+fn the_head_on_one_node_sleeps_until_woken_or_its_heartbeat() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "head");
+    let head = waiter(&mut lockctl_on(&s), "head", &file, "W", &[]);
+    wait_queued(&s, "head", 1);
+    let _: () = s.cmd(&["CONFIG", "RESETSTAT"]);
+    std::thread::sleep(Duration::from_secs(3));
+    let calls = script_calls(&s);
+    eprintln!("the head waiting 3 s: {calls} script calls");
+    // One per heartbeat over 3 s is 3 or 4, plus the retry right after subscribing.
+    assert!(
+        calls <= 5,
+        "the head ran {calls} attempts in 3 s of waiting"
+    );
+    let o = run(lockctl_on(&s).args(["release", "head", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(head, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(order(&file), ["W"]);
+}
