@@ -100,14 +100,7 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
         confirmed = slots.into_iter().filter_map(|(_, m)| m.token).collect();
     }
 
-    let key_list = [
-        keys.key.as_str(),
-        keys.holder.as_str(),
-        keys.limit.as_str(),
-        keys.queue.as_str(),
-        keys.alive.as_str(),
-        keys.waiters.as_str(),
-    ];
+    let key_list = crate::lock::release_keys(&keys);
     let mut args_list = vec![
         keys.channel.as_str(),
         keys.slot_base.as_str(),

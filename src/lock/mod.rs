@@ -1265,8 +1265,8 @@ impl Engine {
     }
 }
 
-/// The keys of `release.lua`.
-fn release_keys(keys: &LockKeys) -> [&str; 6] {
+/// The keys of `release.lua` (and of `break.lua`, which takes the same).
+pub(crate) fn release_keys(keys: &LockKeys) -> [&str; 6] {
     [
         keys.key.as_str(),
         keys.holder.as_str(),

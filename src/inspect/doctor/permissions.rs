@@ -41,14 +41,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
     ];
     let bases = [keys.slot_base.as_str(), keys.holder_base.as_str()];
     let acquire_keys = crate::lock::queue::acquire_keys(&keys);
-    let queue = [
-        keys.key.as_str(),
-        keys.holder.as_str(),
-        keys.limit.as_str(),
-        keys.queue.as_str(),
-        keys.alive.as_str(),
-        keys.waiters.as_str(),
-    ];
+    let queue = crate::lock::release_keys(&keys);
     let pid = std::process::id().to_string();
     let fail = |what: &str, reason: String| -> Check {
         (
