@@ -106,6 +106,7 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
         keys.wake.as_str(),
+        crate::lock::ALIVE_MS.as_str(),
     ];
     args_list.extend(confirmed.iter().map(String::as_str));
     let results = quorum::all(engine.nodes_mut(), |_, node| {

@@ -322,6 +322,8 @@ struct QueueReply {
     ticket: Option<u64>,
     ahead: u64,
     waiting: u64,
+    /// When this node wants our next heartbeat (`None`: an older reply without one).
+    interval: Option<Duration>,
 }
 
 /// The engine over a set of nodes.
@@ -545,7 +547,7 @@ impl Engine {
                         reason.push_str(&format!("; {p}"));
                     }
                     let loud = self.refused_by_quarantine(&refusal);
-                    waiter.queued(place.queued, place.is_head());
+                    waiter.queued(place.queued, place.is_head(), place.interval);
                     match waiter.wait(&self.nodes, pause, &reason, loud, wake) {
                         wait::Verdict::Retry => {}
                         wait::Verdict::GiveUp => {
@@ -674,6 +676,7 @@ impl Engine {
         let key_list = queue::acquire_keys(keys);
         let ticket = place.ticket_arg();
         let alive_ms = queue::ALIVE.as_millis().to_string();
+        let longest_ms = queue::LONGEST.as_millis().to_string();
 
         let started = Stamp::now();
         let round1 = quorum::all(&mut self.nodes, |_, node| {
@@ -694,6 +697,7 @@ impl Engine {
                 holder.note.as_str(),
                 keys.wake.as_str(),
                 alive_ms.as_str(),
+                longest_ms.as_str(),
             ];
             node.eval("acquire", &ACQUIRE, &key_list, &args)
                 .and_then(|v| parse_round1(v, &node.display))
@@ -920,6 +924,14 @@ impl Engine {
         let Some(&max) = tickets.iter().max() else {
             return;
         };
+        // Every node keeps us three of its intervals: the shortest bounds the next heartbeat.
+        place.interval = replies
+            .iter()
+            .filter(|q| q.ticket.is_some())
+            .map(|q| q.interval.unwrap_or(queue::HEARTBEAT))
+            .min()
+            .unwrap_or(queue::HEARTBEAT)
+            .clamp(queue::HEARTBEAT, queue::LONGEST);
         place.queued = true;
         let known = place.ticket == Some(max);
         place.ticket = Some(max);
@@ -1277,14 +1289,19 @@ pub(crate) fn release_keys(keys: &LockKeys) -> [&str; 6] {
     ]
 }
 
+/// A queued waiter's lifetime at the front of the queue, in ms, as the scripts take it.
+pub(crate) static ALIVE_MS: LazyLock<String> =
+    LazyLock::new(|| queue::ALIVE.as_millis().to_string());
+
 /// The arguments of `release.lua`.
-fn release_args<'a>(keys: &'a LockKeys, token: &'a str) -> [&'a str; 5] {
+fn release_args<'a>(keys: &'a LockKeys, token: &'a str) -> [&'a str; 6] {
     [
         token,
         keys.channel.as_str(),
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
         keys.wake.as_str(),
+        ALIVE_MS.as_str(),
     ]
 }
 
@@ -1358,10 +1375,13 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         Some(Value::Int(x)) => x.to_string(),
         _ => String::new(),
     };
-    let queue = |at: usize| QueueReply {
+    let queue = |at: usize, interval: usize| QueueReply {
         ticket: text(at).parse().ok(),
         ahead: int(at + 1).unwrap_or(0).max(0) as u64,
         waiting: int(at + 2).unwrap_or(0).max(0) as u64,
+        interval: int(interval)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis),
     };
     match int(0) {
         Some(1) => {
@@ -1373,13 +1393,13 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
             pttl: int(1).unwrap_or(-1),
             holder: describe_holder_note(&text(2), &text(3), &text(4), &text(9)),
             run_id: text(5),
-            queue: queue(6),
+            queue: queue(6, 10),
         }),
         Some(2) => Ok(Round1::Quarantined {
             remaining_ms: int(1).unwrap_or(0).max(0) as u64,
             run_id: text(2),
             uptime_s: int(3).and_then(|u| u64::try_from(u).ok()),
-            queue: queue(4),
+            queue: queue(4, 7),
         }),
         Some(3) => Ok(Round1::Mismatch {
             limit: int(1).unwrap_or(0),

@@ -34,10 +34,14 @@ use super::node::Node;
 use super::quorum;
 use crate::clock::Stamp;
 
-/// How often a queued waiter re-runs its attempt (its heartbeat, which doubles as a retry).
+/// How often a waiter at the front of the queue re-runs its attempt (its heartbeat, which doubles as
+/// a retry); waiters further back are told a longer interval by the nodes.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
-/// How long a waiter stays queued after its last heartbeat.
+/// How long a waiter stays queued after its last heartbeat: three of its intervals, which is this
+/// at the front of the queue.
 pub const ALIVE: Duration = Duration::from_secs(3);
+/// The longest heartbeat interval the nodes give a waiter far back.
+pub const LONGEST: Duration = Duration::from_secs(30);
 /// Longest `--note`, in bytes.
 pub const MAX_NOTE: usize = 512;
 
@@ -90,6 +94,9 @@ pub struct Place {
     pub queued: bool,
     /// When the waiter's previous attempt started (boot-time clock, so a SIGSTOP counts).
     last_try: Option<Stamp>,
+    /// The heartbeat interval of the last attempt: the shortest any node gave. The nodes keep the
+    /// waiter three of their intervals after it, so this bounds the next attempt's start.
+    pub interval: Duration,
     /// Live waiters ahead of this one (on a quorum), and how many wait in all.
     pub position: Option<(u64, u64)>,
 }
@@ -102,6 +109,7 @@ impl Place {
             ticket: None,
             queued: false,
             last_try: None,
+            interval: HEARTBEAT,
             position: None,
         }
     }
@@ -111,13 +119,16 @@ impl Place {
         self.ticket.map_or(String::new(), |t| t.to_string())
     }
 
-    /// At the start of an attempt: a waiter whose own loop had a gap longer than [`ALIVE`] between
-    /// two attempts (it was stopped) may have been dropped from the queue; it queues again behind
-    /// those who kept waiting. An outage is no gap: the waiter kept trying at least every
-    /// [`HEARTBEAT`], so it keeps its ticket and is put back at it.
+    /// At the start of an attempt: a waiter whose own loop had a gap longer than its lifetime (three
+    /// intervals) between two attempts (it was stopped) may have been dropped from the queue; it
+    /// queues again behind those who kept waiting. An outage is no gap: the waiter kept trying at
+    /// least once per interval, so it keeps its ticket and is put back at it.
     pub fn check_lapse(&mut self) {
         let now = Stamp::now();
-        if self.last_try.is_some_and(|t| now.elapsed_since(t) > ALIVE) {
+        if self
+            .last_try
+            .is_some_and(|t| now.elapsed_since(t) > self.interval * 3)
+        {
             self.ticket = None;
         }
         self.last_try = Some(now);
@@ -157,7 +168,13 @@ pub fn leave(nodes: &mut [Node], keys: &LockKeys, id: &str, on: &[bool], blind: 
         keys.tickets.as_str(),
         keys.limit.as_str(),
     ];
-    let args = [id, keys.wake.as_str(), keys.slot_base.as_str()];
+    let alive_ms = ALIVE.as_millis().to_string();
+    let args = [
+        id,
+        keys.wake.as_str(),
+        keys.slot_base.as_str(),
+        alive_ms.as_str(),
+    ];
     if blind {
         for (i, node) in nodes.iter_mut().enumerate() {
             if on[i] {
@@ -253,6 +270,15 @@ mod tests {
         p.check_lapse();
         assert_eq!(p.ticket, Some(5));
         p.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
+        p.check_lapse();
+        assert_eq!(p.ticket, None);
+        // Far back the nodes keep it three of its longer intervals: the same gap is no lapse.
+        p.ticket = Some(7);
+        p.interval = HEARTBEAT * 10;
+        p.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
+        p.check_lapse();
+        assert_eq!(p.ticket, Some(7));
+        p.last_try = Some(Stamp::at(Stamp::now().since_boot() - p.interval * 4));
         p.check_lapse();
         assert_eq!(p.ticket, None);
         p.ticket = Some(6);

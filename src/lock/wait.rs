@@ -161,6 +161,8 @@ pub(crate) struct Waiter {
     /// Queued (somewhere), and first in line (on a quorum).
     queued: bool,
     head: bool,
+    /// The heartbeat interval the nodes gave at the last attempt (see `queue.rs`).
+    interval: Duration,
     key: String,
     deadline: Option<Stamp>,
     started: Stamp,
@@ -197,6 +199,7 @@ impl Waiter {
             channel: channel.to_string(),
             queued: false,
             head: true,
+            interval: HEARTBEAT,
             key: keys.key.clone(),
             deadline,
             started: now,
@@ -216,10 +219,11 @@ impl Waiter {
         }
     }
 
-    /// Where the waiter stands since its last attempt.
-    pub fn queued(&mut self, queued: bool, head: bool) {
+    /// Where the waiter stands since its last attempt, and when it must heartbeat.
+    pub fn queued(&mut self, queued: bool, head: bool, interval: Duration) {
         self.queued = queued;
         self.head = head;
+        self.interval = interval;
     }
 
     /// True when the wait's deadline has passed.
@@ -260,11 +264,18 @@ impl Waiter {
         }
         self.progress(&pause, reason, loud);
 
+        // The heartbeat the nodes asked for; 1 s while a node may hold us without a subscription
+        // to wake us there, since it brings our expiry down to 3 s when we reach the front.
+        let interval = if self.subscribed.iter().all(|s| s.load(Ordering::Relaxed)) {
+            self.interval
+        } else {
+            self.interval.min(HEARTBEAT)
+        };
         let mut sleep = match pause {
             // Behind the head: only a wake or the heartbeat, with a little jitter so that the
             // waiters do not all beat at once.
             Pause::Busy { .. } if self.queued && !self.head => {
-                HEARTBEAT.mul_f64(0.8 + fastrand::f64() * 0.2)
+                interval.mul_f64(0.8 + fastrand::f64() * 0.2)
             }
             // The head on a single node: the release publishes on its own channel, so it sleeps
             // until woken, the holder's lease ends, or its heartbeat (no split vote to spread out).
@@ -286,7 +297,7 @@ impl Waiter {
         };
         if self.queued {
             // The heartbeat keeps the waiter's place, whatever the wait is for.
-            sleep = sleep.min(HEARTBEAT);
+            sleep = sleep.min(interval);
         }
         if let Some(d) = self.deadline {
             sleep = sleep.min(d.remaining());

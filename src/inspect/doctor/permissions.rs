@@ -75,7 +75,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
             "n",
             "",
             &keys.wake,
-            "3000",
+            &crate::lock::ALIVE_MS,
         ],
     );
     let release = |node: &mut Node| {
@@ -83,7 +83,14 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
             "release (scratch)",
             &RELEASE,
             &queue,
-            &[&token, &keys.channel, bases[0], bases[1], &keys.wake],
+            &[
+                &token,
+                &keys.channel,
+                bases[0],
+                bases[1],
+                &keys.wake,
+                &crate::lock::ALIVE_MS,
+            ],
         )
     };
     let won = match acquired {
@@ -144,7 +151,14 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
         "break (scratch)",
         &BREAK,
         &queue,
-        &[&keys.channel, bases[0], bases[1], &keys.wake, "0"],
+        &[
+            &keys.channel,
+            bases[0],
+            bases[1],
+            &keys.wake,
+            &crate::lock::ALIVE_MS,
+            "0",
+        ],
     ) {
         return fail("the break script", f.reason);
     }

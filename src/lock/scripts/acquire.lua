@@ -7,15 +7,16 @@
 -- ARGV: token, ttl ms, quarantine ms, host, pid, command line, limit N, slot key base, holder hash
 --       base (slot i >= 2 is `base .. i`), the slot wanted ('' or 0 = the lowest free one),
 --       waiter id, ticket ('' = none yet), mode ('n' one attempt, never queued; 'w' wait; 's' wait
---       and supersede the older waiters), note, wake channel prefix, heartbeat expiry ms
+--       and supersede the older waiters), note, wake channel prefix, a waiter's lifetime at the
+--       front of the queue in ms (three heartbeats), the longest heartbeat interval in ms
 -- Returns {1, fence, run id, slot}               granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
---         {0, pttl, host, pid, command, run id, ticket, ahead, waiting, note}
+--         {0, pttl, host, pid, command, run id, ticket, ahead, waiting, note, interval ms}
 --                                                no slot for us (pttl: the soonest a slot frees), or
 --                                                live waiters are queued ahead (ticket '' when the
---                                                caller is not queued)
---         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting}
+--                                                caller is not queued; interval: when to heartbeat)
+--         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms}
 --                                                this node started too recently to vote
 --         {3, the limit in use, host, pid, command, run id}
 --                                                the name is used with another limit
@@ -25,7 +26,7 @@ local token, ttl = ARGV[1], ARGV[2]
 local limit = tonumber(ARGV[7]) or 1
 local want = tonumber(ARGV[10]) or 0
 local id, ticket, mode, note, wake = ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15]
-local alive_ms = tonumber(ARGV[16])
+local alive_ms, longest = tonumber(ARGV[16]), tonumber(ARGV[17])
 local info
 local function server_info()
   info = info or redis.call('INFO', 'server')
@@ -53,6 +54,31 @@ local function holder_of(i, current)
     return nil
   end
   return h
+end
+
+-- The front of the queue: the first `window` waiters heartbeat every alive_ms / 3 and live alive_ms
+-- after their last heartbeat; those behind heartbeat less often the further back they stand (see
+-- docs/queue.md, "Liveness"). After waiters left, the ones that moved into the front with a longer
+-- expiry get it brought down to alive_ms from now and are woken, so that a live one heartbeats at
+-- once (and learns its new interval) and a dead one is dropped within alive_ms.
+local window = limit + 1
+local function clamp_front(now_ms)
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, window - 1)) do
+    if w ~= id and redis.call('ZADD', KEYS[6], 'XX', 'LT', 'CH', now_ms + alive_ms, w) == 1 then
+      redis.call('PUBLISH', wake .. '\031' .. w, 'front')
+    end
+  end
+end
+-- The heartbeat interval of the waiter at place p (0 = the head): alive_ms / 3 at the front, then
+-- growing with the square of the distance from it, so that the heartbeats of any number of waiters
+-- sum to a bounded rate (up to the cap `longest`).
+local function interval_at(p)
+  local beat = alive_ms / 3
+  if p < window then
+    return beat
+  end
+  local d = p - window + 1
+  return math.min(beat * (1 + d * d), math.max(longest, beat))
 end
 
 -- Slots: `free` counts the free slots of the `limit`, `pick` is the one we would take. A slot is its
@@ -171,6 +197,7 @@ if id ~= '' and mode ~= 'n' then
       redis.call('ZREM', KEYS[5], unpack(older))
       redis.call('ZREM', KEYS[6], unpack(older))
       redis.call('HDEL', KEYS[7], unpack(older))
+      clamp_front(now_ms)
     end
   end
 end
@@ -204,6 +231,8 @@ if pick then
 end
 
 if ahead >= free or not pick or quarantined then
+  -- When to heartbeat: only a queued caller has to.
+  local interval = alive_ms / 3
   if id ~= '' and mode ~= 'n' then
     -- Queue the caller (its first refusal is its enqueue) and take its heartbeat.
     if not queued then
@@ -217,23 +246,30 @@ if ahead >= free or not pick or quarantined then
     else
       ticket = redis.call('ZSCORE', KEYS[5], id)
     end
-    redis.call('ZADD', KEYS[6], now_ms + alive_ms, id)
+    interval = interval_at(ahead)
+    redis.call('ZADD', KEYS[6], now_ms + 3 * interval, id)
+    -- The queue's keys outlive the longest expiry by a front lifetime, and go with the last waiter.
+    local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+    local keep = math.max(tonumber(last[2]) - now_ms, 0) + alive_ms
     for i = 5, 8 do
-      redis.call('PEXPIRE', KEYS[i], alive_ms * 2)
+      redis.call('PEXPIRE', KEYS[i], keep)
     end
-    if limit > 1 and redis.call('PTTL', KEYS[4]) < alive_ms * 2 then
+    if limit > 1 and redis.call('PTTL', KEYS[4]) < keep then
       -- The limit outlives the waiters' heartbeats too, so a client with another limit is told.
-      redis.call('SET', KEYS[4], limit, 'PX', alive_ms * 2)
+      redis.call('SET', KEYS[4], limit, 'PX', keep)
     end
   else
     ticket = ''
   end
   local waiting = redis.call('ZCARD', KEYS[5])
-  if #dead > 0 and free > 0 then
-    -- Waiters moved up to a free slot: wake them (the caller, if one of them, is answering now).
-    for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, free - 1)) do
-      if w ~= id then
-        redis.call('PUBLISH', wake .. '\031' .. w, 'head')
+  if #dead > 0 then
+    clamp_front(now_ms)
+    if free > 0 then
+      -- Waiters moved up to a free slot: wake them (the caller, if one of them, is answering now).
+      for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, free - 1)) do
+        if w ~= id then
+          redis.call('PUBLISH', wake .. '\031' .. w, 'head')
+        end
       end
     end
   end
@@ -241,14 +277,15 @@ if ahead >= free or not pick or quarantined then
     table.insert(quarantined, ticket)
     table.insert(quarantined, ahead)
     table.insert(quarantined, waiting)
+    table.insert(quarantined, interval)
     return quarantined
   end
   local h = busy_token and holder_of(busy_slot or 1, busy_token)
   if not h then
-    return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, ''}
+    return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, '', interval}
   end
   return {0, busy_pttl, h[2] or '', h[3] or '', h[4] or '', run_id(), ticket, ahead, waiting,
-    h[6] or ''}
+    h[6] or '', interval}
 end
 
 -- Granted: the caller leaves the queue; the last one out takes the queue's keys along.
@@ -259,6 +296,8 @@ if queued then
 end
 if redis.call('ZCARD', KEYS[5]) == 0 then
   redis.call('DEL', KEYS[6], KEYS[7], KEYS[8])
+elseif queued or #dead > 0 then
+  clamp_front(now_ms)
 end
 local counter = redis.call('GET', KEYS[2])
 -- The fence survives a loss of the counter: a missing counter (lost with the node's data, evicted,

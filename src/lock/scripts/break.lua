@@ -4,12 +4,23 @@
 -- a broken holder's token is stale for any fenced store.
 -- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters
 -- ARGV: release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake channel
---       prefix, then the tokens the operator confirmed (none: every holder)
+--       prefix, a waiter's lifetime at the front of the queue in ms, then the tokens the operator
+--       confirmed (none: every holder)
 -- Returns {{{slot, token, {holder field, value, ...}}, ...} broken, {token, ...} left as they are
 --          because the operator did not confirm them (they came after the question)}
+-- The waiters now in the first `limit + 1` places whose expiry is further than a front lifetime
+-- (they heartbeated from further back, less often) get it brought down to one and are woken, so that
+-- a live one heartbeats at once and a dead one is dropped within that lifetime (docs/queue.md).
+local function clamp_front(queue, alive, window, now_ms, lifetime, prefix)
+  for _, w in ipairs(redis.call('ZRANGE', queue, 0, window - 1)) do
+    if redis.call('ZADD', alive, 'XX', 'LT', 'CH', now_ms + lifetime, w) == 1 then
+      redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
+    end
+  end
+end
 local confirmed = {}
-local any = #ARGV <= 4
-for i = 5, #ARGV do
+local any = #ARGV <= 5
+for i = 6, #ARGV do
   confirmed[ARGV[i]] = true
 end
 local limit = tonumber(redis.call('GET', KEYS[3]) or '')
@@ -46,11 +57,13 @@ if #broken > 0 then
     end
   end
   local t = redis.call('TIME')
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms)
   if #dead > 0 then
     redis.call('ZREM', KEYS[4], unpack(dead))
     redis.call('ZREM', KEYS[5], unpack(dead))
     redis.call('HDEL', KEYS[6], unpack(dead))
+    clamp_front(KEYS[4], KEYS[5], (limit or 1) + 1, now_ms, tonumber(ARGV[5]), ARGV[4])
   end
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
     redis.call('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')

@@ -1,8 +1,19 @@
 -- A waiter stops waiting (granted elsewhere, its -w deadline, a signal): it leaves the queue at once,
 -- and if it stood where a free slot would let it in, the waiter that takes its place is woken.
 -- KEYS: lock (slot 1), queue, alive, waiters, tickets, limit
--- ARGV: waiter id, wake channel prefix, slot key base (slot i >= 2 is `base .. i`)
+-- ARGV: waiter id, wake channel prefix, slot key base (slot i >= 2 is `base .. i`), a waiter's
+--       lifetime at the front of the queue in ms
 -- Returns 1 when the waiter was queued here, 0 when it was not.
+-- The waiters now in the first `limit + 1` places whose expiry is further than a front lifetime
+-- (they heartbeated from further back, less often) get it brought down to one and are woken, so that
+-- a live one heartbeats at once and a dead one is dropped within that lifetime (docs/queue.md).
+local function clamp_front(queue, alive, window, now_ms, lifetime, prefix)
+  for _, w in ipairs(redis.call('ZRANGE', queue, 0, window - 1)) do
+    if redis.call('ZADD', alive, 'XX', 'LT', 'CH', now_ms + lifetime, w) == 1 then
+      redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
+    end
+  end
+end
 local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
 if not rank then
   return 0
@@ -15,9 +26,15 @@ if redis.call('ZCARD', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
   return 1
 end
+local limit = tonumber(redis.call('GET', KEYS[6]) or '') or 1
+if rank <= limit then
+  local t = redis.call('TIME')
+  clamp_front(KEYS[2], KEYS[3], limit + 1, t[1] * 1000 + math.floor(t[2] / 1000), tonumber(ARGV[4]),
+    ARGV[2])
+end
 -- free: the number of free slots.
 local free = 0
-for i = 1, tonumber(redis.call('GET', KEYS[6]) or '') or 1 do
+for i = 1, limit do
   if not redis.call('GET', i == 1 and KEYS[1] or ARGV[3] .. i) then
     free = free + 1
   end

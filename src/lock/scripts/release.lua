@@ -4,12 +4,22 @@
 -- announced for older clients.
 -- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters
 -- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake
---       channel prefix
+--       channel prefix, a waiter's lifetime at the front of the queue in ms
 -- Returns the slots whose key held our token and was deleted (empty: not ours; expired, broken, taken).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
 -- one), so a release needs no slot number. Every key of the token goes: besides its grant's slot it
 -- may hold a stray in another (a round-1 request that ran late here), which is the caller's too. The
 -- client judges the release by the slot with a quorum. Once no slot is held the limit is forgotten.
+-- The waiters now in the first `limit + 1` places whose expiry is further than a front lifetime
+-- (they heartbeated from further back, less often) get it brought down to one and are woken, so that
+-- a live one heartbeats at once and a dead one is dropped within that lifetime (docs/queue.md).
+local function clamp_front(queue, alive, window, now_ms, lifetime, prefix)
+  for _, w in ipairs(redis.call('ZRANGE', queue, 0, window - 1)) do
+    if redis.call('ZADD', alive, 'XX', 'LT', 'CH', now_ms + lifetime, w) == 1 then
+      redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
+    end
+  end
+end
 local token = ARGV[1]
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
@@ -38,11 +48,13 @@ if n and free == n and redis.call('ZCARD', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[3])
 end
 local t = redis.call('TIME')
-local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms)
 if #dead > 0 then
   redis.call('ZREM', KEYS[4], unpack(dead))
   redis.call('ZREM', KEYS[5], unpack(dead))
   redis.call('HDEL', KEYS[6], unpack(dead))
+  clamp_front(KEYS[4], KEYS[5], (n or 1) + 1, now_ms, tonumber(ARGV[6]), ARGV[5])
 end
 for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
   redis.call('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
