@@ -516,3 +516,41 @@ fn a_node_restarted_empty_keeps_the_arrival_order_on_redlock() {
         "waiters served out of their arrival order after a node restarted empty"
     );
 }
+
+/// The heartbeats of waiters queued behind a long hold cost a bounded rate, not one call per waiter
+/// per second: 30 waiters queued, counted for 20 s. The front (2 waiters) beats every second, the
+/// ones behind every 2, 5, 10, 17, 26 s, the rest every 30 s: about 3.7 calls a second in all (30 a
+/// second before, 600 in the 20 s). Bounded here by 10 a second.
+#[test]
+fn the_heartbeats_of_a_long_queue_cost_a_bounded_rate() {
+    const N: u64 = 30;
+    let s = Server::start();
+    let token = hold(&mut lockctl_on(&s), "rate");
+    let kids: Vec<Child> = (0..N)
+        .map(|_| {
+            lockctl_on(&s)
+                .args(["exec", "rate", "-c", "true"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn waiter")
+        })
+        .collect();
+    wait_queued(&s, "rate", N);
+    // Every waiter past its enqueue and the retry after subscribing.
+    std::thread::sleep(Duration::from_secs(2));
+    let _: () = s.cmd(&["CONFIG", "RESETSTAT"]);
+    std::thread::sleep(Duration::from_secs(20));
+    let calls = script_calls(&s);
+    eprintln!("{N} waiters queued for 20 s: {calls} script calls");
+    let o = run(lockctl_on(&s).args(["release", "rate", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(120));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    assert!(
+        calls < 200,
+        "{calls} script calls in 20 s for {N} queued waiters"
+    );
+}
