@@ -10,15 +10,20 @@
 //!   later call carries it, so every node orders by the same number; when the nodes' tickets differ
 //!   the waiter sends it once more at once, which puts it on a quorum before it waits. The proof is in
 //!   `docs/queue.md`.
-//! - **Liveness by heartbeat.** Every attempt of a queued waiter refreshes its expiry ([`ALIVE`]);
-//!   a waiter re-runs its attempt every [`HEARTBEAT`], and any script that reads the queue drops the
-//!   waiters whose expiry passed. A killed or stopped waiter thus leaves within [`ALIVE`], and holds up
-//!   the next one by at most `ALIVE + HEARTBEAT`. A waiter that stops waiting (granted, `-w`, a signal)
+//! - **Liveness by heartbeat, at a cost bounded per handoff.** A waiter re-runs its attempt once an
+//!   interval, and each attempt sets its expiry to three intervals; any script that reads the queue
+//!   drops the waiters whose expiry passed. The node picks the interval from the waiter's place:
+//!   [`HEARTBEAT`] at the front (the first `limit + 1`), then longer with the square of the distance
+//!   from it, up to [`LONGEST`], so that the k-th waiter does not pay k holds' worth of heartbeats.
+//!   A script that moves waiters into the front brings their expiry down to [`ALIVE`] and wakes
+//!   them: a live one beats at once and learns its 1 s, a dead one is gone within [`ALIVE`]. So a
+//!   killed or stopped waiter holds up the next one by at most `ALIVE + HEARTBEAT` when its turn
+//!   comes, wherever in the queue it died. A waiter that stops waiting (granted, `-w`, a signal)
 //!   leaves at once with `leave.lua`, on every node in parallel; on a signal without waiting for the
-//!   answers. A waiter whose own loop paused longer than [`ALIVE`] between the starts of two
-//!   attempts (it was stopped) may have been dropped, so it gives up its ticket and queues again at
-//!   the back. An outage is no such pause: the waiter keeps trying every second through it, keeps
-//!   its ticket, and the nodes put it back at that ticket.
+//!   answers. A waiter whose own loop paused longer than three of its intervals between the starts of
+//!   two attempts (it was stopped) may have been dropped, so it gives up its ticket and queues again
+//!   at the back. An outage is no such pause: the waiter keeps trying through it, keeps its ticket,
+//!   and the nodes put it back at that ticket.
 //! - **Wake only whom the release lets in.** Each waiter listens on a channel of its own; a release,
 //!   a break, or the departure of a waiter at the head publishes to the first waiters that a free slot
 //!   lets in, and to nobody else. Waiters behind the head sleep until woken or until their heartbeat.

@@ -6,8 +6,10 @@
 //! that comes between the refusal and the subscription is not missed: it either lets the retry win or
 //! arrives as a message. Between attempts the waiter sleeps on a channel that three things can wake: a
 //! message on its wake channel (retry at once), a signal (give up cleanly), or the end of the sleep.
-//! A waiter behind the head sleeps a heartbeat ([`super::queue::HEARTBEAT`]) between attempts, each of
-//! which keeps its place. On a single node so does the head: the release wakes it on its own channel,
+//! A waiter behind the head sleeps the heartbeat interval its place earned (see `queue.rs`) between
+//! attempts, each of which keeps its place; at most [`super::queue::HEARTBEAT`] while a subscription
+//! is missing, since a node may then bring its expiry down with a wake it cannot hear. On a single
+//! node the head sleeps until woken or its heartbeat too: the release wakes it on its own channel,
 //! so polling would only cost commands. With several nodes the head's sleep backs off exponentially
 //! with uniform random jitter, up to a heartbeat, since a split vote needs its retries spread out.
 //! Either never outlasts the holder's remaining TTL or a node's remaining quarantine, so an expiry is
