@@ -836,6 +836,54 @@ fn renewal_recreates_a_key_lost_in_a_minority_restart_after_its_quarantine() {
     assert!(fence(&g) > fence_a, "through the restarted node: {g}");
 }
 
+/// A key put back after a restart comes with the holder record the grant wrote (the note included),
+/// so that `status` and busy messages on that node name the holder as before; only the time of the
+/// grant is the re-creation's. The restart quarantine stays on (the TTL, 3 s).
+#[test]
+fn renewal_recreates_the_holder_record_with_its_note() {
+    let mut servers = Servers::start(3);
+    wait_out_quarantine(&servers, 3);
+    let mut cmd = servers.lockctl();
+    cmd.env_remove("LOCKCTL_QUARANTINE").args([
+        "exec",
+        "noted",
+        "--ttl",
+        "3s",
+        "--node-timeout",
+        "1s",
+        "--note",
+        "deploy job 41",
+    ]);
+    let (child, token, _) = start_exec(cmd);
+    let record = |s: &Server| {
+        let fields: Vec<String> = s.cmd(&["HGETALL", &holder_key("noted")]);
+        let mut pairs: Vec<(String, String)> = fields
+            .chunks(2)
+            .filter(|kv| kv[0] != "acquired_ms")
+            .map(|kv| (kv[0].clone(), kv[1].clone()))
+            .collect();
+        pairs.sort();
+        pairs
+    };
+    let granted = record(&servers[0]);
+    assert!(
+        granted.contains(&("note".into(), "deploy job 41".into())),
+        "{granted:?}"
+    );
+    servers[1].restart_empty();
+    let back = eventually(Duration::from_secs(15), || {
+        servers[1].get(&key("noted")).is_some()
+    });
+    let recreated = record(&servers[1]);
+    let o = finish_exec(child);
+    assert!(back, "not put back: {}", stderr(&o));
+    assert_eq!(servers[0].get(&key("noted")), None, "released");
+    assert_eq!(
+        recreated, granted,
+        "the holder record put back differs from the grant's (token {token})"
+    );
+}
+
 /// The reproduction of a double grant: A holds the lock over three nodes (`exec`, TTL 6 s, default
 /// quarantine); just after one of A's renewals an operator breaks the lock, B acquires it on all three
 /// nodes, and nodes 2 and 3 restart without their data. At A's next renewal node 1 holds B's key and

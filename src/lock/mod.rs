@@ -1090,14 +1090,21 @@ impl Engine {
             .unwrap_or(ttl.unwrap_or(fallback))
             .as_millis()
             .to_string();
-        let (fence, host, pid, cmd) = match &recreate {
+        let (fence, host, pid, cmd, note) = match &recreate {
             Some((fence, _, holder)) => (
                 fence.to_string(),
                 holder.host.clone(),
                 holder.pid.to_string(),
                 holder.cmd.clone(),
+                holder.note.clone(),
             ),
-            None => ("0".into(), String::new(), String::new(), String::new()),
+            None => (
+                "0".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ),
         };
         let granted_by: Vec<String> = match &recreate {
             Some((_, run_ids, _)) => run_ids.to_vec(),
@@ -1136,6 +1143,7 @@ impl Engine {
                 &slot_arg,
                 &keys.slot_base,
                 &keys.holder_base,
+                &note,
             ];
             node.eval("renew", &RENEW, &key_list, &args)
         });

@@ -4,7 +4,7 @@
 --       it last gave us the key ('' = never re-create), host, pid, command line, the ttl ms for ''
 --       when the holder record is not ours (a canonical client's key has none), quarantine ms,
 --       the grant's limit N ('' = the one recorded for the name) and slot ('' = unknown: only find
---       it), slot key base, holder hash base (slot i >= 2 is `base .. i`)
+--       it), slot key base, holder hash base (slot i >= 2 is `base .. i`), the holder's note
 -- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed or re-created for a holder that
 --         gave a run id (the node's current run id, which the holder records),
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
@@ -101,5 +101,9 @@ local now = redis.call('TIME')
 redis.call('HSET', holder, 'token', token, 'fence', t, 'host', ARGV[5], 'pid', ARGV[6],
   'cmd', ARGV[7], 'acquired_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'ttl_ms', ttl,
   'slot', ARGV[11], 'limit', ARGV[10])
+-- The record the grant wrote, note included (acquire.lua writes it only when there is one).
+if (ARGV[14] or '') ~= '' then
+  redis.call('HSET', holder, 'note', ARGV[14])
+end
 redis.call('PEXPIRE', holder, ttl)
 return {tonumber(ttl), run_id}
