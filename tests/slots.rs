@@ -316,6 +316,43 @@ fn limit_one_keeps_the_plain_layout() {
     assert_eq!(code(&o), 75, "{}", stderr(&o));
 }
 
+/// A full semaphore's busy message names every holder as a plain lock's names its one (host, pid,
+/// command, note), each with its slot, and changes nothing in Redis: with `-n`, and at the end of
+/// `-w`.
+#[test]
+fn a_full_semaphore_names_every_holder_when_busy() {
+    let s = Server::start();
+    for i in 1..=3 {
+        let note = format!("job {i}");
+        let g = acquire_json(
+            &mut lockctl_on(&s),
+            "full",
+            &["--limit", "3", "--ttl", "60s", "--note", &note],
+        );
+        assert_eq!(g["slot"], i, "{g}");
+    }
+    let before = snapshot(&s);
+    for wait in [&["-n"][..], &["-w", "1s"][..]] {
+        let o = run(lockctl_on(&s)
+            .args(["acquire", "full", "--limit", "3"])
+            .args(wait));
+        assert_eq!(code(&o), 75, "{wait:?}: {}{}", stdout(&o), stderr(&o));
+        let e = stderr(&o);
+        let last = e.lines().last().unwrap_or_default();
+        assert!(last.contains("lock 'full' is busy (held by "), "{e}");
+        // Each holder's record names this process (the one that ran `acquire`) and its command.
+        let pid = format!(" pid {} (", std::process::id());
+        assert_eq!(last.matches(&pid).count(), 3, "{last:?}");
+        for i in 1..=3 {
+            assert!(
+                last.contains(&format!("), note: job {i}, slot {i}")),
+                "holder of slot {i} not named in {last:?}"
+            );
+        }
+        assert_eq!(snapshot(&s), before, "a busy attempt changed Redis");
+    }
+}
+
 #[test]
 fn a_limit_mismatch_is_refused_both_ways_and_changes_nothing() {
     let s = Server::start();

@@ -1399,7 +1399,8 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         }
         Some(0) => Ok(Round1::Busy {
             pttl: int(1).unwrap_or(-1),
-            holder: describe_holder_note(&text(2), &text(3), &text(4), &text(9)),
+            holder: describe_holders(items.get(11))
+                .or_else(|| describe_holder_note(&text(2), &text(3), &text(4), &text(9))),
             run_id: text(5),
             queue: queue(6, 10),
         }),
@@ -1417,6 +1418,37 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         Some(4) => Ok(Round1::Superseded(text(1), text(2))),
         _ => Err(bad()),
     }
+}
+
+/// Every holder of a semaphore from the acquire script's list (`{{slot, host, pid, cmd, note}, ...}`),
+/// each as a plain lock's holder is named, with its slot: `h pid 1 (cmd), note: x, slot 1; ...`.
+fn describe_holders(list: Option<&Value>) -> Option<String> {
+    let Some(Value::Array(holders)) = list else {
+        return None;
+    };
+    let text = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::Int(x)) => x.to_string(),
+        _ => String::new(),
+    };
+    let all: Vec<String> = holders
+        .iter()
+        .filter_map(|h| match h {
+            Value::Array(f) => Some(format!(
+                "{}, slot {}",
+                describe_holder_note(
+                    &text(f.get(1)),
+                    &text(f.get(2)),
+                    &text(f.get(3)),
+                    &text(f.get(4))
+                )
+                .unwrap_or_else(|| "an unknown holder".into()),
+                text(f.first())
+            )),
+            _ => None,
+        })
+        .collect();
+    (!all.is_empty()).then(|| all.join("; "))
 }
 
 /// The first two nodes that answered with the same run id: one server reached twice.

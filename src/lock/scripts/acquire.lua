@@ -12,10 +12,12 @@
 -- Returns {1, fence, run id, slot}               granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
---         {0, pttl, host, pid, command, run id, ticket, ahead, waiting, note, interval ms}
+--         {0, pttl, host, pid, command, run id, ticket, ahead, waiting, note, interval ms,
+--          {{slot, host, pid, command, note}, ...}}
 --                                                no slot for us (pttl: the soonest a slot frees), or
 --                                                live waiters are queued ahead (ticket '' when the
---                                                caller is not queued; interval: when to heartbeat)
+--                                                caller is not queued; interval: when to heartbeat;
+--                                                the last: every holder of a semaphore, N > 1)
 --         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms}
 --                                                this node started too recently to vote
 --         {3, the limit in use, host, pid, command, run id}
@@ -85,8 +87,10 @@ end
 -- own key, so that with Redlock each slot is a mutex of its own (see docs/queue.md).
 local free, pick = 0, nil
 local busy_pttl, busy_slot, busy_token = nil, nil, nil
+local tokens = {}
 for i = 1, limit do
   local current = redis.call('GET', slot_key(i))
+  tokens[i] = current
   if current == token then
     -- The same attempt sent again after a dropped connection: it already won here, with the fence
     -- its record keeps.
@@ -280,12 +284,20 @@ if ahead >= free or not pick or quarantined then
     table.insert(quarantined, interval)
     return quarantined
   end
+  -- A semaphore's busy message names every holder.
+  local holders = {}
+  for i = 1, limit > 1 and limit or 0 do
+    if tokens[i] then
+      local r = holder_of(i, tokens[i]) or {}
+      holders[#holders + 1] = {i, r[2] or '', r[3] or '', r[4] or '', r[6] or ''}
+    end
+  end
   local h = busy_token and holder_of(busy_slot or 1, busy_token)
   if not h then
-    return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, '', interval}
+    return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, '', interval, holders}
   end
   return {0, busy_pttl, h[2] or '', h[3] or '', h[4] or '', run_id(), ticket, ahead, waiting,
-    h[6] or '', interval}
+    h[6] or '', interval, holders}
 end
 
 -- Granted: the caller leaves the queue; the last one out takes the queue's keys along.
