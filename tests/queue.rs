@@ -255,6 +255,71 @@ fn a_waiter_that_stops_waiting_leaves_at_once() {
     assert_eq!(waiter_pids(&mut lockctl_on(&s), "leave"), Vec::<u64>::new());
 }
 
+/// The contract: "a waiter that dies leaves the queue within a few seconds". Behind the front of the
+/// queue a waiter heartbeats seconds apart and its entry stays until it reaches the front (docs/queue.md,
+/// "Liveness"), but it must stop being listed at once: its wake subscription ends with it. One that is
+/// stopped (SIGSTOP) still listens and is still listed: stopping is not dying.
+fn a_waiter_that_dies_far_back_is_no_longer_listed_on(
+    servers: &[&Server],
+    lockctl: impl Fn() -> Command,
+) {
+    let token = hold(&mut lockctl(), "far");
+    let mut kids = Vec::new();
+    for _ in 0..6 {
+        kids.push(acquirer(&mut lockctl(), "far", &[]));
+        wait_queued(servers, "far", kids.len());
+    }
+    let pids: Vec<u64> = kids.iter().map(|k| k.id() as u64).collect();
+    // The fifth and sixth stand behind the front (the first two places of a plain lock): wait until
+    // every node keeps them longer than a front lifetime, so that the expiry alone would list them.
+    let alive = "{lockctl:far}\u{1f}alive";
+    let stretched = eventually(Duration::from_secs(30), || {
+        servers.iter().all(|s| {
+            let t: Vec<String> = s.cmd(&["TIME"]);
+            let now_ms = t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000;
+            let v: Vec<(String, u64)> = s.cmd(&["ZRANGE", alive, "0", "-1", "WITHSCORES"]);
+            v.iter().filter(|(_, e)| *e > now_ms + 10_000).count() >= 2
+        })
+    });
+    assert!(
+        stretched,
+        "the waiters far back did not get a longer heartbeat"
+    );
+    kill(pids[4] as i32, libc::SIGKILL);
+    kill(pids[5] as i32, libc::SIGSTOP);
+    let expected: Vec<u64> = [&pids[..4], &pids[5..]].concat();
+    assert!(
+        eventually(Duration::from_secs(3), || waiter_pids(
+            &mut lockctl(),
+            "far"
+        ) == expected),
+        "a dead waiter far back is still listed: {:?} (pids {pids:?})",
+        status_json(&mut lockctl(), "far")["waiters"]
+    );
+    kill(pids[5] as i32, libc::SIGCONT);
+    let o = run(lockctl().args(["release", "far", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for (i, k) in kids.into_iter().enumerate() {
+        let o = wait_output(k, Duration::from_secs(120));
+        if i != 4 {
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+        }
+    }
+}
+
+#[test]
+fn a_waiter_that_dies_far_back_is_no_longer_listed() {
+    let s = Server::start();
+    a_waiter_that_dies_far_back_is_no_longer_listed_on(&[&s], || lockctl_on(&s));
+}
+
+#[test]
+fn a_waiter_that_dies_far_back_is_no_longer_listed_on_redlock() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    a_waiter_that_dies_far_back_is_no_longer_listed_on(&all, || s.lockctl());
+}
+
 /// `--supersede` displaces the older waiters, never the holder.
 fn supersede_case(servers: &[&Server], lockctl: impl Fn() -> Command) {
     let token = hold(&mut lockctl(), "sup");

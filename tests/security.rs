@@ -642,6 +642,7 @@ const MINIMAL_ACL: &[&str] = &[
     "+zscore",
     "+zcount",
     "+zcard",
+    "+pubsub|numsub",
 ];
 
 fn acl_denials(admin: &mut redis::Connection) -> Vec<String> {

@@ -433,7 +433,12 @@ pub(crate) fn survey(engine: &mut Engine, keys: &LockKeys) -> Merged {
         keys.alive.as_str(),
         keys.waiters.as_str(),
     ];
-    let args = [keys.slot_base.as_str(), keys.holder_base.as_str()];
+    let args = [
+        keys.slot_base.as_str(),
+        keys.holder_base.as_str(),
+        keys.wake.as_str(),
+        crate::lock::ALIVE_MS.as_str(),
+    ];
     let views = quorum::all(engine.nodes_mut(), |_, node: &mut Node| {
         let v = node.eval("status", &STATUS, &key_list, &args)?;
         NodeView::from_status(v).ok_or_else(|| NodeFailure {

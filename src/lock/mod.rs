@@ -471,6 +471,7 @@ impl Engine {
                 return Err(LockError::Interrupted(signal));
             }
             place.check_lapse();
+            place.listening = waiter.listening();
             match self.attempt(keys, ttl, holder, limit, want.take(), &mut place) {
                 Ok(grant) => {
                     waiter.finish();
@@ -679,7 +680,12 @@ impl Engine {
         let longest_ms = queue::LONGEST.as_millis().to_string();
 
         let started = Stamp::now();
-        let round1 = quorum::all(&mut self.nodes, |_, node| {
+        let round1 = quorum::all(&mut self.nodes, |i, node| {
+            let listening = if place.listening.get(i) == Some(&true) {
+                "1"
+            } else {
+                ""
+            };
             let args = [
                 token.as_str(),
                 ttl_ms.as_str(),
@@ -698,6 +704,7 @@ impl Engine {
                 keys.wake.as_str(),
                 alive_ms.as_str(),
                 longest_ms.as_str(),
+                listening,
             ];
             node.eval("acquire", &ACQUIRE, &key_list, &args)
                 .and_then(|v| parse_round1(v, &node.display))

@@ -785,7 +785,8 @@ impl Node {
 pub const ACL_RULES: &str = "~lockctl:* ~{lockctl:* ~{*}?lockctl:* &lockctl:* &{lockctl:* \
     &{*}?lockctl:* &__keyspace@*__:lockctl:* +evalsha +eval +script|load +subscribe +get +set +incr \
     +hset +hmget +hgetall +pttl +pexpire +del +publish +info +time +wait +scan +ping +role \
-    +config|get +exists +hget +hdel +zadd +zrem +zrange +zrangebyscore +zrank +zscore +zcount +zcard";
+    +config|get +exists +hget +hdel +zadd +zrem +zrange +zrangebyscore +zrank +zscore +zcount +zcard \
+    +pubsub|numsub";
 
 /// When a node answered but refuses, what to fix; `None` for everything else. These replies come
 /// back the same until someone changes the setup, so they exit 78 rather than 69.

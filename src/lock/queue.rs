@@ -104,6 +104,9 @@ pub struct Place {
     pub interval: Duration,
     /// Live waiters ahead of this one (on a quorum), and how many wait in all.
     pub position: Option<(u64, u64)>,
+    /// Per node: its subscription to the wake channel stands. A node gives a waiter that does not
+    /// listen there the front's heartbeat, since only heartbeats then show that it lives.
+    pub listening: Vec<bool>,
 }
 
 impl Place {
@@ -116,6 +119,7 @@ impl Place {
             last_try: None,
             interval: HEARTBEAT,
             position: None,
+            listening: Vec::new(),
         }
     }
 

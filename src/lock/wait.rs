@@ -228,6 +228,14 @@ impl Waiter {
         self.interval = interval;
     }
 
+    /// Per node: the wake subscription stands.
+    pub fn listening(&self) -> Vec<bool> {
+        self.subscribed
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .collect()
+    }
+
     /// True when the wait's deadline has passed.
     pub fn deadline_passed(&self) -> bool {
         self.deadline.is_some_and(Stamp::passed)

@@ -133,7 +133,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                     &keys.alive,
                     &keys.waiters,
                 ],
-                bases.to_vec(),
+                vec![bases[0], bases[1], &keys.wake, &crate::lock::ALIVE_MS],
             ),
         ];
         for (what, script, k, a) in steps {

@@ -8,7 +8,8 @@
 --       base (slot i >= 2 is `base .. i`), the slot wanted ('' or 0 = the lowest free one),
 --       waiter id, ticket ('' = none yet), mode ('n' one attempt, never queued; 'w' wait; 's' wait
 --       and supersede the older waiters), note, wake channel prefix, a waiter's lifetime at the
---       front of the queue in ms (three heartbeats), the longest heartbeat interval in ms
+--       front of the queue in ms (three heartbeats), the longest heartbeat interval in ms, '1' when
+--       the caller listens on its wake channel on this node (its subscription stands)
 -- Returns {1, fence, run id, slot}               granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
@@ -251,6 +252,12 @@ if ahead >= free or not pick or quarantined then
       ticket = redis.call('ZSCORE', KEYS[5], id)
     end
     interval = interval_at(ahead)
+    if ARGV[18] ~= '1' then
+      -- Not listening here (not subscribed yet, or its subscription was lost): only its heartbeats
+      -- show that it lives, so it heartbeats as at the front. A longer expiry goes only to a waiter
+      -- whose subscription shows it alive meanwhile (status.lua lists it while that lasts).
+      interval = math.min(interval, alive_ms / 3)
+    end
     redis.call('ZADD', KEYS[6], now_ms + 3 * interval, id)
     -- The queue's keys outlive the longest expiry by a front lifetime, and go with the last waiter.
     local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')

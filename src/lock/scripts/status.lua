@@ -1,11 +1,16 @@
 -- Everything `status` shows about one lock on one node, read atomically in one round trip.
 -- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit, queue, alive, waiters
--- ARGV: slot key base, holder hash base (slot i >= 2 is `base .. i`)
+-- ARGV: slot key base, holder hash base (slot i >= 2 is `base .. i`), wake channel prefix, a waiter's
+--       lifetime at the front of the queue in ms
 -- Returns {token or false, pttl, fence or false, {holder field, value, ...}, {server seconds, micros},
 --          uptime in seconds or false, the limit or false,
 --          {{slot, token, pttl, {holder field, value, ...}}, ...} for the held slots from 2 on,
 --          {waiter id, record (JSON), ticket, ...} the live waiters in queue order}
--- Read only: waiters whose heartbeat expired are left out, not removed.
+-- Read only: waiters whose heartbeat expired are left out, not removed. So is a waiter behind the
+-- front of the queue (an expiry further away than a front lifetime: it heartbeats seconds apart)
+-- that no longer listens on its wake channel: a process's subscription ends with it, so one that
+-- died stops being listed at once, although its entry stays until it reaches the front (acquire.lua
+-- brings its expiry down there) or its expiry passes.
 local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
 local limit = tonumber(redis.call('GET', KEYS[4]) or '')
 local slots = {}
@@ -22,7 +27,13 @@ local waiters = {}
 local queue = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
 for i = 1, #queue, 2 do
   local expiry = tonumber(redis.call('ZSCORE', KEYS[6], queue[i]))
-  if expiry and expiry > now_ms then
+  local listed = expiry and expiry > now_ms
+  if listed and expiry > now_ms + tonumber(ARGV[4]) then
+    -- An ACL user without `+pubsub|numsub` gets the error back, and the waiter is listed.
+    local subs = redis.pcall('PUBSUB', 'NUMSUB', ARGV[3] .. '\031' .. queue[i])
+    listed = type(subs) ~= 'table' or subs.err ~= nil or subs[2] > 0
+  end
+  if listed then
     table.insert(waiters, queue[i])
     table.insert(waiters, redis.call('HGET', KEYS[7], queue[i]) or '{}')
     table.insert(waiters, queue[i + 1])
