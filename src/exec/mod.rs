@@ -93,6 +93,13 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     )
     .context("cannot install signal handlers")?;
 
+    // The watcher starts while the lock is asked for, not after it is won: its start (two forks
+    // and an exec of lockctl's binary) would otherwise lie between the grant and the command's.
+    // On every path where no command runs, the pipe to it closes and it exits.
+    let starting = watcher::Watcher::start(args.kill_after).context(
+        "cannot start the watcher process; the lock was not asked for and the command did not run",
+    )?;
+
     let grant = match engine.acquire(
         &keys,
         args.wait.ttl,
@@ -116,8 +123,10 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         return Ok(report(&LockError::Interrupted(signal), busy));
     }
     let env = grant.env();
-    // The watcher first: it must not be adopted by lockctl as a subreaper (see watcher.rs).
-    let watcher = match watcher::Watcher::start(grant.started.add(grant.validity), args.kill_after)
+    // The subreaper only once the watcher is ready: it must not be adopted by lockctl (see
+    // watcher.rs).
+    let watcher = match starting
+        .ready(grant.started.add(grant.validity))
         .and_then(|w| {
             child::become_subreaper()?;
             Ok(w)

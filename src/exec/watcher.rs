@@ -92,7 +92,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::procs::Walker;
 use crate::clock::Stamp;
@@ -190,33 +190,42 @@ pub struct Watcher {
     exec: bool,
 }
 
+/// A watcher started before the lock is won, whose first word lockctl has not read yet: it
+/// enforces nothing until it is sent the lease's deadline, and looks for no process until the job
+/// announces its group.
+pub struct Starting {
+    link: Link,
+    back: OwnedFd,
+    /// When it was started: its first word is awaited until [`READY_WAIT_MS`] after this.
+    since: Instant,
+    kill_after: Duration,
+}
+
 impl Watcher {
-    /// Starts the watcher, which enforces the lease `deadline` (and later ones it is sent) with the
-    /// stop policy: SIGTERM, then SIGKILL `kill_after` later; returns once it has said whether it
-    /// runs as `lockctl-guard`.
-    pub fn start(deadline: Stamp, kill_after: Duration) -> io::Result<Watcher> {
+    /// Starts the watcher, which will enforce the lease's deadlines with the stop policy (SIGTERM,
+    /// then SIGKILL `kill_after` later) once it is told the first one ([`Starting::ready`]);
+    /// returns as soon as it runs, without waiting for its first word.
+    pub fn start(kill_after: Duration) -> io::Result<Starting> {
+        let since = Instant::now();
         let (read, write) = pipe()?;
         let (back, back_write) = pipe()?;
-        let link = Link(Arc::new(write), 0);
-        if !link.deadline(deadline) {
-            return Err(io::Error::last_os_error());
-        }
         // SAFETY: fcntl on our own descriptor.
-        if unsafe { libc::fcntl(link.0.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
+        if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let kill_after = kill_after.as_nanos().min(u64::MAX as u128) as u64;
+        let link = Link(Arc::new(write), 0);
+        let ns = kill_after.as_nanos().min(u64::MAX as u128) as u64;
         // Everything exec needs is built before the clone: the copy may not allocate.
         let exe = c"/proc/self/exe";
         let me = std::process::id() as i32;
         let start = super::procs::read(me).map_or(0, |p| p.start);
         let pid = std::ffi::CString::new(format!("{me}:{start}")).map_err(io::Error::other)?;
-        let ns = std::ffi::CString::new(kill_after.to_string()).map_err(io::Error::other)?;
+        let ns_arg = std::ffi::CString::new(ns.to_string()).map_err(io::Error::other)?;
         let argv = [
             GUARD_NAME.as_ptr().cast::<libc::c_char>(),
             c"--lockctl-guard".as_ptr(),
             pid.as_ptr(),
-            ns.as_ptr(),
+            ns_arg.as_ptr(),
             std::ptr::null(),
         ];
         let envp = [std::ptr::null::<libc::c_char>()];
@@ -232,7 +241,7 @@ impl Watcher {
                         // No exec (no /proc?): watch from this copy, without looking for
                         // processes that left the group.
                         say_ready(READY_COPY);
-                        watch(GUARD_FD, kill_after, None)
+                        watch(GUARD_FD, ns, None)
                     }
                     -1 => libc::_exit(1),
                     _ => libc::_exit(0),
@@ -254,30 +263,11 @@ impl Watcher {
         if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
             return Err(io::Error::other("cannot fork the watcher process"));
         }
-        let mut pfd = libc::pollfd {
-            fd: back.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on our own descriptor; a bounded wait for the watcher's first word.
-        let ready = unsafe { libc::poll(&mut pfd, 1, READY_WAIT_MS) } > 0;
-        let mut word = [0u8; 5];
-        // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The word
-        // is shorter than PIPE_BUF, so it was written, and is read, whole.
-        if ready
-            && unsafe { libc::read(back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) }
-                != word.len() as isize
-        {
-            return Err(io::Error::other("the watcher process ended at its start"));
-        }
-        // Without its word in time, the watcher's PID is unknown (0): lockctl then cannot be its
-        // parent either (only a PID 1 is, see the module docs), or it would have answered.
-        let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
-        let link = Link(link.0, pid);
-        Ok(Watcher {
+        Ok(Starting {
             link,
-            back: Arc::new(back),
-            exec: word[0] == READY_EXEC,
+            back,
+            since,
+            kill_after,
         })
     }
 
@@ -359,6 +349,65 @@ impl Watcher {
     /// The group has exited: the watcher stands down.
     pub fn done(self) {
         self.link.send(&[DONE]);
+    }
+}
+
+impl Starting {
+    /// Once the lock is won: waits for the watcher's first word (it has mostly come by then), and
+    /// sends it the lease's `deadline`, before the job can start. A watcher that went away while
+    /// lockctl waited for the lock (killed, or ended at its start) is replaced by a new one,
+    /// started now, once.
+    pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
+        let kill_after = self.kill_after;
+        if let Some(watcher) = self.answer(deadline)? {
+            return Ok(watcher);
+        }
+        crate::trace!("the watcher process is gone; starting another");
+        Watcher::start(kill_after)?
+            .answer(deadline)?
+            .ok_or_else(|| io::Error::other("the watcher process ended at its start"))
+    }
+
+    /// The watcher, ready and told the deadline; `None` if it is gone.
+    fn answer(self, deadline: Stamp) -> io::Result<Option<Watcher>> {
+        let left = Duration::from_millis(READY_WAIT_MS as u64).saturating_sub(self.since.elapsed());
+        let mut pfd = libc::pollfd {
+            fd: self.back.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on our own descriptor; a bounded wait for the watcher's first word.
+        let ready = loop {
+            match unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) } {
+                n if n >= 0 => break n > 0,
+                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+                _ => return Err(io::Error::last_os_error()),
+            }
+        };
+        let mut word = [0u8; 5];
+        if ready {
+            // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The
+            // word is shorter than PIPE_BUF, so it was written, and is read, whole.
+            let n =
+                unsafe { libc::read(self.back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) };
+            // Hung up, with or without its word: it is gone.
+            if n != word.len() as isize || pfd.revents & libc::POLLHUP != 0 {
+                return Ok(None);
+            }
+        }
+        // Without its word in time, the watcher's PID is unknown (0): lockctl then cannot be its
+        // parent either (only a PID 1 is, see the module docs), or it would have answered.
+        let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
+        let link = Link(self.link.0, pid);
+        // A write that fails finds the watcher gone (EPIPE): nobody reads the pipe.
+        if !link.deadline(deadline) {
+            return Ok(None);
+        }
+        Ok(Some(Watcher {
+            link,
+            back: Arc::new(self.back),
+            exec: word[0] == READY_EXEC,
+        }))
     }
 }
 
@@ -521,6 +570,12 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
             if ready > 0 {
                 let mut buf = [0u8; 64];
                 let n = libc::read(read, buf.as_mut_ptr().cast(), buf.len());
+                if n == 0 && known.group == 0 {
+                    // lockctl is gone, or gave up, before any job announced itself: there is
+                    // nothing to kill (a job's first process holds this pipe's write end until it
+                    // has announced its group and exec'd).
+                    libc::_exit(0);
+                }
                 if n == 0 {
                     // lockctl is gone without saying "done". The group is stopped first, then
                     // walked, then killed: stopped, its processes can neither leave it nor die,
@@ -597,8 +652,14 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
                 timeout = 0;
                 continue;
             }
+            if known.group == 0 && known.deadline == 0 && known.kill_at == 0 {
+                // Started while lockctl waits for the lock, maybe for hours: no lease and no job
+                // yet, so nothing to enforce or look for until lockctl writes or is gone.
+                timeout = -1;
+                continue;
+            }
             timeout = enforce(&mut known, now, kill_after, walker.as_deref_mut());
-            if let Some(w) = walker.as_deref_mut() {
+            if let Some(w) = walker.as_deref_mut().filter(|_| known.group > 0) {
                 w.refresh();
                 timeout = timeout.min(WALK_MS as libc::c_int);
             }
