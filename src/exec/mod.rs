@@ -5,8 +5,10 @@
 //! 1. Signal handling starts before the first attempt, so a SIGINT/SIGTERM/SIGHUP during the wait ends
 //!    it cleanly (a failed attempt is always rolled back, a won one is released) and lockctl exits
 //!    128+N without running the command.
-//! 2. The watcher is forked (`watcher.rs`: it kills the job's group if lockctl dies), then the command
-//!    is spawned from the main thread (see `child.rs` for the process group, the parent-death signal,
+//! 2. The watcher (`watcher.rs`: it kills the job's group if lockctl dies) is forked before the first
+//!    attempt, so that its start overlaps the attempt and the wait; once the lock is won, lockctl
+//!    waits for its first word and sends it the lease's deadline. Then the command is spawned from
+//!    the main thread (see `child.rs` for the process group, the parent-death signal,
 //!    the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`,
 //!    `LOCKCTL_FENCE` and `LOCKCTL_SLOT` in its environment. From then on, signals are forwarded to
 //!    the job (`supervisor.rs`).

@@ -9,6 +9,17 @@
 //! - lockctl forks it before the child, with a pipe whose write end only lockctl holds (close-on-exec,
 //!   so the job never inherits it). The watcher blocks reading the other end. The kernel closes the
 //!   write end when lockctl exits, however it exits (even SIGKILL), and the read returns end-of-file.
+//! - **Started before the lock is won.** lockctl starts it before its first attempt, so that its
+//!   start (two forks, an exec, a dynamic loading) overlaps the attempt's round trip and, under
+//!   contention, the wait, instead of lying between the grant and the command, on every handoff's
+//!   critical path. Until lockctl sends the lease's first deadline, at the grant, and the job
+//!   announces its group, it enforces nothing and looks for nothing: it sleeps in `poll` on its
+//!   pipe without a timeout, so a lockctl that waits for hours costs nothing more than the process.
+//!   End-of-file before any group was announced means no job was started (its first process holds
+//!   the pipe's write end until it has announced its group and exec'd), so it exits at once: on
+//!   every path where lockctl runs no command (busy, `-w` run out, a signal or an error during the
+//!   wait, lockctl killed while waiting) nothing is left behind. A watcher gone while lockctl
+//!   waited (killed: an unanchored `pkill lockctl`) is replaced at the grant, before the job starts.
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
@@ -40,7 +51,8 @@
 //!   forked copy watches by itself, without looking for processes that left the group; the command's
 //!   first process then keeps the parent-death signal (SIGKILL).
 //! - **A pipe back** whose write end only the watcher holds. Its first word says how the watcher
-//!   runs (exec'd or the forked copy) and its PID; lockctl waits for it before starting the command.
+//!   runs (exec'd or the forked copy) and its PID; lockctl waits for it, after the grant, before
+//!   starting the command.
 //!   Then a thread of lockctl polls the read end: it hangs up the moment the watcher is gone, however
 //!   it went, and every tenth of a second the thread checks that the watcher is not stopped. Either
 //!   way the watcher no longer guards the job (lockctl's death would leave it running), so lockctl
