@@ -56,8 +56,38 @@ fn hold(s: &Server, name: &str) -> String {
     held["token"].as_str().unwrap().to_string()
 }
 
+/// A lockctl the test started: killed and reaped when dropped, should the test fail before it
+/// ends (reaped, its PID is not signalled again).
+struct Started(Option<Child>);
+
+impl Started {
+    fn id(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    /// SIGKILL, and reaped.
+    fn kill(mut self) {
+        let mut child = self.0.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    fn output(mut self, limit: Duration) -> std::process::Output {
+        wait_output(self.0.take().unwrap(), limit)
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Starts `exec NAME FLAGS -- sh -c SCRIPT` on a held lock and returns once it says it waits.
-fn start_waiting(s: &Server, name: &str, flags: &[&str], script: &str) -> (Child, ChildStderr) {
+fn start_waiting(s: &Server, name: &str, flags: &[&str], script: &str) -> (Started, ChildStderr) {
     let mut child = lockctl_on(s)
         .args(["exec", name])
         .args(flags)
@@ -67,6 +97,7 @@ fn start_waiting(s: &Server, name: &str, flags: &[&str], script: &str) -> (Child
         .spawn()
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
+    let child = Started(Some(child));
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     assert!(
@@ -110,7 +141,7 @@ fn a_waiting_watcher_sleeps_and_is_gone_after_a_signal() {
         "the watcher of a waiting lockctl woke {woke} times in 1.5 s"
     );
     kill(child.id() as i32, libc::SIGINT);
-    let out = wait_output(child, Duration::from_secs(60));
+    let out = child.output(Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(130), "{}", errs.join().unwrap());
     assert!(!marker.exists(), "the command ran");
     assert!(no_watcher_left(lockctl), "a watcher outlived its lockctl");
@@ -120,11 +151,10 @@ fn a_waiting_watcher_sleeps_and_is_gone_after_a_signal() {
 fn a_lockctl_killed_while_waiting_leaves_no_watcher() {
     let s = Server::start();
     hold(&s, "killed");
-    let (mut child, _err) = start_waiting(&s, "killed", &[], "true");
+    let (child, _err) = start_waiting(&s, "killed", &[], "true");
     let pid = child.id();
     watcher_of(pid);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     assert!(no_watcher_left(pid), "a watcher outlived its lockctl");
 }
 
@@ -197,7 +227,7 @@ fn a_watcher_killed_while_waiting_is_replaced_at_the_grant() {
     // The lease outlives a few renewals (2 s TTL) with the new watcher in place: no false 76.
     std::thread::sleep(Duration::from_millis(2500));
     std::fs::write(&go, "").unwrap();
-    let out = wait_output(child, Duration::from_secs(60));
+    let out = child.output(Duration::from_secs(60));
     assert_eq!(code(&out), 0, "{}", errs.join().unwrap());
     assert!(no_watcher_left(lockctl), "a watcher outlived its lockctl");
 
@@ -205,8 +235,7 @@ fn a_watcher_killed_while_waiting_is_replaced_at_the_grant() {
     let token = hold(&s, "again");
     std::fs::remove_file(&job_pid).unwrap();
     std::fs::remove_file(&go).unwrap();
-    let (mut child, _err) =
-        start_waiting(&s, "again", &["--ttl", "2s", "--kill-after", "1s"], &script);
+    let (child, _err) = start_waiting(&s, "again", &["--ttl", "2s", "--kill-after", "1s"], &script);
     let lockctl = child.id();
     let first = watcher_of(lockctl);
     kill(first, libc::SIGKILL);
@@ -219,8 +248,7 @@ fn a_watcher_killed_while_waiting_is_replaced_at_the_grant() {
     );
     let job = read_pid(&job_pid).unwrap();
     watcher_of(lockctl);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     let died = eventually(Duration::from_secs(20), || !alive(job));
     std::fs::write(&go, "").unwrap();
     assert!(died, "the job outlived a SIGKILLed lockctl");
@@ -239,7 +267,7 @@ fn a_lockctl_killed_just_after_the_grant_takes_its_job_along() {
         let token = hold(&s, &name);
         let job_pid = s.dir().join(format!("job-pid{round}"));
         let script = format!("echo $$ > {}; exec sleep 600", job_pid.display());
-        let (mut child, _err) =
+        let (child, _err) =
             start_waiting(&s, &name, &["--ttl", "2s", "--kill-after", "1s"], &script);
         let lockctl = child.id();
         watcher_of(lockctl);
@@ -253,8 +281,7 @@ fn a_lockctl_killed_just_after_the_grant_takes_its_job_along() {
         } else {
             std::thread::sleep(Duration::from_millis(delay_ms));
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.kill();
         assert!(no_watcher_left(lockctl), "a watcher outlived its lockctl");
         if let Some(job) = read_pid(&job_pid) {
             started += 1;
@@ -301,19 +328,21 @@ fn lockctl_as_pid_1_replaces_a_watcher_killed_while_it_waits() {
     let s = Server::start();
     let token = hold(&s, "pid1");
     let ran = s.dir().join("ran");
-    let container = std::process::Command::new("unshare")
-        .args(["-pf", "--kill-child", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exec", "pid1", "--ttl", "2s", "--", "touch"])
-        .arg(&ran)
-        .env("LOCKCTL_REDIS", s.url())
-        // The server was just started by this test.
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let container = Started(Some(
+        std::process::Command::new("unshare")
+            .args(["-pf", "--kill-child", "--mount-proc"])
+            .arg(env!("CARGO_BIN_EXE_lockctl"))
+            .args(["exec", "pid1", "--ttl", "2s", "--", "touch"])
+            .arg(&ran)
+            .env("LOCKCTL_REDIS", s.url())
+            // The server was just started by this test.
+            .env("LOCKCTL_QUARANTINE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     let mut watcher = None;
     eventually(Duration::from_secs(30), || {
         watcher = children(container.id() as i32)
@@ -329,7 +358,7 @@ fn lockctl_as_pid_1_replaces_a_watcher_killed_while_it_waits() {
     kill(watcher, libc::SIGKILL);
     let o = run(lockctl_on(&s).args(["release", "pid1", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let out = wait_output(container, Duration::from_secs(30));
+    let out = container.output(Duration::from_secs(30));
     assert_eq!(
         out.status.code(),
         Some(0),
