@@ -5,11 +5,11 @@
 //! 1. Signal handling starts before the first attempt, so a SIGINT/SIGTERM/SIGHUP during the wait ends
 //!    it cleanly (a failed attempt is always rolled back, a won one is released) and lockctl exits
 //!    128+N without running the command.
-//! 2. The watcher (`watcher.rs`: it kills the job's group if lockctl dies) is forked before the first
-//!    attempt, so that its start overlaps the attempt and the wait; once the lock is won, lockctl
-//!    waits for its first word and sends it the lease's deadline. Then the command is spawned from
-//!    the main thread (see `child.rs` for the process group, the parent-death signal,
-//!    the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`,
+//! 2. The watcher (`watcher.rs`: it kills the job's group if lockctl dies) is forked on a thread as
+//!    the first attempt is made, so that its start overlaps the attempt and the wait; once the lock
+//!    is won, lockctl waits for its first word and sends it the lease's deadline. Then the command
+//!    is spawned from the main thread (see `child.rs` for the process group, the parent-death
+//!    signal, the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`,
 //!    `LOCKCTL_FENCE` and `LOCKCTL_SLOT` in its environment. From then on, signals are forwarded to
 //!    the job (`supervisor.rs`).
 //! 3. The renewal thread (`lease.rs`) keeps the lease and a timer enforces its deadline
@@ -98,9 +98,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     // The watcher starts while the lock is asked for, not after it is won: its start (two forks
     // and an exec of lockctl's binary) would otherwise lie between the grant and the command's.
     // On every path where no command runs, the pipe to it closes and it exits.
-    let starting = watcher::Watcher::start(args.kill_after).context(
-        "cannot start the watcher process; the lock was not asked for and the command did not run",
-    )?;
+    let starting = watcher::Launch::new(args.kill_after);
 
     let grant = match engine.acquire(
         &keys,

@@ -9,10 +9,10 @@
 //! - lockctl forks it before the child, with a pipe whose write end only lockctl holds (close-on-exec,
 //!   so the job never inherits it). The watcher blocks reading the other end. The kernel closes the
 //!   write end when lockctl exits, however it exits (even SIGKILL), and the read returns end-of-file.
-//! - **Started before the lock is won.** lockctl starts it before its first attempt, so that its
-//!   start (two forks, an exec, a dynamic loading) overlaps the attempt's round trip and, under
-//!   contention, the wait, instead of lying between the grant and the command, on every handoff's
-//!   critical path. Until lockctl sends the lease's first deadline, at the grant, and the job
+//! - **Started before the lock is won.** lockctl starts it on a thread of its own as it makes its
+//!   first attempt, so that its start (two forks, an exec, a dynamic loading) overlaps the
+//!   attempt's round trip and, under contention, the wait, instead of lying between the grant and
+//!   the command, on every handoff's critical path. Until lockctl sends the lease's first deadline, at the grant, and the job
 //!   announces its group, it enforces nothing and looks for nothing: it sleeps in `poll` on its
 //!   pipe without a timeout, so a lockctl that waits for hours costs nothing more than the process.
 //!   End-of-file before any group was announced means no job was started (its first process holds
@@ -361,6 +361,40 @@ impl Watcher {
     /// The group has exited: the watcher stands down.
     pub fn done(self) {
         self.link.send(&[DONE]);
+    }
+}
+
+/// A watcher being started while lockctl asks for the lock: on a thread of its own, so that its
+/// forks overlap the first attempt's round trip, or, where no thread could be started, already
+/// started on the calling one.
+pub enum Launch {
+    Thread(std::thread::JoinHandle<io::Result<Starting>>),
+    Here(io::Result<Starting>),
+}
+
+impl Launch {
+    /// Starts the watcher (see [`Watcher::start`]).
+    pub fn new(kill_after: Duration) -> Launch {
+        let spawned = std::thread::Builder::new()
+            .name("watcher-start".into())
+            .stack_size(64 * 1024)
+            .spawn(move || Watcher::start(kill_after));
+        match spawned {
+            Ok(thread) => Launch::Thread(thread),
+            Err(_) => Launch::Here(Watcher::start(kill_after)),
+        }
+    }
+
+    /// Once the lock is won: the watcher, started, ready and told the lease's `deadline` (see
+    /// [`Starting::ready`]).
+    pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
+        let starting = match self {
+            Launch::Thread(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the watcher's start failed")))?,
+            Launch::Here(started) => started?,
+        };
+        starting.ready(deadline)
     }
 }
 
