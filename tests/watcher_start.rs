@@ -107,6 +107,15 @@ fn start_waiting(s: &Server, name: &str, flags: &[&str], script: &str) -> (Start
     (child, err.into_inner())
 }
 
+/// Continues a stopped process when dropped, also when the test fails.
+struct Resume(i32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        kill(self.0, libc::SIGCONT);
+    }
+}
+
 /// The number of times `pid` was scheduled out (voluntary and not).
 fn switches(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -367,4 +376,50 @@ fn lockctl_as_pid_1_replaces_a_watcher_killed_while_it_waits() {
     );
     assert!(ran.exists(), "the command did not run");
     assert_eq!(s.get("lockctl:pid1"), None, "the lock was not released");
+}
+
+/// A watcher stopped while lockctl waits (`pkill -STOP lockctl-guard`) would guard nothing once
+/// the job runs, and lockctl would stop the job at once for it (76): it is replaced at the grant
+/// instead, and exits once resumed.
+#[test]
+fn a_watcher_stopped_while_waiting_is_replaced_at_the_grant() {
+    let s = Server::start();
+    let token = hold(&s, "stopped");
+    let go = s.dir().join("go");
+    let script = format!(
+        "echo started; while [ ! -e {go} ]; do sleep 0.05; done",
+        go = go.display()
+    );
+    let (child, err) = start_waiting(&s, "stopped", &["--ttl", "2s"], &script);
+    let errs = collect_stderr(err);
+    let lockctl = child.id();
+    let first = watcher_of(lockctl);
+    kill(first, libc::SIGSTOP);
+    let resume = Resume(first);
+    let stopped = eventually(Duration::from_secs(20), || {
+        std::fs::read_to_string(format!("/proc/{first}/stat")).is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('T'))
+        })
+    });
+    assert!(stopped, "the watcher did not stop");
+    let o = run(lockctl_on(&s).args(["release", "stopped", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut second = Vec::new();
+    eventually(Duration::from_secs(30), || {
+        second = watchers_of(lockctl)
+            .into_iter()
+            .filter(|&w| w != first)
+            .collect();
+        !second.is_empty()
+    });
+    // Renewals (2 s TTL) pass with the new watcher in place: no false 76.
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(resume);
+    std::fs::write(&go, "").unwrap();
+    let out = child.output(Duration::from_secs(60));
+    assert_eq!(code(&out), 0, "{}", errs.join().unwrap());
+    assert_eq!(second.len(), 1, "one new watcher: {second:?}");
+    assert!(no_watcher_left(lockctl), "a watcher outlived its lockctl");
 }

@@ -18,8 +18,9 @@
 //!   End-of-file before any group was announced means no job was started (its first process holds
 //!   the pipe's write end until it has announced its group and exec'd), so it exits at once: on
 //!   every path where lockctl runs no command (busy, `-w` run out, a signal or an error during the
-//!   wait, lockctl killed while waiting) nothing is left behind. A watcher gone while lockctl
-//!   waited (killed: an unanchored `pkill lockctl`) is replaced at the grant, before the job starts.
+//!   wait, lockctl killed while waiting) nothing is left behind. A watcher gone or stopped
+//!   while lockctl waited (an unanchored `pkill lockctl`, `pkill -STOP lockctl-guard`) is replaced
+//!   at the grant, before the job starts.
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
@@ -400,15 +401,14 @@ impl Launch {
 
 impl Starting {
     /// Once the lock is won: waits for the watcher's first word (it has mostly come by then), and
-    /// sends it the lease's `deadline`, before the job can start. A watcher that went away while
-    /// lockctl waited for the lock (killed, or ended at its start) is replaced by a new one,
-    /// started now, once.
+    /// sends it the lease's `deadline`, before the job can start. A watcher that went away or was
+    /// stopped while lockctl waited for the lock is replaced by a new one, started now, once.
     pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
         let kill_after = self.kill_after;
         if let Some(watcher) = self.answer(deadline)? {
             return Ok(watcher);
         }
-        crate::trace!("the watcher process is gone; starting another");
+        crate::trace!("the watcher process is gone or stopped; starting another");
         Watcher::start(kill_after)?
             .answer(deadline)?
             .ok_or_else(|| io::Error::other("the watcher process ended at its start"))
@@ -444,6 +444,19 @@ impl Starting {
         // Without its word in time, the watcher's PID is unknown (0): lockctl then cannot be its
         // parent either (only a PID 1 is, see the module docs), or it would have answered.
         let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
+        if pid > 0 && super::procs::stop_state(pid) == Some('T') {
+            // Stopped while lockctl waited: it would guard nothing, and the job would be stopped
+            // at once for it. It exits once resumed (its pipe closes with this value); lockctl's
+            // child (lockctl is a PID 1, see the module docs) is killed instead, or lockctl would
+            // wait for it as for the job. Its PID stays its own until lockctl reaps it.
+            // SAFETY: getpid has no preconditions; kill on lockctl's own unreaped child.
+            unsafe {
+                if super::procs::read(pid).is_some_and(|w| w.ppid == libc::getpid()) {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            return Ok(None);
+        }
         let link = Link(self.link.0, pid);
         // A write that fails finds the watcher gone (EPIPE): nobody reads the pipe.
         if !link.deadline(deadline) {
