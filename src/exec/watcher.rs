@@ -12,15 +12,15 @@
 //! - **Started before the lock is won.** lockctl starts it on a thread of its own as it makes its
 //!   first attempt, so that its start (two forks, an exec, a dynamic loading) overlaps the
 //!   attempt's round trip and, under contention, the wait, instead of lying between the grant and
-//!   the command, on every handoff's critical path. Until lockctl sends the lease's first deadline, at the grant, and the job
-//!   announces its group, it enforces nothing and looks for nothing: it sleeps in `poll` on its
-//!   pipe without a timeout, so a lockctl that waits for hours costs nothing more than the process.
-//!   End-of-file before any group was announced means no job was started (its first process holds
-//!   the pipe's write end until it has announced its group and exec'd), so it exits at once: on
-//!   every path where lockctl runs no command (busy, `-w` run out, a signal or an error during the
-//!   wait, lockctl killed while waiting) nothing is left behind. A watcher gone or stopped
-//!   while lockctl waited (an unanchored `pkill lockctl`, `pkill -STOP lockctl-guard`) is replaced
-//!   at the grant, before the job starts.
+//!   the command, on every handoff's critical path. Until lockctl sends the lease's first
+//!   deadline, at the grant, and the job announces its group, it enforces nothing and looks for
+//!   nothing: it sleeps in `poll` on its pipe without a timeout, so a lockctl that waits for hours
+//!   costs nothing more than the process. End-of-file before any group was announced means no job
+//!   was started (its first process holds the pipe's write end until it has announced its group
+//!   and exec'd), so it exits at once: on every path where lockctl runs no command (busy, `-w` run
+//!   out, a signal or an error during the wait, lockctl killed while waiting) nothing is left
+//!   behind. A watcher gone or stopped while lockctl waited (an unanchored `pkill lockctl`,
+//!   `pkill -STOP lockctl-guard`) is replaced at the grant, before the job starts.
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
@@ -53,9 +53,9 @@
 //!   first process then keeps the parent-death signal (SIGKILL).
 //! - **A pipe back** whose write end only the watcher holds. Its first word says how the watcher
 //!   runs (exec'd or the forked copy) and its PID; lockctl waits for it, after the grant, before
-//!   starting the command.
-//!   Then a thread of lockctl polls the read end: it hangs up the moment the watcher is gone, however
-//!   it went, and every tenth of a second the thread checks that the watcher is not stopped. Either
+//!   starting the command. Then a thread of lockctl polls the read end: it hangs up the moment the
+//!   watcher is gone, however it went, and every tenth of a second the thread checks that the
+//!   watcher is not stopped. Either
 //!   way the watcher no longer guards the job (lockctl's death would leave it running), so lockctl
 //!   stops the job as for a lost lease and exits 76. lockctl's writes to the watcher never block
 //!   (the pipe is non-blocking, and a full one, a watcher that does not read, counts as gone): the
