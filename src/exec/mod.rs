@@ -38,7 +38,7 @@ use crate::cli::ExecArgs;
 use crate::commands::{report, wait_policy};
 use crate::config::{check_name, Settings};
 use crate::exit::{Exit, LockError};
-use crate::lock::{Engine, Holder, Wake, Wakeup};
+use crate::lock::{Engine, Holder, WaitPolicy, Wake, Wakeup};
 use crate::{say, signals, trace};
 use child::Ended;
 use lease::Lease;
@@ -98,7 +98,11 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     // The watcher starts while the lock is asked for, not after it is won: its start (two forks
     // and an exec of lockctl's binary) would otherwise lie between the grant and the command's.
     // On every path where no command runs, the pipe to it closes and it exits.
-    let starting = watcher::Launch::new(args.kill_after);
+    let starting = match policy {
+        WaitPolicy::NoWait => watcher::Launch::at_grant(args.kill_after),
+        WaitPolicy::For(d) if d.is_zero() => watcher::Launch::at_grant(args.kill_after),
+        _ => watcher::Launch::new(args.kill_after),
+    };
 
     let grant = match engine.acquire(
         &keys,

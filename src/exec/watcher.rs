@@ -12,9 +12,10 @@
 //! - **Started before the lock is won.** lockctl starts it on a thread of its own as it makes its
 //!   first attempt, so that its start (two forks, an exec, a dynamic loading) overlaps the
 //!   attempt's round trip and, under contention, the wait, instead of lying between the grant and
-//!   the command, on every handoff's critical path. Until lockctl sends the lease's first
-//!   deadline, at the grant, and the job announces its group, it enforces nothing and looks for
-//!   nothing: it sleeps in `poll` on its pipe without a timeout, so a lockctl that waits for hours
+//!   the command, on every handoff's critical path. With `-n` (one attempt, nothing to overlap
+//!   but its round trip, and often busy) it starts at the grant instead. Until lockctl sends the
+//!   lease's first deadline, at the grant, and the job announces its group, it enforces nothing and
+//!   looks for nothing: it sleeps in `poll` on its pipe without a timeout, so a lockctl that waits for hours
 //!   costs nothing more than the process. End-of-file before any group was announced means no job
 //!   was started (its first process holds the pipe's write end until it has announced its group
 //!   and exec'd), so it exits at once: on every path where lockctl runs no command (busy, `-w` run
@@ -371,6 +372,8 @@ impl Watcher {
 pub enum Launch {
     Thread(std::thread::JoinHandle<io::Result<Starting>>),
     Here(io::Result<Starting>),
+    /// Not started yet: it starts at the grant.
+    Later(Duration),
 }
 
 impl Launch {
@@ -386,6 +389,13 @@ impl Launch {
         }
     }
 
+    /// For one attempt (`-n`): the watcher starts only once the lock is won. A start that overlaps
+    /// the attempt gains its round trip on a free lock (0.95x) but is thrown away on a busy one,
+    /// which then costs 1.33x (`bench/RESULTS.md`), and a cron job's `-n` is often busy.
+    pub fn at_grant(kill_after: Duration) -> Launch {
+        Launch::Later(kill_after)
+    }
+
     /// Once the lock is won: the watcher, started, ready and told the lease's `deadline` (see
     /// [`Starting::ready`]).
     pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
@@ -394,6 +404,7 @@ impl Launch {
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("the watcher's start failed")))?,
             Launch::Here(started) => started?,
+            Launch::Later(kill_after) => Watcher::start(kill_after)?,
         };
         starting.ready(deadline)
     }
