@@ -5,9 +5,11 @@
 //! 1. Signal handling starts before the first attempt, so a SIGINT/SIGTERM/SIGHUP during the wait ends
 //!    it cleanly (a failed attempt is always rolled back, a won one is released) and lockctl exits
 //!    128+N without running the command.
-//! 2. The watcher is forked (`watcher.rs`: it kills the job's group if lockctl dies), then the command
-//!    is spawned from the main thread (see `child.rs` for the process group, the parent-death signal,
-//!    the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`,
+//! 2. The watcher (`watcher.rs`: it kills the job's group if lockctl dies) is forked on a thread as
+//!    the first attempt is made, so that its start overlaps the attempt and the wait; once the lock
+//!    is won, lockctl waits for its first word and sends it the lease's deadline. Then the command
+//!    is spawned from the main thread (see `child.rs` for the process group, the parent-death
+//!    signal, the subreaper and the terminal), with `LOCKCTL_NAME`, `LOCKCTL_KEY`, `LOCKCTL_TOKEN`,
 //!    `LOCKCTL_FENCE` and `LOCKCTL_SLOT` in its environment. From then on, signals are forwarded to
 //!    the job (`supervisor.rs`).
 //! 3. The renewal thread (`lease.rs`) keeps the lease and a timer enforces its deadline
@@ -36,7 +38,7 @@ use crate::cli::ExecArgs;
 use crate::commands::{report, wait_policy};
 use crate::config::{check_name, Settings};
 use crate::exit::{Exit, LockError};
-use crate::lock::{Engine, Holder, Wake, Wakeup};
+use crate::lock::{Engine, Holder, WaitPolicy, Wake, Wakeup};
 use crate::{say, signals, trace};
 use child::Ended;
 use lease::Lease;
@@ -93,6 +95,15 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     )
     .context("cannot install signal handlers")?;
 
+    // The watcher starts while the lock is asked for, not after it is won: its start (two forks
+    // and an exec of lockctl's binary) would otherwise lie between the grant and the command's.
+    // On every path where no command runs, the pipe to it closes and it exits.
+    let starting = match policy {
+        WaitPolicy::NoWait => watcher::Launch::at_grant(args.kill_after),
+        WaitPolicy::For(d) if d.is_zero() => watcher::Launch::at_grant(args.kill_after),
+        _ => watcher::Launch::new(args.kill_after),
+    };
+
     let grant = match engine.acquire(
         &keys,
         args.wait.ttl,
@@ -116,8 +127,10 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         return Ok(report(&LockError::Interrupted(signal), busy));
     }
     let env = grant.env();
-    // The watcher first: it must not be adopted by lockctl as a subreaper (see watcher.rs).
-    let watcher = match watcher::Watcher::start(grant.started.add(grant.validity), args.kill_after)
+    // The subreaper only once the watcher is ready: it must not be adopted by lockctl (see
+    // watcher.rs).
+    let watcher = match starting
+        .ready(grant.started.add(grant.validity))
         .and_then(|w| {
             child::become_subreaper()?;
             Ok(w)

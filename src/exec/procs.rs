@@ -164,15 +164,13 @@ impl Walker {
     pub fn new(lockctl: i32, start: u64) -> Walker {
         // SAFETY: getsid has no preconditions.
         let sid = unsafe { libc::getsid(0) };
-        let mut w = Walker {
+        Walker {
             lockctl,
             me: std::process::id() as i32,
             sid,
             start,
             seen: HashMap::new(),
-        };
-        w.refresh();
-        w
+        }
     }
 
     /// True while lockctl runs (its PID is not another process's by now).

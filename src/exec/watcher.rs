@@ -9,6 +9,19 @@
 //! - lockctl forks it before the child, with a pipe whose write end only lockctl holds (close-on-exec,
 //!   so the job never inherits it). The watcher blocks reading the other end. The kernel closes the
 //!   write end when lockctl exits, however it exits (even SIGKILL), and the read returns end-of-file.
+//! - **Started before the lock is won.** lockctl starts it on a thread of its own as it makes its
+//!   first attempt, so that its start (two forks, an exec, a dynamic loading) overlaps the
+//!   attempt's round trip and, under contention, the wait, instead of lying between the grant and
+//!   the command, on every handoff's critical path. With `-n` (one attempt, nothing to overlap
+//!   but its round trip, and often busy) it starts at the grant instead. Until lockctl sends the
+//!   lease's first deadline, at the grant, and the job announces its group, it enforces nothing and
+//!   looks for nothing: it sleeps in `poll` on its pipe without a timeout, so a lockctl that waits for hours
+//!   costs nothing more than the process. End-of-file before any group was announced means no job
+//!   was started (its first process holds the pipe's write end until it has announced its group
+//!   and exec'd), so it exits at once: on every path where lockctl runs no command (busy, `-w` run
+//!   out, a signal or an error during the wait, lockctl killed while waiting) nothing is left
+//!   behind. A watcher gone or stopped while lockctl waited (an unanchored `pkill lockctl`,
+//!   `pkill -STOP lockctl-guard`) is replaced at the grant, before the job starts.
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
@@ -40,9 +53,10 @@
 //!   forked copy watches by itself, without looking for processes that left the group; the command's
 //!   first process then keeps the parent-death signal (SIGKILL).
 //! - **A pipe back** whose write end only the watcher holds. Its first word says how the watcher
-//!   runs (exec'd or the forked copy) and its PID; lockctl waits for it before starting the command.
-//!   Then a thread of lockctl polls the read end: it hangs up the moment the watcher is gone, however
-//!   it went, and every tenth of a second the thread checks that the watcher is not stopped. Either
+//!   runs (exec'd or the forked copy) and its PID; lockctl waits for it, after the grant, before
+//!   starting the command. Then a thread of lockctl polls the read end: it hangs up the moment the
+//!   watcher is gone, however it went, and every tenth of a second the thread checks that the
+//!   watcher is not stopped. Either
 //!   way the watcher no longer guards the job (lockctl's death would leave it running), so lockctl
 //!   stops the job as for a lost lease and exits 76. lockctl's writes to the watcher never block
 //!   (the pipe is non-blocking, and a full one, a watcher that does not read, counts as gone): the
@@ -92,7 +106,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::procs::Walker;
 use crate::clock::Stamp;
@@ -190,33 +204,42 @@ pub struct Watcher {
     exec: bool,
 }
 
+/// A watcher started before the lock is won, whose first word lockctl has not read yet: it
+/// enforces nothing until it is sent the lease's deadline, and looks for no process until the job
+/// announces its group.
+pub struct Starting {
+    link: Link,
+    back: OwnedFd,
+    /// When it was started: its first word is awaited until [`READY_WAIT_MS`] after this.
+    since: Instant,
+    kill_after: Duration,
+}
+
 impl Watcher {
-    /// Starts the watcher, which enforces the lease `deadline` (and later ones it is sent) with the
-    /// stop policy: SIGTERM, then SIGKILL `kill_after` later; returns once it has said whether it
-    /// runs as `lockctl-guard`.
-    pub fn start(deadline: Stamp, kill_after: Duration) -> io::Result<Watcher> {
+    /// Starts the watcher, which will enforce the lease's deadlines with the stop policy (SIGTERM,
+    /// then SIGKILL `kill_after` later) once it is told the first one ([`Starting::ready`]);
+    /// returns as soon as it runs, without waiting for its first word.
+    pub fn start(kill_after: Duration) -> io::Result<Starting> {
+        let since = Instant::now();
         let (read, write) = pipe()?;
         let (back, back_write) = pipe()?;
-        let link = Link(Arc::new(write), 0);
-        if !link.deadline(deadline) {
-            return Err(io::Error::last_os_error());
-        }
         // SAFETY: fcntl on our own descriptor.
-        if unsafe { libc::fcntl(link.0.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
+        if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let kill_after = kill_after.as_nanos().min(u64::MAX as u128) as u64;
+        let link = Link(Arc::new(write), 0);
+        let ns = kill_after.as_nanos().min(u64::MAX as u128) as u64;
         // Everything exec needs is built before the clone: the copy may not allocate.
         let exe = c"/proc/self/exe";
         let me = std::process::id() as i32;
         let start = super::procs::read(me).map_or(0, |p| p.start);
         let pid = std::ffi::CString::new(format!("{me}:{start}")).map_err(io::Error::other)?;
-        let ns = std::ffi::CString::new(kill_after.to_string()).map_err(io::Error::other)?;
+        let ns_arg = std::ffi::CString::new(ns.to_string()).map_err(io::Error::other)?;
         let argv = [
             GUARD_NAME.as_ptr().cast::<libc::c_char>(),
             c"--lockctl-guard".as_ptr(),
             pid.as_ptr(),
-            ns.as_ptr(),
+            ns_arg.as_ptr(),
             std::ptr::null(),
         ];
         let envp = [std::ptr::null::<libc::c_char>()];
@@ -232,7 +255,7 @@ impl Watcher {
                         // No exec (no /proc?): watch from this copy, without looking for
                         // processes that left the group.
                         say_ready(READY_COPY);
-                        watch(GUARD_FD, kill_after, None)
+                        watch(GUARD_FD, ns, None)
                     }
                     -1 => libc::_exit(1),
                     _ => libc::_exit(0),
@@ -254,30 +277,11 @@ impl Watcher {
         if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
             return Err(io::Error::other("cannot fork the watcher process"));
         }
-        let mut pfd = libc::pollfd {
-            fd: back.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on our own descriptor; a bounded wait for the watcher's first word.
-        let ready = unsafe { libc::poll(&mut pfd, 1, READY_WAIT_MS) } > 0;
-        let mut word = [0u8; 5];
-        // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The word
-        // is shorter than PIPE_BUF, so it was written, and is read, whole.
-        if ready
-            && unsafe { libc::read(back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) }
-                != word.len() as isize
-        {
-            return Err(io::Error::other("the watcher process ended at its start"));
-        }
-        // Without its word in time, the watcher's PID is unknown (0): lockctl then cannot be its
-        // parent either (only a PID 1 is, see the module docs), or it would have answered.
-        let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
-        let link = Link(link.0, pid);
-        Ok(Watcher {
+        Ok(Starting {
             link,
-            back: Arc::new(back),
-            exec: word[0] == READY_EXEC,
+            back,
+            since,
+            kill_after,
         })
     }
 
@@ -359,6 +363,121 @@ impl Watcher {
     /// The group has exited: the watcher stands down.
     pub fn done(self) {
         self.link.send(&[DONE]);
+    }
+}
+
+/// A watcher being started while lockctl asks for the lock: on a thread of its own, so that its
+/// forks overlap the first attempt's round trip, or, where no thread could be started, already
+/// started on the calling one.
+pub enum Launch {
+    Thread(std::thread::JoinHandle<io::Result<Starting>>),
+    Here(io::Result<Starting>),
+    /// Not started yet: it starts at the grant.
+    Later(Duration),
+}
+
+impl Launch {
+    /// Starts the watcher (see [`Watcher::start`]).
+    pub fn new(kill_after: Duration) -> Launch {
+        let spawned = std::thread::Builder::new()
+            .name("watcher-start".into())
+            .stack_size(64 * 1024)
+            .spawn(move || Watcher::start(kill_after));
+        match spawned {
+            Ok(thread) => Launch::Thread(thread),
+            Err(_) => Launch::Here(Watcher::start(kill_after)),
+        }
+    }
+
+    /// For one attempt (`-n`): the watcher starts only once the lock is won. A start that overlaps
+    /// the attempt gains its round trip on a free lock (0.95x) but is thrown away on a busy one,
+    /// which then costs 1.33x (`bench/RESULTS.md`), and a cron job's `-n` is often busy.
+    pub fn at_grant(kill_after: Duration) -> Launch {
+        Launch::Later(kill_after)
+    }
+
+    /// Once the lock is won: the watcher, started, ready and told the lease's `deadline` (see
+    /// [`Starting::ready`]).
+    pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
+        let starting = match self {
+            Launch::Thread(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the watcher's start failed")))?,
+            Launch::Here(started) => started?,
+            Launch::Later(kill_after) => Watcher::start(kill_after)?,
+        };
+        starting.ready(deadline)
+    }
+}
+
+impl Starting {
+    /// Once the lock is won: waits for the watcher's first word (it has mostly come by then), and
+    /// sends it the lease's `deadline`, before the job can start. A watcher that went away or was
+    /// stopped while lockctl waited for the lock is replaced by a new one, started now, once.
+    pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
+        let kill_after = self.kill_after;
+        if let Some(watcher) = self.answer(deadline)? {
+            return Ok(watcher);
+        }
+        crate::trace!("the watcher process is gone or stopped; starting another");
+        Watcher::start(kill_after)?
+            .answer(deadline)?
+            .ok_or_else(|| io::Error::other("the watcher process ended at its start"))
+    }
+
+    /// The watcher, ready and told the deadline; `None` if it is gone.
+    fn answer(self, deadline: Stamp) -> io::Result<Option<Watcher>> {
+        let left = Duration::from_millis(READY_WAIT_MS as u64).saturating_sub(self.since.elapsed());
+        let mut pfd = libc::pollfd {
+            fd: self.back.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on our own descriptor; a bounded wait for the watcher's first word.
+        let ready = loop {
+            match unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) } {
+                n if n >= 0 => break n > 0,
+                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+                _ => return Err(io::Error::last_os_error()),
+            }
+        };
+        let mut word = [0u8; 5];
+        if ready {
+            // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The
+            // word is shorter than PIPE_BUF, so it was written, and is read, whole.
+            let n =
+                unsafe { libc::read(self.back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) };
+            // Hung up, with or without its word: it is gone.
+            if n != word.len() as isize || pfd.revents & libc::POLLHUP != 0 {
+                return Ok(None);
+            }
+        }
+        // Without its word in time, the watcher's PID is unknown (0): lockctl then cannot be its
+        // parent either (only a PID 1 is, see the module docs), or it would have answered.
+        let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
+        if pid > 0 && super::procs::stop_state(pid) == Some('T') {
+            // Stopped while lockctl waited: it would guard nothing, and the job would be stopped
+            // at once for it. It exits once resumed (its pipe closes with this value); lockctl's
+            // child (lockctl is a PID 1, see the module docs) is killed instead, or lockctl would
+            // wait for it as for the job. Its PID stays its own until lockctl reaps it.
+            // SAFETY: getpid has no preconditions; kill on lockctl's own unreaped child.
+            unsafe {
+                if super::procs::read(pid).is_some_and(|w| w.ppid == libc::getpid()) {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            return Ok(None);
+        }
+        let link = Link(self.link.0, pid);
+        // A write that fails finds the watcher gone (EPIPE): nobody reads the pipe.
+        if !link.deadline(deadline) {
+            return Ok(None);
+        }
+        Ok(Some(Watcher {
+            link,
+            back: Arc::new(self.back),
+            exec: word[0] == READY_EXEC,
+        }))
     }
 }
 
@@ -521,6 +640,12 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
             if ready > 0 {
                 let mut buf = [0u8; 64];
                 let n = libc::read(read, buf.as_mut_ptr().cast(), buf.len());
+                if n == 0 && known.group == 0 {
+                    // lockctl is gone, or gave up, before any job announced itself: there is
+                    // nothing to kill (a job's first process holds this pipe's write end until it
+                    // has announced its group and exec'd).
+                    libc::_exit(0);
+                }
                 if n == 0 {
                     // lockctl is gone without saying "done". The group is stopped first, then
                     // walked, then killed: stopped, its processes can neither leave it nor die,
@@ -597,8 +722,14 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
                 timeout = 0;
                 continue;
             }
+            if known.group == 0 && known.deadline == 0 && known.kill_at == 0 {
+                // Started while lockctl waits for the lock, maybe for hours: no lease and no job
+                // yet, so nothing to enforce or look for until lockctl writes or is gone.
+                timeout = -1;
+                continue;
+            }
             timeout = enforce(&mut known, now, kill_after, walker.as_deref_mut());
-            if let Some(w) = walker.as_deref_mut() {
+            if let Some(w) = walker.as_deref_mut().filter(|_| known.group > 0) {
                 w.refresh();
                 timeout = timeout.min(WALK_MS as libc::c_int);
             }
