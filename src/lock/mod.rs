@@ -102,13 +102,25 @@ use node::{Node, NodeFailure};
 use quarantine::Quarantined;
 pub use wait::{WaitPolicy, Wake, Wakeup};
 
-pub(crate) const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
+pub(crate) const ACQUIRE_LUA: &str = concat!(
+    include_str!("scripts/front.lua"),
+    include_str!("scripts/acquire.lua")
+);
 pub(crate) const FENCE_LUA: &str = include_str!("scripts/fence.lua");
-pub(crate) const RELEASE_LUA: &str = include_str!("scripts/release.lua");
+pub(crate) const RELEASE_LUA: &str = concat!(
+    include_str!("scripts/front.lua"),
+    include_str!("scripts/release.lua")
+);
 pub(crate) const RENEW_LUA: &str = include_str!("scripts/renew.lua");
 pub(crate) const STATUS_LUA: &str = include_str!("scripts/status.lua");
-pub(crate) const BREAK_LUA: &str = include_str!("scripts/break.lua");
-pub(crate) const LEAVE_LUA: &str = include_str!("scripts/leave.lua");
+pub(crate) const BREAK_LUA: &str = concat!(
+    include_str!("scripts/front.lua"),
+    include_str!("scripts/break.lua")
+);
+pub(crate) const LEAVE_LUA: &str = concat!(
+    include_str!("scripts/front.lua"),
+    include_str!("scripts/leave.lua")
+);
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));

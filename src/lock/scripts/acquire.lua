@@ -61,16 +61,11 @@ end
 
 -- The front of the queue: the first `window` waiters heartbeat every alive_ms / 3 and live alive_ms
 -- after their last heartbeat; those behind heartbeat less often the further back they stand (see
--- docs/queue.md, "Liveness"). After waiters left, the ones that moved into the front with a longer
--- expiry get it brought down to alive_ms from now and are woken, so that a live one heartbeats at
--- once (and learns its new interval) and a dead one is dropped within alive_ms.
+-- docs/queue.md, "Liveness"). After waiters left, the ones that moved into the front have their
+-- expiry brought down (front.lua).
 local window = limit + 1
-local function clamp_front(now_ms)
-  for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, window - 1)) do
-    if w ~= id and redis.call('ZADD', KEYS[6], 'XX', 'LT', 'CH', now_ms + alive_ms, w) == 1 then
-      redis.call('PUBLISH', wake .. '\031' .. w, 'front')
-    end
-  end
+local function front_moved(now_ms)
+  clamp_front(KEYS[5], KEYS[6], window, now_ms, alive_ms, wake, id)
 end
 -- The heartbeat interval of the waiter at place p (0 = the head): alive_ms / 3 at the front, then
 -- growing with the square of the distance from it, so that the heartbeats of any number of waiters
@@ -202,7 +197,7 @@ if id ~= '' and mode ~= 'n' then
       redis.call('ZREM', KEYS[5], unpack(older))
       redis.call('ZREM', KEYS[6], unpack(older))
       redis.call('HDEL', KEYS[7], unpack(older))
-      clamp_front(now_ms)
+      front_moved(now_ms)
     end
   end
 end
@@ -274,7 +269,7 @@ if ahead >= free or not pick or quarantined then
   end
   local waiting = redis.call('ZCARD', KEYS[5])
   if #dead > 0 then
-    clamp_front(now_ms)
+    front_moved(now_ms)
     if free > 0 then
       -- Waiters moved up to a free slot: wake them (the caller, if one of them, is answering now).
       for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, free - 1)) do
@@ -316,7 +311,7 @@ end
 if redis.call('ZCARD', KEYS[5]) == 0 then
   redis.call('DEL', KEYS[6], KEYS[7], KEYS[8])
 elseif queued or #dead > 0 then
-  clamp_front(now_ms)
+  front_moved(now_ms)
 end
 local counter = redis.call('GET', KEYS[2])
 -- The fence survives a loss of the counter: a missing counter (lost with the node's data, evicted,

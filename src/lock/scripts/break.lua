@@ -8,16 +8,6 @@
 --       confirmed (none: every holder)
 -- Returns {{{slot, token, {holder field, value, ...}}, ...} broken, {token, ...} left as they are
 --          because the operator did not confirm them (they came after the question)}
--- The waiters now in the first `limit + 1` places whose expiry is further than a front lifetime
--- (they heartbeated from further back, less often) get it brought down to one and are woken, so that
--- a live one heartbeats at once and a dead one is dropped within that lifetime (docs/queue.md).
-local function clamp_front(queue, alive, window, now_ms, lifetime, prefix)
-  for _, w in ipairs(redis.call('ZRANGE', queue, 0, window - 1)) do
-    if redis.call('ZADD', alive, 'XX', 'LT', 'CH', now_ms + lifetime, w) == 1 then
-      redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
-    end
-  end
-end
 local confirmed = {}
 local any = #ARGV <= 5
 for i = 6, #ARGV do

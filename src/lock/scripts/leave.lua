@@ -4,16 +4,6 @@
 -- ARGV: waiter id, wake channel prefix, slot key base (slot i >= 2 is `base .. i`), a waiter's
 --       lifetime at the front of the queue in ms
 -- Returns 1 when the waiter was queued here, 0 when it was not.
--- The waiters now in the first `limit + 1` places whose expiry is further than a front lifetime
--- (they heartbeated from further back, less often) get it brought down to one and are woken, so that
--- a live one heartbeats at once and a dead one is dropped within that lifetime (docs/queue.md).
-local function clamp_front(queue, alive, window, now_ms, lifetime, prefix)
-  for _, w in ipairs(redis.call('ZRANGE', queue, 0, window - 1)) do
-    if redis.call('ZADD', alive, 'XX', 'LT', 'CH', now_ms + lifetime, w) == 1 then
-      redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
-    end
-  end
-end
 local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
 if not rank then
   return 0

@@ -10,16 +10,6 @@
 -- one), so a release needs no slot number. Every key of the token goes: besides its grant's slot it
 -- may hold a stray in another (a round-1 request that ran late here), which is the caller's too. The
 -- client judges the release by the slot with a quorum. Once no slot is held the limit is forgotten.
--- The waiters now in the first `limit + 1` places whose expiry is further than a front lifetime
--- (they heartbeated from further back, less often) get it brought down to one and are woken, so that
--- a live one heartbeats at once and a dead one is dropped within that lifetime (docs/queue.md).
-local function clamp_front(queue, alive, window, now_ms, lifetime, prefix)
-  for _, w in ipairs(redis.call('ZRANGE', queue, 0, window - 1)) do
-    if redis.call('ZADD', alive, 'XX', 'LT', 'CH', now_ms + lifetime, w) == 1 then
-      redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
-    end
-  end
-end
 local token = ARGV[1]
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
