@@ -21,6 +21,10 @@ fn slot_key(name: &str, i: usize) -> String {
     }
 }
 
+fn fence_key(name: &str) -> String {
+    format!("{{lockctl:{name}}}\u{1f}fence")
+}
+
 fn limit_key(name: &str) -> String {
     format!("{{lockctl:{name}}}\u{1f}limit")
 }
@@ -462,6 +466,50 @@ fn redlock_retries_a_split_vote_on_the_most_voted_slot() {
         None,
         "slot 1 on node 2 rolled back"
     );
+}
+
+#[test]
+fn a_failed_attempt_with_a_quorum_on_one_slot_is_no_split_vote() {
+    let s = Servers::start(5);
+    // A split vote (wins spread over slots, none with a quorum) is retried at once; an attempt whose
+    // slot had its quorum and failed for another reason is not. Node 0 has slot 1 taken by a peer and
+    // grants slot 2, nodes 1 to 3 grant slot 1 (a quorum), node 4 is stopped: waiting for it past the
+    // TTL leaves no validity. Every grant raises node 1's counter by one from a value above the
+    // clock, so the counter tells how many attempts ran.
+    const COUNTER: u64 = 5_000_000_000_000_000;
+    for i in 0..5 {
+        let _: String = s[i].cmd(&["SET", &fence_key("pool"), &COUNTER.to_string()]);
+    }
+    let _: String = s[0].cmd(&["SET", "lockctl:pool", "peer", "PX", "30000"]);
+    s[4].pause();
+    let o = run(s.lockctl().args([
+        "acquire",
+        "pool",
+        "--limit",
+        "2",
+        "-n",
+        "--ttl",
+        "20ms",
+        "--node-timeout",
+        "40ms",
+    ]));
+    s[4].resume();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert!(err.contains("no validity"), "{err}");
+    let counter: u64 = s[1].get(&fence_key("pool")).unwrap().parse().unwrap();
+    assert_eq!(
+        counter,
+        COUNTER + 1,
+        "one attempt, not retried as a split vote"
+    );
+    assert_eq!(s[0].get("lockctl:pool").as_deref(), Some("peer"));
+    for i in 0..4 {
+        assert_eq!(s[i].get(&slot_key("pool", 2)), None, "node {i}");
+        if i > 0 {
+            assert_eq!(s[i].get("lockctl:pool"), None, "rolled back on node {i}");
+        }
+    }
 }
 
 /// Three holders of `pool` (`--limit 3`) on `lockctl`; their tokens in slot order.
