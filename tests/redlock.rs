@@ -460,6 +460,28 @@ fn renew_needs_a_quorum() {
 }
 
 #[test]
+fn renew_without_a_ttl_keeps_the_granted_one_where_a_node_lost_the_key() {
+    let servers = Servers::start(3);
+    let g = acquire_json(&mut servers.lockctl(), "kept", &["--ttl", "10s"]);
+    let t = token(&g);
+    del(&servers[0], &key("kept"));
+    // Two of three renew with the TTL their holder record keeps; the node without the key answers
+    // "not ours" and sets no TTL, so it neither shortens the lease nor leaves the default in force.
+    let o = run(servers.lockctl().args(["renew", "kept", "--token", &t]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let validity: u64 = stdout(&o).trim().parse().unwrap();
+    assert!(
+        validity > 0 && validity <= 10_000,
+        "validity {validity} ms for a 10 s TTL"
+    );
+    for i in [1, 2] {
+        let left = pttl(&servers[i], &key("kept"));
+        assert!(left > 0 && left <= 10_000, "node {i}: {left} ms");
+    }
+    assert!(!exists(&servers[0], &key("kept")));
+}
+
+#[test]
 fn release_needs_a_quorum_and_cleans_up_everywhere() {
     let servers = Servers::start(5);
     let g = acquire_json(&mut servers.lockctl(), "rel", &["--ttl", "30s"]);
