@@ -512,6 +512,59 @@ fn a_failed_attempt_with_a_quorum_on_one_slot_is_no_split_vote() {
     }
 }
 
+#[test]
+fn a_semaphore_grant_does_not_count_a_counter_raised_by_another_grant() {
+    let s = Servers::start(3);
+    // Counters above the clock, so that each grant adds one: node 0's round 1 gives T = X + 1 and
+    // node 1's gives Y + 1 < T, so node 1 needs round 2. Node 2 is stopped: the attempt waits for it
+    // (the node timeout) between its two rounds. Meanwhile node 1's counter reaches T the way a grant
+    // of another slot raises it (that grant may hold T as its fence): round 2 finds the counter at T
+    // without having raised it, and a semaphore's grant must not count that node, or two holders of
+    // different slots could hold one fence at the same time.
+    const X: u64 = 5_000_000_000_001_000;
+    const Y: u64 = 5_000_000_000_000_000;
+    for (i, c) in [(0, X), (1, Y), (2, Y)] {
+        let _: String = s[i].cmd(&["SET", &fence_key("pool"), &c.to_string()]);
+    }
+    s[2].pause();
+    let child = s
+        .lockctl()
+        .args([
+            "acquire",
+            "pool",
+            "--limit",
+            "2",
+            "-n",
+            "--ttl",
+            "60s",
+            "--node-timeout",
+            "3s",
+            "--format",
+            "json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let round1 = eventually(Duration::from_secs(10), || {
+        s[1].get("lockctl:pool").is_some() && s[0].get("lockctl:pool").is_some()
+    });
+    let _: String = s[1].cmd(&["SET", &fence_key("pool"), &(X + 1).to_string()]);
+    let o = wait_output(child, Duration::from_secs(60));
+    s[2].resume();
+    assert!(round1, "round 1 reached nodes 0 and 1");
+    assert_ne!(
+        code(&o),
+        0,
+        "granted with node 1 counted: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    for i in [0, 1] {
+        assert_eq!(s[i].get("lockctl:pool"), None, "rolled back on node {i}");
+    }
+}
+
 /// Three holders of `pool` (`--limit 3`) on `lockctl`; their tokens in slot order.
 fn three_holders(mut lockctl: impl FnMut() -> Command) -> Vec<String> {
     (0..3)
