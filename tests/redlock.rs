@@ -580,6 +580,25 @@ fn exec_over_five_nodes_renews_and_releases_everywhere() {
 }
 
 #[test]
+fn exec_lease_lost_to_deleted_keys_blames_no_restart() {
+    let servers = Servers::start(3);
+    let mut cmd = servers.lockctl();
+    cmd.args(["exec", "gone", "--ttl", "1s"]);
+    let (mut child, _, _) = start_exec(cmd);
+    // Kept open: the child waits on it, so only lockctl can end it.
+    let _stdin = child.stdin.take();
+    del(&servers[0], &key("gone"));
+    del(&servers[1], &key("gone"));
+    // The next renewal finds the token on one node of three: lost, and no node restarted, so the
+    // message must not send the operator looking for one.
+    let o = wait_output(child, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 76, "{err}");
+    assert!(err.contains("held on 1 of 3"), "{err}");
+    assert!(!err.contains("restarted"), "{err}");
+}
+
+#[test]
 fn exec_lease_holds_while_a_quorum_renews() {
     let mut servers = Servers::start(3);
     let mut cmd = servers.lockctl();
