@@ -482,6 +482,39 @@ fn renew_without_a_ttl_keeps_the_granted_one_where_a_node_lost_the_key() {
 }
 
 #[test]
+fn a_stopped_node_decides_between_unavailable_and_lost() {
+    let servers = Servers::start(3);
+    let g = acquire_json(&mut servers.lockctl(), "undecided", &["--ttl", "60s"]);
+    let t = token(&g);
+    servers[2].pause();
+    let renew = || {
+        run(servers.lockctl().args([
+            "renew",
+            "undecided",
+            "--token",
+            &t,
+            "--node-timeout",
+            "200ms",
+        ]))
+    };
+    // Ours on one of the two that answer: the stopped node may still hold it, so nothing says the
+    // lease is lost, only that this call could not confirm it.
+    del(&servers[0], &key("undecided"));
+    let unsure = renew();
+    // Ours on none of the two: whatever the stopped node holds, no quorum can be ours.
+    del(&servers[1], &key("undecided"));
+    let lost = renew();
+    servers[2].resume();
+    assert_eq!(code(&unsure), 69, "{}", stderr(&unsure));
+    assert!(
+        stderr(&unsure).contains("did not answer decide"),
+        "{}",
+        stderr(&unsure)
+    );
+    assert_eq!(code(&lost), 76, "{}", stderr(&lost));
+}
+
+#[test]
 fn release_needs_a_quorum_and_cleans_up_everywhere() {
     let servers = Servers::start(5);
     let g = acquire_json(&mut servers.lockctl(), "rel", &["--ttl", "30s"]);
