@@ -98,6 +98,9 @@ fn renew_of_an_expired_lease_is_76() {
         .is_none()));
     let o = run(lockctl_on(&s).args(["renew", "short", "--token", &token]));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
+    // One node: no count of nodes and quorum, which only Redlock needs.
+    assert!(stderr(&o).contains("it expired"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("quorum"), "{}", stderr(&o));
     let o = run(lockctl_on(&s).args(["release", "short", "--token", &token]));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
 }
