@@ -832,14 +832,17 @@ fn a_majority_restarted_after_the_grant_ends_the_lease() {
     drop(stdin);
     let o = wait_output(child, Duration::from_secs(60));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
-    // The loss names the restarts (the wait before the grant named the quarantine already).
+    // A renewal that finds the lock gone names the restarts (the wait before the grant named the
+    // quarantine already). Under load the renewals may instead fail on the restarting servers until
+    // the deadline passes, which names no node.
     let lost = stderr(&o)
         .lines()
         .find(|l| l.contains("lost:"))
         .unwrap_or_default()
         .to_string();
     assert!(
-        lost.contains("2 node(s) restarted without their data since"),
+        !lost.contains("no longer ours")
+            || lost.contains("2 node(s) restarted without their data since"),
         "{}",
         stderr(&o)
     );
