@@ -1150,6 +1150,8 @@ fn a_child_that_exits_while_lockctl_is_stopped_past_its_deadline_gives_76() {
     let err = stderr(&o);
     assert_eq!(code(&o), 76, "{err}");
     assert!(err.contains("validity ran out"), "{err}");
+    // More than a second late: the reason says by how much.
+    assert!(err.contains(" ago without"), "{err}");
 }
 
 #[test]
