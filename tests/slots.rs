@@ -474,8 +474,9 @@ fn a_failed_attempt_with_a_quorum_on_one_slot_is_no_split_vote() {
     // A split vote (wins spread over slots, none with a quorum) is retried at once; an attempt whose
     // slot had its quorum and failed for another reason is not. Node 0 has slot 1 taken by a peer and
     // grants slot 2, nodes 1 to 3 grant slot 1 (a quorum), node 4 is stopped: waiting for it past the
-    // TTL leaves no validity. Every grant raises node 1's counter by one from a value above the
-    // clock, so the counter tells how many attempts ran.
+    // TTL leaves no validity (the node timeout leaves the others time to answer under load). Every
+    // grant raises node 1's counter by one from a value above the clock, so the counter tells how
+    // many attempts ran.
     const COUNTER: u64 = 5_000_000_000_000_000;
     for i in 0..5 {
         let _: String = s[i].cmd(&["SET", &fence_key("pool"), &COUNTER.to_string()]);
@@ -489,9 +490,9 @@ fn a_failed_attempt_with_a_quorum_on_one_slot_is_no_split_vote() {
         "2",
         "-n",
         "--ttl",
-        "20ms",
+        "100ms",
         "--node-timeout",
-        "40ms",
+        "400ms",
     ]));
     s[4].resume();
     let err = stderr(&o);
