@@ -168,6 +168,38 @@ fn a_lost_lease_names_its_reason_and_the_status_it_replaces() {
 }
 
 #[test]
+fn a_renewal_that_fails_is_retried_until_the_server_answers() {
+    // TTL 3 s: renewals every second, a failed one retried every 150 ms until the deadline, about
+    // 2.96 s after the last renewal's start. The server is stopped right after a renewal (its PTTL
+    // jumps back) for 2.45 s: the renewal due at 1 s and its retries wait on it, and the retry
+    // pending when it resumes renews the lease half a second before the deadline. (Retried only a
+    // second later, the lease would be lost: the retry at 2.2 s times out at 2.4 s, the next is at
+    // the deadline.)
+    let s = Server::start();
+    let (child, _out) = start_ready(
+        exec_on(&s, "retried"),
+        &["--ttl", "3s", "--node-timeout", "200ms"],
+        "echo ready; sleep 6",
+        "ready",
+    );
+    let pttl = || s.cmd::<i64>(&["PTTL", "lockctl:retried"]);
+    let mut last = pttl();
+    let renewed = eventually(Duration::from_secs(10), || {
+        let now = pttl();
+        let jumped = now > last + 300;
+        last = now;
+        jumped
+    });
+    s.pause();
+    std::thread::sleep(Duration::from_millis(2450));
+    s.resume();
+    assert!(renewed, "no renewal seen");
+    let o = wait_output(child, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("lost"), "{}", stderr(&o));
+}
+
+#[test]
 fn short_ttl_survives_a_longer_child() {
     let s = Server::start();
     let o = run(exec_on(&s, "renewed").args(["--ttl", "1s", "--", "sleep", "3"]));
