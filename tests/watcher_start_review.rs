@@ -257,3 +257,52 @@ fn a_lockctl_stopped_between_grant_and_spawn_past_its_lease_does_not_start_the_c
         "the other client's lock is gone"
     );
 }
+
+/// A watcher that has not said its first word by the grant (still starting, or held before its
+/// exec: here its `close_range`, which nothing else in lockctl calls, is held 15 s by `strace -f
+/// -e inject`): lockctl waits for the word up to 10 s after the watcher's start, with the lock
+/// granted and its 2 s lease running out, then starts the command anyway, after the key expired
+/// and another client could hold the lock; and with PID 0 for the watcher, it never checks that
+/// watcher's state again. The command must not start once its lease ran out.
+#[test]
+fn a_watcher_silent_at_the_grant_does_not_let_the_command_start_past_its_lease() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("NOT RUN HERE: this case needs strace");
+        return;
+    }
+    let s = Server::start();
+    let token = hold(&s, "silent");
+    let ran = s.dir().join("ran");
+    let mut strace = Command::new("strace");
+    strace
+        .args(["-f", "-o", "/dev/null", "-e", "trace=close_range"])
+        .args(["-e", "inject=close_range:delay_enter=15000000:when=1"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "silent", "--ttl", "2s", "--", "touch"])
+        .arg(&ran)
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = strace.spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let child = Started(Some(child));
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    if !line.contains("waiting for lock 'silent'") {
+        eprintln!("NOT RUN HERE: lockctl does not run under strace -f: {line}");
+        return;
+    }
+    let errs = collect_stderr(err.into_inner());
+    let o = run(lockctl_on(&s).args(["release", "silent", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = child.output(Duration::from_secs(90));
+    let errs = errs.join().unwrap();
+    assert!(
+        !ran.exists() && !errs.contains("instead of the command's"),
+        "the command started after its 2 s lease ran out: {errs}"
+    );
+    assert_ne!(out.status.code(), Some(0), "{errs}");
+}
