@@ -136,9 +136,13 @@ const BACK_FD: RawFd = 4;
 const READY_EXEC: u8 = b'x';
 /// Sent back by the forked copy when the exec failed: it can only signal the job's group.
 const READY_COPY: u8 = b'c';
-/// How long lockctl waits for the watcher's first word before it starts the command anyway, with
-/// the parent-death signal as for a forked copy.
+/// How long after its start lockctl waits for the watcher's first word, and never past the lease's
+/// deadline; a watcher silent by then counts as gone.
 const READY_WAIT_MS: libc::c_int = 10_000;
+/// Looks at the grant, [`HELD_LOOK_MS`] apart, that must all find the watcher at a tracer's stop
+/// before it counts as held by a debugger: `strace -f` stops it for a moment at each system call.
+const HELD_LOOKS: u32 = 20;
+const HELD_LOOK_MS: u64 = 10;
 /// How often lockctl checks that its watcher is not stopped.
 const CHECK_MS: libc::c_int = 100;
 /// Looks in a row that must find the watcher at a tracer's stop before it counts as stopped (a
@@ -412,22 +416,33 @@ impl Launch {
 
 impl Starting {
     /// Once the lock is won: waits for the watcher's first word (it has mostly come by then), and
-    /// sends it the lease's `deadline`, before the job can start. A watcher that went away or was
-    /// stopped while lockctl waited for the lock is replaced by a new one, started now, once.
+    /// sends it the lease's `deadline`, before the job can start. A watcher that went away, was
+    /// stopped or held by a debugger while lockctl waited for the lock, or is still silent, is
+    /// replaced by a new one, started now, once; neither is waited for past the deadline.
     pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
         let kill_after = self.kill_after;
         if let Some(watcher) = self.answer(deadline)? {
             return Ok(watcher);
         }
-        crate::trace!("the watcher process is gone or stopped; starting another");
+        if deadline.passed() {
+            return Err(io::Error::other(
+                "the watcher process did not answer before the lease ran out",
+            ));
+        }
+        crate::trace!("the watcher process is gone, stopped or silent; starting another");
         Watcher::start(kill_after)?
             .answer(deadline)?
-            .ok_or_else(|| io::Error::other("the watcher process ended at its start"))
+            .ok_or_else(|| {
+                io::Error::other("the watcher process ended, stopped or stayed silent at its start")
+            })
     }
 
-    /// The watcher, ready and told the deadline; `None` if it is gone.
+    /// The watcher, ready and told the deadline; `None` if it is gone, stopped, held by a debugger,
+    /// or has not said its first word by [`READY_WAIT_MS`] after its start or by the deadline.
     fn answer(self, deadline: Stamp) -> io::Result<Option<Watcher>> {
-        let left = Duration::from_millis(READY_WAIT_MS as u64).saturating_sub(self.since.elapsed());
+        let left = Duration::from_millis(READY_WAIT_MS as u64)
+            .saturating_sub(self.since.elapsed())
+            .min(deadline.remaining());
         let mut pfd = libc::pollfd {
             fd: self.back.as_raw_fd(),
             events: libc::POLLIN,
@@ -441,25 +456,27 @@ impl Starting {
                 _ => return Err(io::Error::last_os_error()),
             }
         };
-        let mut word = [0u8; 5];
-        if ready {
-            // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The
-            // word is shorter than PIPE_BUF, so it was written, and is read, whole.
-            let n =
-                unsafe { libc::read(self.back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) };
-            // Hung up, with or without its word: it is gone.
-            if n != word.len() as isize || pfd.revents & libc::POLLHUP != 0 {
-                return Ok(None);
-            }
+        // Silent until now: still starting, or stopped before its exec. Its PID is unknown, so
+        // nothing could check on it once the job runs; it counts as gone, and exits at the
+        // end-of-file once it reads its pipe (this value closes it).
+        if !ready {
+            return Ok(None);
         }
-        // Without its word in time, the watcher's PID is unknown (0): lockctl then cannot be its
-        // parent either (only a PID 1 is, see the module docs), or it would have answered.
+        let mut word = [0u8; 5];
+        // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The
+        // word is shorter than PIPE_BUF, so it was written, and is read, whole.
+        let n = unsafe { libc::read(self.back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) };
+        // Hung up, with or without its word: it is gone.
+        if n != word.len() as isize || pfd.revents & libc::POLLHUP != 0 {
+            return Ok(None);
+        }
         let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
-        if pid > 0 && super::procs::stop_state(pid) == Some('T') {
-            // Stopped while lockctl waited: it would guard nothing, and the job would be stopped
-            // at once for it. It exits once resumed (its pipe closes with this value); lockctl's
-            // child (lockctl is a PID 1, see the module docs) is killed instead, or lockctl would
-            // wait for it as for the job. Its PID stays its own until lockctl reaps it.
+        if held(pid, deadline) {
+            // Stopped, or held by a debugger, while lockctl waited: it would guard nothing, and
+            // the job would be stopped for it a moment after it started. It exits once resumed
+            // (its pipe closes with this value); lockctl's child (lockctl is a PID 1, see the
+            // module docs) is killed instead, or lockctl would wait for it as for the job. Its
+            // PID stays its own until lockctl reaps it.
             // SAFETY: getpid has no preconditions; kill on lockctl's own unreaped child.
             unsafe {
                 if super::procs::read(pid).is_some_and(|w| w.ppid == libc::getpid()) {
@@ -479,6 +496,21 @@ impl Starting {
             exec: word[0] == READY_EXEC,
         }))
     }
+}
+
+/// True if the watcher `pid` is stopped by a signal (`T`), or sits at a tracer's stop (`t`) on
+/// every look for [`HELD_LOOKS`] looks, or until `deadline`: a debugger's hold, not a traced
+/// system call's moment.
+fn held(pid: libc::pid_t, deadline: Stamp) -> bool {
+    for look in 0..HELD_LOOKS {
+        match super::procs::stop_state(pid) {
+            Some('T') => return true,
+            Some(_) if look + 1 == HELD_LOOKS || deadline.passed() => return true,
+            Some(_) => std::thread::sleep(Duration::from_millis(HELD_LOOK_MS)),
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Tells lockctl, on the pipe back, how the watcher runs and its PID (lockctl's child when lockctl
@@ -527,7 +559,7 @@ pub unsafe fn announce(fd: RawFd) -> io::Result<()> {
 ///
 /// # Safety
 /// Async-signal-safe.
-unsafe fn boottime_ns() -> u64 {
+pub(super) unsafe fn boottime_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
