@@ -19,8 +19,9 @@
 //!    or session it moved to), the watcher stands down, renewal stops and the lock is released, on
 //!    every path.
 //! 5. Exit status: 76 if the lease was lost at any point (also when the release finds the lock no
-//!    longer ours); otherwise the command's exit code, or 128+N if signal N killed it; 127/126 if it
-//!    could not be started.
+//!    longer ours, or the lease ran out before the command could start, which then does not
+//!    start; see `watcher.rs`); otherwise the command's exit code, or 128+N if signal N killed
+//!    it; 127/126 if it could not be started.
 
 mod child;
 mod deadline;
@@ -133,8 +134,8 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     let late = |engine: &mut Engine, why: &str| {
         let _ = engine.release(&keys, &grant.token);
         say!(
-            "lease on '{}' lost: it ran out before the command could start ({why}); the command \
-             did not run; exit 76",
+            "lease on '{}' lost before the command started: {why}; another client may hold the \
+             lock, so the command did not run; exit 76",
             keys.name
         );
         Ok(Exit::Lost)
@@ -159,7 +160,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     // covers a stop after that (see watcher.rs).
     if deadline.passed() {
         watcher.done();
-        return late(&mut engine, "lockctl was held after the grant");
+        return late(&mut engine, "the lease ran out before the command's spawn");
     }
     let spawned = child::spawn(
         &program,
@@ -173,7 +174,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         Ok(c) => c,
         Err(e) if e.raw_os_error() == Some(child::LATE) => {
             watcher.done();
-            return late(&mut engine, "lockctl was held before the command's exec");
+            return late(&mut engine, "the lease ran out before the command's exec");
         }
         Err(e) => {
             watcher.done();

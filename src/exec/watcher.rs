@@ -20,8 +20,16 @@
 //!   was started (its first process holds the pipe's write end until it has announced its group
 //!   and exec'd), so it exits at once: on every path where lockctl runs no command (busy, `-w` run
 //!   out, a signal or an error during the wait, lockctl killed while waiting) nothing is left
-//!   behind. A watcher gone or stopped while lockctl waited (an unanchored `pkill lockctl`,
-//!   `pkill -STOP lockctl-guard`) is replaced at the grant, before the job starts.
+//!   behind. A watcher gone, stopped or held by a debugger while lockctl waited (an unanchored
+//!   `pkill lockctl`, `pkill -STOP lockctl-guard`, `gdb -p`) is replaced at the grant, once,
+//!   before the job starts; so is one that has not said its first word by then (below).
+//! - **Nothing starts past the lease.** lockctl can be stopped at any instruction between the
+//!   grant and the command's exec, for longer than the lease, and another client then holds the
+//!   lock. So the deadline is checked once the watcher is ready (exit 76, the command not run),
+//!   and again by the command's first process, with `clock_gettime` alone, after it announced its
+//!   group and just before its exec: a spawn that fails there (`ETIME`) is exit 76 too. From that
+//!   last check on, the watcher has both the deadline and the group, and stops the job should the
+//!   deadline pass with lockctl stopped.
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
@@ -54,7 +62,11 @@
 //!   first process then keeps the parent-death signal (SIGKILL).
 //! - **A pipe back** whose write end only the watcher holds. Its first word says how the watcher
 //!   runs (exec'd or the forked copy) and its PID; lockctl waits for it, after the grant, before
-//!   starting the command. Then a thread of lockctl polls the read end: it hangs up the moment the
+//!   starting the command, up to [`READY_WAIT_MS`] after the watcher's start and never past the
+//!   lease's deadline. A watcher silent by then counts as gone: without its PID nothing could
+//!   check that it is not stopped. At the grant one stopped by a signal counts as stopped at once,
+//!   and one at a tracer's stop after [`HELD_LOOKS`] looks in a row. Then a thread of lockctl polls
+//!   the read end: it hangs up the moment the
 //!   watcher is gone, however it went, and every tenth of a second the thread checks that the
 //!   watcher is not stopped. Either
 //!   way the watcher no longer guards the job (lockctl's death would leave it running), so lockctl
