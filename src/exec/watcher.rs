@@ -66,14 +66,13 @@
 //!   lease's deadline. A watcher silent by then counts as gone: without its PID nothing could
 //!   check that it is not stopped. At the grant one stopped by a signal counts as stopped at once,
 //!   and one at a tracer's stop after [`HELD_LOOKS`] looks in a row. Then a thread of lockctl polls
-//!   the read end: it hangs up the moment the
-//!   watcher is gone, however it went, and every tenth of a second the thread checks that the
-//!   watcher is not stopped. Either
-//!   way the watcher no longer guards the job (lockctl's death would leave it running), so lockctl
-//!   stops the job as for a lost lease and exits 76. lockctl's writes to the watcher never block
-//!   (the pipe is non-blocking, and a full one, a watcher that does not read, counts as gone): the
-//!   renewal thread writes each deadline while it holds the deadline's lock, which the deadline
-//!   timer needs to stop the job.
+//!   the read end: it hangs up the moment the watcher is gone, however it went, and every tenth of
+//!   a second the thread checks that the watcher is not stopped. Either way the watcher no longer
+//!   guards the job (lockctl's death would leave it running), so lockctl stops the job as for a
+//!   lost lease and exits 76. lockctl's writes to the watcher never block (the pipe is
+//!   non-blocking, and a full one, a watcher that does not read, counts as gone): the renewal
+//!   thread writes each deadline while it holds the deadline's lock, which the deadline timer
+//!   needs to stop the job.
 //! - **The deadline backstop.** lockctl's deadline timer is a thread inside lockctl: a stopped lockctl
 //!   runs no threads, while its job, in a group of its own, runs on after the key expires in Redis and
 //!   another client holds the lock. So the watcher enforces the deadline too. lockctl sends it each
@@ -154,6 +153,7 @@ const READY_WAIT_MS: libc::c_int = 10_000;
 /// Looks at the grant, [`HELD_LOOK_MS`] apart, that must all find the watcher at a tracer's stop
 /// before it counts as held by a debugger: `strace -f` stops it for a moment at each system call.
 const HELD_LOOKS: u32 = 20;
+/// The pause between two of those looks (a fifth of a second in all).
 const HELD_LOOK_MS: u64 = 10;
 /// How often lockctl checks that its watcher is not stopped.
 const CHECK_MS: libc::c_int = 100;
