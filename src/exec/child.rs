@@ -38,6 +38,8 @@ use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 
+use crate::clock::Stamp;
+
 /// How the child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
@@ -54,15 +56,22 @@ pub fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
+/// The error a spawn fails with when the lease's deadline passed before the exec (`ETIME`, which
+/// no exec returns).
+pub const LATE: i32 = libc::ETIME;
+
 /// Spawns `program args` in its own process group, with the parent-death signal set if `pdeathsig`;
-/// the group is announced to the watcher on `watcher` before exec.
+/// the group is announced to the watcher on `watcher` before exec. Fails with [`LATE`], starting
+/// nothing, if the lease's `deadline` has passed by then (see the module docs).
 pub fn spawn(
     program: &OsString,
     args: &[OsString],
     env: &[(&str, String)],
     watcher: RawFd,
     pdeathsig: bool,
+    deadline: Stamp,
 ) -> io::Result<Child> {
+    let deadline_ns = deadline.since_boot().as_nanos().min(u64::MAX as u128) as u64;
     let mut cmd = Command::new(program);
     cmd.args(args).process_group(0);
     for (k, v) in env {
@@ -72,7 +81,8 @@ pub fn spawn(
     let parent = unsafe { libc::getpid() };
     let take_terminal = owns_terminal();
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // calls (prctl, getppid, kill, getpid, write, sigprocmask, tcsetpgrp); it allocates nothing.
+    // calls (prctl, getppid, kill, getpid, write, clock_gettime, sigprocmask, tcsetpgrp); it
+    // allocates nothing (an error from a raw OS error does not allocate).
     unsafe {
         cmd.pre_exec(move || {
             if pdeathsig
@@ -91,6 +101,11 @@ pub fn spawn(
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }
             super::watcher::announce(watcher)?;
+            // After the announcement: a stop from here on is the watcher's to cover, which has
+            // the deadline and now the group.
+            if super::watcher::boottime_ns() >= deadline_ns {
+                return Err(io::Error::from_raw_os_error(LATE));
+            }
             if take_terminal {
                 set_foreground(libc::getpid());
             }

@@ -19,8 +19,9 @@
 //!    or session it moved to), the watcher stands down, renewal stops and the lock is released, on
 //!    every path.
 //! 5. Exit status: 76 if the lease was lost at any point (also when the release finds the lock no
-//!    longer ours); otherwise the command's exit code, or 128+N if signal N killed it; 127/126 if it
-//!    could not be started.
+//!    longer ours, or the lease ran out before the command could start, which then does not
+//!    start; see `watcher.rs`); otherwise the command's exit code, or 128+N if signal N killed
+//!    it; 127/126 if it could not be started.
 
 mod child;
 mod deadline;
@@ -127,15 +128,26 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         return Ok(report(&LockError::Interrupted(signal), busy));
     }
     let env = grant.env();
+    let deadline = grant.started.add(grant.validity);
+    // The lease ran out before the command could start (lockctl was stopped, or its watcher
+    // silent, that long): another client may hold the lock, so nothing starts.
+    let late = |engine: &mut Engine, why: &str| {
+        let _ = engine.release(&keys, &grant.token);
+        say!(
+            "lease on '{}' lost before the command started: {why}; another client may hold the \
+             lock, so the command did not run; exit 76",
+            keys.name
+        );
+        Ok(Exit::Lost)
+    };
     // The subreaper only once the watcher is ready: it must not be adopted by lockctl (see
     // watcher.rs).
-    let watcher = match starting
-        .ready(grant.started.add(grant.validity))
-        .and_then(|w| {
-            child::become_subreaper()?;
-            Ok(w)
-        }) {
+    let watcher = match starting.ready(deadline).and_then(|w| {
+        child::become_subreaper()?;
+        Ok(w)
+    }) {
         Ok(w) => w,
+        Err(e) if deadline.passed() => return late(&mut engine, &e.to_string()),
         Err(e) => {
             let _ = engine.release(&keys, &grant.token);
             return Err(e).context(
@@ -144,8 +156,26 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
             );
         }
     };
-    let child = match child::spawn(&program, &program_args, &env, watcher.fd(), !watcher.exec()) {
+    // The child checks the deadline again after it announced its group to the watcher, which
+    // covers a stop after that (see watcher.rs).
+    if deadline.passed() {
+        watcher.done();
+        return late(&mut engine, "the lease ran out before the command's spawn");
+    }
+    let spawned = child::spawn(
+        &program,
+        &program_args,
+        &env,
+        watcher.fd(),
+        !watcher.exec(),
+        deadline,
+    );
+    let child = match spawned {
         Ok(c) => c,
+        Err(e) if e.raw_os_error() == Some(child::LATE) => {
+            watcher.done();
+            return late(&mut engine, "the lease ran out before the command's exec");
+        }
         Err(e) => {
             watcher.done();
             let _ = engine.release(&keys, &grant.token);

@@ -20,8 +20,16 @@
 //!   was started (its first process holds the pipe's write end until it has announced its group
 //!   and exec'd), so it exits at once: on every path where lockctl runs no command (busy, `-w` run
 //!   out, a signal or an error during the wait, lockctl killed while waiting) nothing is left
-//!   behind. A watcher gone or stopped while lockctl waited (an unanchored `pkill lockctl`,
-//!   `pkill -STOP lockctl-guard`) is replaced at the grant, before the job starts.
+//!   behind. A watcher gone, stopped or held by a debugger while lockctl waited (an unanchored
+//!   `pkill lockctl`, `pkill -STOP lockctl-guard`, `gdb -p`) is replaced at the grant, once,
+//!   before the job starts; so is one that has not said its first word by then (below).
+//! - **Nothing starts past the lease.** lockctl can be stopped at any instruction between the
+//!   grant and the command's exec, for longer than the lease, and another client then holds the
+//!   lock. So the deadline is checked once the watcher is ready (exit 76, the command not run),
+//!   and again by the command's first process, with `clock_gettime` alone, after it announced its
+//!   group and just before its exec: a spawn that fails there (`ETIME`) is exit 76 too. From that
+//!   last check on, the watcher has both the deadline and the group, and stops the job should the
+//!   deadline pass with lockctl stopped.
 //! - The child announces its process-group ID (its own PID) on the pipe itself, between fork and exec,
 //!   before the job can start anything, so there is no moment when the job runs and the watcher does
 //!   not know whom to kill.
@@ -54,14 +62,17 @@
 //!   first process then keeps the parent-death signal (SIGKILL).
 //! - **A pipe back** whose write end only the watcher holds. Its first word says how the watcher
 //!   runs (exec'd or the forked copy) and its PID; lockctl waits for it, after the grant, before
-//!   starting the command. Then a thread of lockctl polls the read end: it hangs up the moment the
-//!   watcher is gone, however it went, and every tenth of a second the thread checks that the
-//!   watcher is not stopped. Either
-//!   way the watcher no longer guards the job (lockctl's death would leave it running), so lockctl
-//!   stops the job as for a lost lease and exits 76. lockctl's writes to the watcher never block
-//!   (the pipe is non-blocking, and a full one, a watcher that does not read, counts as gone): the
-//!   renewal thread writes each deadline while it holds the deadline's lock, which the deadline
-//!   timer needs to stop the job.
+//!   starting the command, up to [`READY_WAIT_MS`] after the watcher's start and never past the
+//!   lease's deadline. A watcher silent by then counts as gone: without its PID nothing could
+//!   check that it is not stopped. At the grant one stopped by a signal counts as stopped at once,
+//!   and one at a tracer's stop after [`HELD_LOOKS`] looks in a row. Then a thread of lockctl polls
+//!   the read end: it hangs up the moment the watcher is gone, however it went, and every tenth of
+//!   a second the thread checks that the watcher is not stopped. Either way the watcher no longer
+//!   guards the job (lockctl's death would leave it running), so lockctl stops the job as for a
+//!   lost lease and exits 76. lockctl's writes to the watcher never block (the pipe is
+//!   non-blocking, and a full one, a watcher that does not read, counts as gone): the renewal
+//!   thread writes each deadline while it holds the deadline's lock, which the deadline timer
+//!   needs to stop the job.
 //! - **The deadline backstop.** lockctl's deadline timer is a thread inside lockctl: a stopped lockctl
 //!   runs no threads, while its job, in a group of its own, runs on after the key expires in Redis and
 //!   another client holds the lock. So the watcher enforces the deadline too. lockctl sends it each
@@ -136,9 +147,14 @@ const BACK_FD: RawFd = 4;
 const READY_EXEC: u8 = b'x';
 /// Sent back by the forked copy when the exec failed: it can only signal the job's group.
 const READY_COPY: u8 = b'c';
-/// How long lockctl waits for the watcher's first word before it starts the command anyway, with
-/// the parent-death signal as for a forked copy.
+/// How long after its start lockctl waits for the watcher's first word, and never past the lease's
+/// deadline; a watcher silent by then counts as gone.
 const READY_WAIT_MS: libc::c_int = 10_000;
+/// Looks at the grant, [`HELD_LOOK_MS`] apart, that must all find the watcher at a tracer's stop
+/// before it counts as held by a debugger: `strace -f` stops it for a moment at each system call.
+const HELD_LOOKS: u32 = 20;
+/// The pause between two of those looks (a fifth of a second in all).
+const HELD_LOOK_MS: u64 = 10;
 /// How often lockctl checks that its watcher is not stopped.
 const CHECK_MS: libc::c_int = 100;
 /// Looks in a row that must find the watcher at a tracer's stop before it counts as stopped (a
@@ -412,22 +428,33 @@ impl Launch {
 
 impl Starting {
     /// Once the lock is won: waits for the watcher's first word (it has mostly come by then), and
-    /// sends it the lease's `deadline`, before the job can start. A watcher that went away or was
-    /// stopped while lockctl waited for the lock is replaced by a new one, started now, once.
+    /// sends it the lease's `deadline`, before the job can start. A watcher that went away, was
+    /// stopped or held by a debugger while lockctl waited for the lock, or is still silent, is
+    /// replaced by a new one, started now, once; neither is waited for past the deadline.
     pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
         let kill_after = self.kill_after;
         if let Some(watcher) = self.answer(deadline)? {
             return Ok(watcher);
         }
-        crate::trace!("the watcher process is gone or stopped; starting another");
+        if deadline.passed() {
+            return Err(io::Error::other(
+                "the watcher process did not answer before the lease ran out",
+            ));
+        }
+        crate::trace!("the watcher process is gone, stopped or silent; starting another");
         Watcher::start(kill_after)?
             .answer(deadline)?
-            .ok_or_else(|| io::Error::other("the watcher process ended at its start"))
+            .ok_or_else(|| {
+                io::Error::other("the watcher process ended, stopped or stayed silent at its start")
+            })
     }
 
-    /// The watcher, ready and told the deadline; `None` if it is gone.
+    /// The watcher, ready and told the deadline; `None` if it is gone, stopped, held by a debugger,
+    /// or has not said its first word by [`READY_WAIT_MS`] after its start or by the deadline.
     fn answer(self, deadline: Stamp) -> io::Result<Option<Watcher>> {
-        let left = Duration::from_millis(READY_WAIT_MS as u64).saturating_sub(self.since.elapsed());
+        let left = Duration::from_millis(READY_WAIT_MS as u64)
+            .saturating_sub(self.since.elapsed())
+            .min(deadline.remaining());
         let mut pfd = libc::pollfd {
             fd: self.back.as_raw_fd(),
             events: libc::POLLIN,
@@ -441,25 +468,27 @@ impl Starting {
                 _ => return Err(io::Error::last_os_error()),
             }
         };
-        let mut word = [0u8; 5];
-        if ready {
-            // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The
-            // word is shorter than PIPE_BUF, so it was written, and is read, whole.
-            let n =
-                unsafe { libc::read(self.back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) };
-            // Hung up, with or without its word: it is gone.
-            if n != word.len() as isize || pfd.revents & libc::POLLHUP != 0 {
-                return Ok(None);
-            }
+        // Silent until now: still starting, or stopped before its exec. Its PID is unknown, so
+        // nothing could check on it once the job runs; it counts as gone, and exits at the
+        // end-of-file once it reads its pipe (this value closes it).
+        if !ready {
+            return Ok(None);
         }
-        // Without its word in time, the watcher's PID is unknown (0): lockctl then cannot be its
-        // parent either (only a PID 1 is, see the module docs), or it would have answered.
+        let mut word = [0u8; 5];
+        // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The
+        // word is shorter than PIPE_BUF, so it was written, and is read, whole.
+        let n = unsafe { libc::read(self.back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) };
+        // Hung up, with or without its word: it is gone.
+        if n != word.len() as isize || pfd.revents & libc::POLLHUP != 0 {
+            return Ok(None);
+        }
         let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
-        if pid > 0 && super::procs::stop_state(pid) == Some('T') {
-            // Stopped while lockctl waited: it would guard nothing, and the job would be stopped
-            // at once for it. It exits once resumed (its pipe closes with this value); lockctl's
-            // child (lockctl is a PID 1, see the module docs) is killed instead, or lockctl would
-            // wait for it as for the job. Its PID stays its own until lockctl reaps it.
+        if held(pid, deadline) {
+            // Stopped, or held by a debugger, while lockctl waited: it would guard nothing, and
+            // the job would be stopped for it a moment after it started. It exits once resumed
+            // (its pipe closes with this value); lockctl's child (lockctl is a PID 1, see the
+            // module docs) is killed instead, or lockctl would wait for it as for the job. Its
+            // PID stays its own until lockctl reaps it.
             // SAFETY: getpid has no preconditions; kill on lockctl's own unreaped child.
             unsafe {
                 if super::procs::read(pid).is_some_and(|w| w.ppid == libc::getpid()) {
@@ -479,6 +508,21 @@ impl Starting {
             exec: word[0] == READY_EXEC,
         }))
     }
+}
+
+/// True if the watcher `pid` is stopped by a signal (`T`), or sits at a tracer's stop (`t`) on
+/// every look for [`HELD_LOOKS`] looks, or until `deadline`: a debugger's hold, not a traced
+/// system call's moment.
+fn held(pid: libc::pid_t, deadline: Stamp) -> bool {
+    for look in 0..HELD_LOOKS {
+        match super::procs::stop_state(pid) {
+            Some('T') => return true,
+            Some(_) if look + 1 == HELD_LOOKS || deadline.passed() => return true,
+            Some(_) => std::thread::sleep(Duration::from_millis(HELD_LOOK_MS)),
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Tells lockctl, on the pipe back, how the watcher runs and its PID (lockctl's child when lockctl
@@ -527,7 +571,7 @@ pub unsafe fn announce(fd: RawFd) -> io::Result<()> {
 ///
 /// # Safety
 /// Async-signal-safe.
-unsafe fn boottime_ns() -> u64 {
+pub(super) unsafe fn boottime_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -1,0 +1,308 @@
+//! A review of the watcher (`lockctl-guard`) started before the lock is won: what happens to a
+//! waiting `exec` when its watcher, or lockctl itself, is stopped around the grant.
+//!
+//! - A watcher held at a debugger's stop while lockctl waits guards nothing, like one stopped by a
+//!   signal: it must be replaced at the grant, before the command starts, not found out a second
+//!   after the command started and the command killed for it (76).
+//! - lockctl stopped between the grant and the command's spawn for longer than the lease: another
+//!   client holds the lock by the time it resumes, so the command must not start at all.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use support::*;
+
+/// The watchers of the lockctl `pid`, found by their command line.
+fn watchers_of(pid: u32) -> Vec<i32> {
+    let prefix = format!("lockctl-guard\0--lockctl-guard\0{pid}:");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+        })
+        .filter(|&p| alive(p))
+        .collect()
+}
+
+/// The one watcher of the lockctl `pid`, once it runs as `lockctl-guard`.
+fn watcher_of(pid: u32) -> i32 {
+    let mut found = Vec::new();
+    eventually(Duration::from_secs(30), || {
+        found = watchers_of(pid);
+        found.len() == 1
+            && std::fs::read_to_string(format!("/proc/{}/comm", found[0]))
+                .is_ok_and(|c| c.trim() == "lockctl-guard")
+    });
+    assert_eq!(found.len(), 1, "lockctl {pid} has one watcher: {found:?}");
+    found[0]
+}
+
+/// Holds `name` for a minute from another client; returns its token.
+fn hold(s: &Server, name: &str) -> String {
+    let held = acquire_json(&mut lockctl_on(s), name, &["--ttl", "60s"]);
+    held["token"].as_str().unwrap().to_string()
+}
+
+/// A process the test started: killed and reaped when dropped, should the test fail first.
+struct Started(Option<Child>);
+
+impl Started {
+    fn id(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    fn output(mut self, limit: Duration) -> std::process::Output {
+        wait_output(self.0.take().unwrap(), limit)
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `exec NAME FLAGS -- PROGRAM...` on a held lock and returns once it says it waits.
+fn start_waiting(
+    s: &Server,
+    name: &str,
+    flags: &[&str],
+    program: &[&str],
+) -> (Started, ChildStderr) {
+    let mut child = lockctl_on(s)
+        .args(["exec", name])
+        .args(flags)
+        .arg("--")
+        .args(program)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let child = Started(Some(child));
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(
+        line.contains(&format!("waiting for lock '{name}'")),
+        "{line}"
+    );
+    (child, err.into_inner())
+}
+
+/// A debugger's hold on a process (`gdb -p`): attached with `PTRACE_ATTACH`, so it sits at a
+/// tracer's stop (`t`) until the hold is dropped. ptrace is per thread: a thread of its own
+/// attaches, waits, and detaches.
+struct Traced(
+    Option<mpsc::Sender<()>>,
+    Option<std::thread::JoinHandle<()>>,
+);
+
+impl Traced {
+    /// None where ptrace is not permitted.
+    fn attach(pid: i32) -> Option<Traced> {
+        let (ok_tx, ok_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: ptrace and waitpid on a process this test started (its watcher).
+            let attached = unsafe {
+                libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0) == 0 && {
+                    let mut status = 0;
+                    libc::waitpid(pid, &mut status, libc::__WALL) == pid
+                }
+            };
+            let _ = ok_tx.send(attached);
+            if attached {
+                let _ = done_rx.recv();
+                // SAFETY: detaches from a tracee stopped by this thread's attach.
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) };
+            }
+        });
+        if ok_rx.recv().unwrap_or(false) {
+            Some(Traced(Some(done_tx), Some(thread)))
+        } else {
+            let _ = thread.join();
+            None
+        }
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The state letter of `pid` in `/proc/PID/stat`.
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.trim_start().chars().next()
+}
+
+/// A watcher held by a debugger while lockctl waits (`gdb -p $(pgrep lockctl-guard)`) guards
+/// nothing, like a watcher stopped by a signal, which is replaced at the grant. lockctl checks
+/// only for a signal's stop there (`T`), so it starts the command with the traced watcher, finds
+/// it at the tracer's stop a second later and kills the command: exit 76 for a lease that was
+/// never lost, the command cut short.
+#[test]
+fn a_watcher_held_by_a_debugger_while_waiting_is_replaced_at_the_grant() {
+    let s = Server::start();
+    let token = hold(&s, "traced");
+    let done = s.dir().join("done");
+    let script = format!("sleep 4; touch {}", done.display());
+    let (child, err) = start_waiting(&s, "traced", &["--ttl", "2s"], &["sh", "-c", &script]);
+    let errs = collect_stderr(err);
+    let lockctl = child.id();
+    let first = watcher_of(lockctl);
+    let Some(traced) = Traced::attach(first) else {
+        eprintln!("NOT RUN HERE: ptrace is not permitted");
+        return;
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || state(first) == Some('t')),
+        "the watcher is not at a tracer's stop"
+    );
+    let o = run(lockctl_on(&s).args(["release", "traced", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = child.output(Duration::from_secs(60));
+    drop(traced);
+    let errs = errs.join().unwrap();
+    assert_eq!(
+        code(&out),
+        0,
+        "the command ran with a watcher held by a debugger and was stopped for it: {errs}"
+    );
+    assert!(done.exists(), "the command was cut short: {errs}");
+    assert_eq!(s.get("lockctl:traced"), None, "the lock was not released");
+}
+
+/// lockctl stopped after the grant, before the command's spawn (here: its main thread held at the
+/// entry of the spawn's `fork` by `strace -e inject=clone:delay_enter`, the same as a SIGSTOP at
+/// that instruction), for longer than the lease: the key expires and another client takes the
+/// lock. When lockctl resumes, the command must not start: nothing checks the lease's deadline
+/// between the grant and the exec, so the command is exec'd while the other client holds the lock
+/// and only then stopped for the lost lease (exit 76 "instead of the command's 143").
+#[test]
+fn a_lockctl_stopped_between_grant_and_spawn_past_its_lease_does_not_start_the_command() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("NOT RUN HERE: this case needs strace");
+        return;
+    }
+    let s = Server::start();
+    let token = hold(&s, "late");
+    let ran = s.dir().join("ran");
+    let ran_arg = ran.display().to_string();
+    let (child, err) = start_waiting(
+        &s,
+        "late",
+        &["--ttl", "1s", "--kill-after", "5s"],
+        &["touch", &ran_arg],
+    );
+    let errs = collect_stderr(err);
+    let lockctl = child.id();
+    watcher_of(lockctl);
+    // Only the main thread (no -f): the command it forks runs untraced. Its first `clone` after
+    // the grant is the command's fork (threads are started with clone3).
+    let mut strace = Command::new("strace")
+        .args([
+            "-p",
+            &lockctl.to_string(),
+            "-e",
+            "trace=clone",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["-e", "inject=clone:delay_enter=4000000:when=1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(strace.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let strace = Started(Some(strace));
+    if !line.contains("attached") {
+        eprintln!("NOT RUN HERE: strace cannot attach: {line}");
+        return;
+    }
+    let o = run(lockctl_on(&s).args(["release", "late", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // The 1 s lease runs out while lockctl is held; another client then takes the lock, and
+    // holds it past lockctl's resumption.
+    let other = acquire_json(&mut lockctl_on(&s), "late", &["--ttl", "60s", "-w", "20s"]);
+    let out = child.output(Duration::from_secs(60));
+    drop(strace);
+    let errs = errs.join().unwrap();
+    assert_eq!(code(&out), 76, "{errs}");
+    assert!(
+        !ran.exists() && !errs.contains("instead of the command's"),
+        "the command started after another client (fence {}) was granted the lock: {errs}",
+        other["fence"]
+    );
+    assert!(
+        s.get("lockctl:late").is_some(),
+        "the other client's lock is gone"
+    );
+}
+
+/// A watcher that has not said its first word by the grant (still starting, or held before its
+/// exec: here its `close_range`, which nothing else in lockctl calls, is held 15 s by `strace -f
+/// -e inject`): lockctl waits for the word up to 10 s after the watcher's start, with the lock
+/// granted and its 2 s lease running out, then starts the command anyway, after the key expired
+/// and another client could hold the lock; and with PID 0 for the watcher, it never checks that
+/// watcher's state again. The command must not start once its lease ran out.
+#[test]
+fn a_watcher_silent_at_the_grant_does_not_let_the_command_start_past_its_lease() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("NOT RUN HERE: this case needs strace");
+        return;
+    }
+    let s = Server::start();
+    let token = hold(&s, "silent");
+    let ran = s.dir().join("ran");
+    let mut strace = Command::new("strace");
+    strace
+        .args(["-f", "-o", "/dev/null", "-e", "trace=close_range"])
+        .args(["-e", "inject=close_range:delay_enter=15000000:when=1"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "silent", "--ttl", "2s", "--", "touch"])
+        .arg(&ran)
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = strace.spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let child = Started(Some(child));
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    if !line.contains("waiting for lock 'silent'") {
+        eprintln!("NOT RUN HERE: lockctl does not run under strace -f: {line}");
+        return;
+    }
+    let errs = collect_stderr(err.into_inner());
+    let o = run(lockctl_on(&s).args(["release", "silent", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = child.output(Duration::from_secs(90));
+    let errs = errs.join().unwrap();
+    assert!(
+        !ran.exists() && !errs.contains("instead of the command's"),
+        "the command started after its 2 s lease ran out: {errs}"
+    );
+    assert_ne!(out.status.code(), Some(0), "{errs}");
+}
