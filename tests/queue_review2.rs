@@ -141,7 +141,7 @@ fn three_nodes_stopped_at_once_keep_the_arrival_order() {
 /// a front waiter's heartbeats on the two live nodes come more than its 3 s lifetime apart. The two
 /// live nodes still form a quorum and nobody stopped waiting; the holder releases after 6 s and the
 /// waiters should get the lock in their arrival order, each within 90 s. (Seen, 6 runs of 6: the
-/// order 1 2 4 3, and in 3 runs a waiter still waiting after 90 s with the lock free on both live
+/// order 1 2 4 3, and in 4 runs a waiter still waiting after 90 s with the lock free on both live
 /// nodes: two waiters each dropped between two of their heartbeats, each re-queued behind the
 /// other, each told "position 2 of 2".)
 #[test]
