@@ -306,3 +306,42 @@ fn a_watcher_silent_at_the_grant_does_not_let_the_command_start_past_its_lease()
     );
     assert_ne!(out.status.code(), Some(0), "{errs}");
 }
+
+/// A watcher stopped by a signal while lockctl waits (`pkill -STOP lockctl-guard`) is replaced
+/// at the grant, and its pipe closed; it exits only once resumed. Nothing resumes it: after
+/// `exec` has run its command, released the lock and exited, the stopped `lockctl-guard` is still
+/// there, for good. `exec` leaves nothing behind, a watcher it replaced included.
+#[test]
+fn a_watcher_stopped_while_waiting_is_not_left_behind_once_replaced() {
+    let s = Server::start();
+    let token = hold(&s, "stopped");
+    let (child, err) = start_waiting(&s, "stopped", &["--ttl", "5s"], &["true"]);
+    let errs = collect_stderr(err);
+    let lockctl = child.id();
+    let first = watcher_of(lockctl);
+    // SAFETY: kill on the watcher of the lockctl this test started.
+    unsafe { libc::kill(first, libc::SIGSTOP) };
+    assert!(
+        eventually(Duration::from_secs(20), || state(first) == Some('T')),
+        "the watcher is not stopped"
+    );
+    let o = run(lockctl_on(&s).args(["release", "stopped", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = child.output(Duration::from_secs(60));
+    let errs = errs.join().unwrap();
+    assert_eq!(code(&out), 0, "{errs}");
+    assert_eq!(s.get("lockctl:stopped"), None, "the lock was not released");
+    // Generous: a replaced watcher that was resumed exits at once.
+    let gone = eventually(Duration::from_secs(5), || !alive(first));
+    if !gone {
+        // SAFETY: the watcher this test stopped; resumed and killed so nothing outlives the test.
+        unsafe {
+            libc::kill(first, libc::SIGKILL);
+            libc::kill(first, libc::SIGCONT);
+        }
+    }
+    assert!(
+        gone,
+        "the replaced watcher {first} (stopped) outlived exec: {errs}"
+    );
+}
