@@ -345,3 +345,96 @@ fn a_watcher_stopped_while_waiting_is_not_left_behind_once_replaced() {
         "the replaced watcher {first} (stopped) outlived exec: {errs}"
     );
 }
+
+/// lockctl as the first process of a PID namespace (`unshare -pf --mount-proc`, a container
+/// without an init) adopts its watcher. A watcher still silent at the grant (here held in its
+/// `close_range` by `strace -e inject` and stopped there, `kill -STOP`) counts as gone and is
+/// replaced, but, unlike a stopped one that has spoken, it is not killed: its PID is unknown. It
+/// stays lockctl's child, and lockctl waits for every child but the watcher it knows: after the
+/// command has exited, lockctl waits for the stopped old watcher for good, renewing the lock all
+/// along. `exec` must release the lock once its command is done.
+#[test]
+fn a_pid_1_exec_does_not_wait_for_a_silent_watcher_it_replaced() {
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    let tools = ["strace", "unshare"]
+        .iter()
+        .all(|t| Command::new(t).arg("-V").output().is_ok());
+    if !root || !tools {
+        eprintln!("NOT RUN HERE: this case needs root, strace and unshare");
+        return;
+    }
+    let s = Server::start();
+    let token = hold(&s, "pid1");
+    let ran = s.dir().join("ran");
+    let log = s.dir().join("strace.log");
+    let mut strace = Command::new("strace");
+    // Every watcher's `close_range` (before its exec and its first word) is held 3 s.
+    strace
+        .arg("-f")
+        .arg("-o")
+        .arg(&log)
+        .args(["-e", "trace=close_range"])
+        .args(["-e", "inject=close_range:delay_enter=3000000:when=1"])
+        .args(["unshare", "-pf", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "pid1", "-w", "60", "--ttl", "30s", "--", "touch"])
+        .arg(&ran)
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = strace.spawn().unwrap();
+    let errs = collect_stderr(child.stderr.take().unwrap());
+    let child = Started(Some(child));
+    // The first watcher, in its held `close_range`: silent.
+    let mut first = None;
+    eventually(Duration::from_secs(30), || {
+        first = std::fs::read_to_string(&log).ok().and_then(|l| {
+            l.lines()
+                .find(|l| l.contains("close_range("))?
+                .split_whitespace()
+                .next()?
+                .parse::<i32>()
+                .ok()
+        });
+        first.is_some()
+    });
+    let Some(first) = first else {
+        drop(child);
+        eprintln!(
+            "NOT RUN HERE: no watcher seen under strace: {}",
+            errs.join().unwrap()
+        );
+        return;
+    };
+    // SAFETY: kill on the watcher of the lockctl this test started.
+    unsafe { libc::kill(first, libc::SIGSTOP) };
+    assert!(
+        eventually(Duration::from_secs(20), || matches!(
+            state(first),
+            Some('t' | 'T')
+        )),
+        "the first watcher is not stopped"
+    );
+    let o = run(lockctl_on(&s).args(["release", "pid1", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        eventually(Duration::from_secs(60), || ran.exists()),
+        "the command did not run"
+    );
+    // Generous: a done exec releases and exits at once.
+    let released = eventually(Duration::from_secs(20), || s.get("lockctl:pid1").is_none());
+    // SAFETY: the watcher this test stopped; killed so that lockctl, waiting for it, ends.
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    let out = child.output(Duration::from_secs(60));
+    let errs = errs.join().unwrap();
+    assert!(
+        released,
+        "the command ended but lockctl (PID 1) kept the lock, waiting for the silent watcher it \
+         replaced: {errs}"
+    );
+    assert_eq!(code(&out), 0, "{errs}");
+}
