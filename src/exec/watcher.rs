@@ -462,7 +462,9 @@ impl Starting {
         };
         // SAFETY: poll on our own descriptor; a bounded wait for the watcher's first word.
         let ready = loop {
-            match unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) } {
+            // Rounded up, so that a wait bounded by the deadline does not end just before it.
+            let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
+            match unsafe { libc::poll(&mut pfd, 1, ms) } {
                 n if n >= 0 => break n > 0,
                 _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
                 _ => return Err(io::Error::last_os_error()),
@@ -485,14 +487,19 @@ impl Starting {
         let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
         if held(pid, deadline) {
             // Stopped, or held by a debugger, while lockctl waited: it would guard nothing, and
-            // the job would be stopped for it a moment after it started. It exits once resumed
-            // (its pipe closes with this value); lockctl's child (lockctl is a PID 1, see the
-            // module docs) is killed instead, or lockctl would wait for it as for the job. Its
-            // PID stays its own until lockctl reaps it.
-            // SAFETY: getpid has no preconditions; kill on lockctl's own unreaped child.
+            // the job would be stopped for it a moment after it started. It is resumed, and exits
+            // at the end-of-file of its pipe, which closes with this value (nothing else would
+            // resume it: a stopped one would stay for good); a debugger's hold ends when the
+            // debugger lets go. lockctl's child (lockctl is a PID 1, see the module docs) is
+            // killed instead, or lockctl would wait for it as for the job. Its PID, from its own
+            // first word, stays its own while it is stopped, and until lockctl reaps it.
+            // SAFETY: getpid has no preconditions; kill on the watcher we started, which exists
+            // (it was just seen stopped) or is lockctl's own unreaped child.
             unsafe {
                 if super::procs::read(pid).is_some_and(|w| w.ppid == libc::getpid()) {
                     libc::kill(pid, libc::SIGKILL);
+                } else {
+                    libc::kill(pid, libc::SIGCONT);
                 }
             }
             return Ok(None);
