@@ -6,16 +6,11 @@
 mod support;
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::queue::{hold, queue_key, waiter};
 use support::*;
-
-/// The queue's key of lock `name` under the default prefix.
-fn queue_key(name: &str) -> String {
-    format!("{{lockctl:{name}}}\u{1f}queue")
-}
 
 /// Each node's queue: member -> score.
 fn queues(servers: &[&Server], name: &str) -> Vec<HashMap<String, String>> {
@@ -41,25 +36,6 @@ fn wait_queued(servers: &[&Server], name: &str, count: usize) {
         "{count} waiters not queued alike: {:?}",
         queues(servers, name)
     );
-}
-
-/// A waiter that appends `who` to `file` while it holds the lock.
-fn waiter(cmd: &mut Command, name: &str, file: &Path, who: &str, extra: &[&str]) -> Child {
-    cmd.args(["exec", name])
-        .args(extra)
-        .arg("-c")
-        .arg(format!("echo {who} >> '{}'; sleep 0.02", file.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn waiter")
-}
-
-/// Holds `name` from outside (a token, released later by the test).
-fn hold(cmd: &mut Command, name: &str) -> String {
-    let o = run(cmd.args(["acquire", name, "--ttl", "60s"]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    stdout(&o)
 }
 
 /// Six waiters arriving one after another are served in that order, `rounds` times.

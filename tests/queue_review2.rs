@@ -3,44 +3,10 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use support::queue::{order, wait_queued, waiter};
 use support::*;
-
-/// The queue's key of lock `name` under the default prefix.
-fn queue_key(name: &str) -> String {
-    format!("{{lockctl:{name}}}\u{1f}queue")
-}
-
-/// Waits until `count` waiters are queued on `s`.
-fn wait_queued(s: &Server, name: &str, count: u64) {
-    let ok = eventually(Duration::from_secs(30), || {
-        s.cmd::<u64>(&["ZCARD", &queue_key(name)]) == count
-    });
-    assert!(ok, "{count} waiter(s) not queued");
-}
-
-/// An `exec` waiting for `name` that appends `who` to `file` while it holds the lock.
-fn waiter(cmd: &mut Command, name: &str, file: &Path, who: &str, extra: &[&str]) -> Child {
-    cmd.args(["exec", name])
-        .args(extra)
-        .arg("-c")
-        .arg(format!("echo {who} >> '{}'; sleep 0.02", file.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn waiter")
-}
-
-fn order(file: &Path) -> Vec<String> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
-}
 
 /// Docs (guarantees): a live waiter keeps its place; "an outage is no such pause: the waiter keeps
 /// trying through it, keeps its ticket, and the nodes put it back at that ticket". The single node

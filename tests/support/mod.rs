@@ -5,7 +5,9 @@
 //! [`lockctl`] builds a command for the binary under test with a clean `LOCKCTL_*` environment.
 #![allow(dead_code)]
 
+pub mod queue;
 pub mod topology;
+pub mod watchers;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

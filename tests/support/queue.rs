@@ -1,0 +1,49 @@
+//! Helpers of the queue's tests (`tests/queue*.rs`): waiters that note their turn in a file, a holder
+//! from outside, and the queue's key as the scripts name it.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{code, eventually, run, stderr, stdout, Server};
+
+/// The queue's key of lock `name` under the default prefix.
+pub fn queue_key(name: &str) -> String {
+    format!("{{lockctl:{name}}}\u{1f}queue")
+}
+
+/// Waits until `count` waiters are queued on `s`.
+pub fn wait_queued(s: &Server, name: &str, count: u64) {
+    let ok = eventually(Duration::from_secs(30), || {
+        s.cmd::<u64>(&["ZCARD", &queue_key(name)]) == count
+    });
+    assert!(ok, "{count} waiter(s) not queued");
+}
+
+/// An `exec` waiting for `name` that appends `who` to `file` while it holds the lock.
+pub fn waiter(cmd: &mut Command, name: &str, file: &Path, who: &str, extra: &[&str]) -> Child {
+    cmd.args(["exec", name])
+        .args(extra)
+        .arg("-c")
+        .arg(format!("echo {who} >> '{}'; sleep 0.02", file.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter")
+}
+
+/// Holds `name` from outside for a minute; returns the token.
+pub fn hold(cmd: &mut Command, name: &str) -> String {
+    let o = run(cmd.args(["acquire", name, "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    stdout(&o)
+}
+
+/// The waiters' names in `file`, in the order they held the lock.
+pub fn order(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
