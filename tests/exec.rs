@@ -395,6 +395,38 @@ fn kill_after_escalates_when_lease_lost_and_child_ignores_sigterm() {
     );
 }
 
+/// A lease lost while a forwarded signal's stop is under way adds no SIGTERM: the job gets what the
+/// user sent, then SIGKILL `--kill-after` after it, as it would without the loss.
+#[test]
+fn a_lease_lost_during_a_forwarded_stop_sends_no_sigterm() {
+    let s = Server::start();
+    let term = s.dir().join("term");
+    let mut cmd = exec_on(&s, "stopping");
+    cmd.env("TERM_AT", &term);
+    // TTL 12 s: the deleted key is found at the first renewal, about 4 s after the grant; SIGKILL
+    // comes 7 s after the SIGINT, and the lease's deadline (which the watcher enforces with a
+    // SIGTERM of its own) 12 s after the grant: 3 s and 5 s of margin either way.
+    let (child, _out) = start_ready(
+        cmd,
+        &["--ttl", "12s", "--kill-after", "7s"],
+        "trap '' INT; trap 'date +%s%N > \"$TERM_AT\"' TERM; echo ready; while :; do sleep 0.05; done",
+        "ready",
+    );
+    kill(child.id() as i32, libc::SIGINT);
+    let _: i64 = s.cmd(&["DEL", "lockctl:stopping"]);
+    let o = wait_output(child, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert!(
+        err.contains("lease on 'stopping' lost"),
+        "the loss is seen while the job runs: {err}"
+    );
+    assert_eq!(code(&o), 76, "{err}");
+    assert!(
+        !term.exists(),
+        "the child got a SIGTERM on top of the forwarded SIGINT: {err}"
+    );
+}
+
 #[test]
 fn sigkill_to_lockctl_kills_the_child() {
     let s = Server::start();
