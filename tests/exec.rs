@@ -1392,6 +1392,38 @@ fn a_lost_lease_stops_the_job_while_the_watcher_is_stopped() {
     );
 }
 
+/// A watcher killed while the job runs guards nothing: lockctl stops the job as soon as it sees the
+/// watcher gone, not at its next renewal (30 s after the grant with this TTL), which would find the
+/// watcher gone too.
+#[test]
+fn a_killed_watcher_stops_the_job_before_the_next_renewal() {
+    let s = Server::start();
+    let (holder, _out) = start_ready(
+        exec_on(&s, "unguarded"),
+        &["--ttl", "90s", "--kill-after", "1s"],
+        "echo ready; exec sleep 600",
+        "ready",
+    );
+    let mut watcher = None;
+    eventually(Duration::from_secs(10), || {
+        watcher = watcher_of(holder.id());
+        watcher.is_some()
+    });
+    kill(watcher.expect("lockctl has a watcher"), libc::SIGKILL);
+    let killed = Instant::now();
+    let o = wait_output(holder, Duration::from_secs(120));
+    let took = killed.elapsed();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 76, "{err}");
+    assert!(err.contains("watcher process (lockctl-guard)"), "{err}");
+    // The renewal comes 30 s after the grant; a generous margin stands for a loaded machine.
+    assert!(
+        took < Duration::from_secs(20),
+        "stopped only {took:?} after"
+    );
+    assert_eq!(s.get("lockctl:unguarded"), None, "released");
+}
+
 /// With lockctl stopped (SIGSTOP) past its deadline, only the watcher can apply the stop policy: a
 /// SIGTERM to the whole job at the deadline, then SIGKILL once `--kill-after` has passed. The
 /// group's leader and a member that left the group with `setsid` both note SIGTERM and run on, so
