@@ -11,12 +11,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStderr, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use support::watchers::{watcher_of, watchers_of};
+use support::watchers::{start_waiting, watcher_of, watchers_of, Started};
 use support::*;
 
 /// True once no watcher of the lockctl `pid` is left (a generous bound: it only has to notice).
@@ -28,57 +27,6 @@ fn no_watcher_left(pid: u32) -> bool {
 fn hold(s: &Server, name: &str) -> String {
     let held = acquire_json(&mut lockctl_on(s), name, &["--ttl", "60s"]);
     held["token"].as_str().unwrap().to_string()
-}
-
-/// A lockctl the test started: killed and reaped when dropped, should the test fail before it
-/// ends (reaped, its PID is not signalled again).
-struct Started(Option<Child>);
-
-impl Started {
-    fn id(&self) -> u32 {
-        self.0.as_ref().unwrap().id()
-    }
-
-    /// SIGKILL, and reaped.
-    fn kill(mut self) {
-        let mut child = self.0.take().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-
-    fn output(mut self, limit: Duration) -> std::process::Output {
-        wait_output(self.0.take().unwrap(), limit)
-    }
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Starts `exec NAME FLAGS -- sh -c SCRIPT` on a held lock and returns once it says it waits.
-fn start_waiting(s: &Server, name: &str, flags: &[&str], script: &str) -> (Started, ChildStderr) {
-    let mut child = lockctl_on(s)
-        .args(["exec", name])
-        .args(flags)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let child = Started(Some(child));
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(
-        line.contains(&format!("waiting for lock '{name}'")),
-        "{line}"
-    );
-    (child, err.into_inner())
 }
 
 /// Continues a stopped process when dropped, also when the test fails.
@@ -109,7 +57,12 @@ fn a_waiting_watcher_sleeps_and_is_gone_after_a_signal() {
     let s = Server::start();
     hold(&s, "sig");
     let marker = s.dir().join("ran");
-    let (child, err) = start_waiting(&s, "sig", &[], &format!("touch {}", marker.display()));
+    let (child, err) = start_waiting(
+        &s,
+        "sig",
+        &[],
+        &["sh", "-c", &format!("touch {}", marker.display())],
+    );
     let errs = collect_stderr(err);
     let lockctl = child.id();
     let watcher = watcher_of(lockctl);
@@ -134,7 +87,7 @@ fn a_waiting_watcher_sleeps_and_is_gone_after_a_signal() {
 fn a_lockctl_killed_while_waiting_leaves_no_watcher() {
     let s = Server::start();
     hold(&s, "killed");
-    let (child, _err) = start_waiting(&s, "killed", &[], "true");
+    let (child, _err) = start_waiting(&s, "killed", &[], &["sh", "-c", "true"]);
     let pid = child.id();
     watcher_of(pid);
     child.kill();
@@ -193,7 +146,12 @@ fn a_watcher_killed_while_waiting_is_replaced_at_the_grant() {
         pid = job_pid.display(),
         go = go.display()
     );
-    let (child, err) = start_waiting(&s, "again", &["--ttl", "2s", "--kill-after", "1s"], &script);
+    let (child, err) = start_waiting(
+        &s,
+        "again",
+        &["--ttl", "2s", "--kill-after", "1s"],
+        &["sh", "-c", &script],
+    );
     let errs = collect_stderr(err);
     let lockctl = child.id();
     let first = watcher_of(lockctl);
@@ -218,7 +176,12 @@ fn a_watcher_killed_while_waiting_is_replaced_at_the_grant() {
     let token = hold(&s, "again");
     std::fs::remove_file(&job_pid).unwrap();
     std::fs::remove_file(&go).unwrap();
-    let (child, _err) = start_waiting(&s, "again", &["--ttl", "2s", "--kill-after", "1s"], &script);
+    let (child, _err) = start_waiting(
+        &s,
+        "again",
+        &["--ttl", "2s", "--kill-after", "1s"],
+        &["sh", "-c", &script],
+    );
     let lockctl = child.id();
     let first = watcher_of(lockctl);
     kill(first, libc::SIGKILL);
@@ -250,8 +213,12 @@ fn a_lockctl_killed_just_after_the_grant_takes_its_job_along() {
         let token = hold(&s, &name);
         let job_pid = s.dir().join(format!("job-pid{round}"));
         let script = format!("echo $$ > {}; exec sleep 600", job_pid.display());
-        let (child, _err) =
-            start_waiting(&s, &name, &["--ttl", "2s", "--kill-after", "1s"], &script);
+        let (child, _err) = start_waiting(
+            &s,
+            &name,
+            &["--ttl", "2s", "--kill-after", "1s"],
+            &["sh", "-c", &script],
+        );
         let lockctl = child.id();
         watcher_of(lockctl);
         let o = run(lockctl_on(&s).args(["release", &name, "--token", &token]));
@@ -364,7 +331,7 @@ fn a_watcher_stopped_while_waiting_is_replaced_at_the_grant() {
         "echo started; while [ ! -e {go} ]; do sleep 0.05; done",
         go = go.display()
     );
-    let (child, err) = start_waiting(&s, "stopped", &["--ttl", "2s"], &script);
+    let (child, err) = start_waiting(&s, "stopped", &["--ttl", "2s"], &["sh", "-c", &script]);
     let errs = collect_stderr(err);
     let lockctl = child.id();
     let first = watcher_of(lockctl);

@@ -10,66 +10,17 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use support::watchers::watcher_of;
+use support::watchers::{start_waiting, watcher_of, Started};
 use support::*;
 
 /// Holds `name` for a minute from another client; returns its token.
 fn hold(s: &Server, name: &str) -> String {
     let held = acquire_json(&mut lockctl_on(s), name, &["--ttl", "60s"]);
     held["token"].as_str().unwrap().to_string()
-}
-
-/// A process the test started: killed and reaped when dropped, should the test fail first.
-struct Started(Option<Child>);
-
-impl Started {
-    fn id(&self) -> u32 {
-        self.0.as_ref().unwrap().id()
-    }
-
-    fn output(mut self, limit: Duration) -> std::process::Output {
-        wait_output(self.0.take().unwrap(), limit)
-    }
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Starts `exec NAME FLAGS -- PROGRAM...` on a held lock and returns once it says it waits.
-fn start_waiting(
-    s: &Server,
-    name: &str,
-    flags: &[&str],
-    program: &[&str],
-) -> (Started, ChildStderr) {
-    let mut child = lockctl_on(s)
-        .args(["exec", name])
-        .args(flags)
-        .arg("--")
-        .args(program)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let child = Started(Some(child));
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(
-        line.contains(&format!("waiting for lock '{name}'")),
-        "{line}"
-    );
-    (child, err.into_inner())
 }
 
 /// A debugger's hold on a process (`gdb -p`): attached with `PTRACE_ATTACH`, so it sits at a

@@ -1,8 +1,10 @@
 //! Helpers of the tests of `exec`'s watcher (`lockctl-guard`): finding the watchers of a lockctl.
 
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStderr, Stdio};
 use std::time::Duration;
 
-use super::{alive, eventually};
+use super::{alive, eventually, lockctl_on, wait_output, Server};
 
 /// The watchers of the lockctl `pid`, found by their command line.
 pub fn watchers_of(pid: u32) -> Vec<i32> {
@@ -29,4 +31,61 @@ pub fn watcher_of(pid: u32) -> i32 {
     });
     assert_eq!(found.len(), 1, "lockctl {pid} has one watcher: {found:?}");
     found[0]
+}
+
+/// A lockctl the test started: killed and reaped when dropped, should the test fail before it
+/// ends (reaped, its PID is not signalled again).
+pub struct Started(pub Option<Child>);
+
+impl Started {
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    /// SIGKILL, and reaped.
+    pub fn kill(mut self) {
+        let mut child = self.0.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    pub fn output(mut self, limit: Duration) -> std::process::Output {
+        wait_output(self.0.take().unwrap(), limit)
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `exec NAME FLAGS -- PROGRAM...` on a held lock and returns once it says it waits.
+pub fn start_waiting(
+    s: &Server,
+    name: &str,
+    flags: &[&str],
+    program: &[&str],
+) -> (Started, ChildStderr) {
+    let mut child = lockctl_on(s)
+        .args(["exec", name])
+        .args(flags)
+        .arg("--")
+        .args(program)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let child = Started(Some(child));
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(
+        line.contains(&format!("waiting for lock '{name}'")),
+        "{line}"
+    );
+    (child, err.into_inner())
 }
