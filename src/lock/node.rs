@@ -3,10 +3,9 @@
 //! One node timeout bounds each call as a whole: the name lookup, the connect, the handshake (TLS,
 //! AUTH, SELECT) and the command together, so a stopped or black-holed server costs at most about one
 //! timeout and never hangs a command. A holder's renewal is bounded by the time left on its lease as
-//! well ([`Node::limit`]), so no renewal call outlives the lease it renews. Scripts go out as EVALSHA and are
-//! reloaded on NOSCRIPT (redis-rs's `Script` does that); should the script be gone again by the retry,
-//! its source goes out with EVAL, so a `SCRIPT FLUSH` or a failover to a server that never saw the
-//! scripts changes nothing.
+//! well ([`Node::limit`]), so no renewal call outlives the lease it renews. Scripts go out as EVALSHA;
+//! on NOSCRIPT their source goes out with EVAL, which also caches it, so a `SCRIPT FLUSH` or a
+//! failover to a server that never saw the scripts costs one round trip more and changes nothing.
 //!
 //! After a timeout the connection still owes us a reply, so it can no longer be used for
 //! request/response; it is kept only to send a rollback without waiting ([`Node::send_only`]), which the
@@ -25,7 +24,9 @@
 //! behind Sentinel, the master is asked for again), the replicas in sync are counted for `WAIT` after
 //! a grant or renewal, and the run id tells two endpoints that reach one server apart. It comes after
 //! the first command, not before, so that command is on its way to a server that stopped answering
-//! just as it would be on an old connection.
+//! just as it would be on an old connection, and in the same write, so it costs no round trip. A
+//! grant or renewal on a kept connection carries `INFO replication` the same way: replicas come and
+//! go, and reading them afresh must not double the operation's round trips.
 //!
 //! A failure is either an outage (no answer: 69 when it costs the quorum) or a refusal (the server
 //! answered and refuses: wrong credentials, an ACL, a replica, a renamed command, a redirect that
@@ -277,13 +278,15 @@ impl Node {
     }
 
     /// [`Node::call`]; `durable`: a write that must reach the master's replicas before it counts.
-    /// `f` is told when the connection is new and its server not yet checked: it may then send
-    /// `INFO` right behind its command and return that reply too (see [`Node::eval`]).
+    /// `f` is told which `INFO` it may send right behind its command, in the same write, and return
+    /// the reply of (see [`Node::eval`]): all of it when the connection is new and its server not yet
+    /// checked; the replication section when a durable write goes out on a kept connection, so that
+    /// counting the replicas for `WAIT` costs no round trip of its own.
     fn call_with<T>(
         &mut self,
         what: &str,
         durable: bool,
-        mut f: impl FnMut(&mut Connection, bool) -> (RedisResult<T>, Option<RedisResult<Value>>),
+        mut f: impl FnMut(&mut Connection, Along) -> (RedisResult<T>, Option<RedisResult<Value>>),
     ) -> Result<T, NodeFailure> {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
@@ -324,18 +327,32 @@ impl Node {
                     run_by(&mut c, deadline, &mut |c: &mut Connection| {
                         redis::cmd("ASKING").query::<()>(c)
                     })
-                    .and_then(|_| run_by(&mut c, deadline, &mut |c| f(c, false).0)),
+                    .and_then(|_| run_by(&mut c, deadline, &mut |c| f(c, Along::Nothing).0)),
                     true,
                     None,
                 ),
                 None => {
-                    let want_info = !self.checked;
+                    let along = if !self.checked {
+                        Along::All
+                    } else if durable && self.replicas.is_none() {
+                        Along::Replication
+                    } else {
+                        Along::Nothing
+                    };
                     let conn = self.conn.as_mut().expect("connection just opened");
                     let (result, info) = match limit_by(conn, deadline) {
-                        Ok(()) => f(conn, want_info),
+                        Ok(()) => f(conn, along),
                         Err(e) => (Err(e), None),
                     };
-                    (result, false, info)
+                    if along == Along::Replication {
+                        // Unread or failed: `replicate` asks on its own and reports the failure.
+                        if let Some(Ok(v)) = &info {
+                            self.replicas = Some(online_replicas(&info_fields(v)));
+                        }
+                        (result, false, None)
+                    } else {
+                        (result, false, info)
+                    }
                 }
             };
             sent = true;
@@ -567,7 +584,7 @@ impl Node {
         let budget = self.budget();
         let conn = self.conn.as_mut().expect("connection in use");
         let connected = match self.replicas.take() {
-            // Read on connect; a renewal on a kept connection reads it afresh.
+            // Read on connect, or in the write that carried this grant or renewal.
             Some(n) => n,
             None => match run_by(conn, deadline, &mut |c: &mut Connection| {
                 redis::cmd("INFO").arg("replication").query::<Value>(c)
@@ -651,20 +668,19 @@ impl Node {
                 .query(conn),
             None => Err(e),
         };
-        let result = self.call_with(what, durable, |conn, with_info| {
-            if with_info {
-                return evalsha_then_info(conn, script, keys, args, eval_source);
+        let result = self.call_with(what, durable, |conn, along| {
+            if along != Along::Nothing {
+                return evalsha_then_info(conn, script, keys, args, along, eval_source);
             }
-            let mut inv = script.prepare_invoke();
-            for k in keys {
-                inv.key(*k);
-            }
-            for a in args {
-                inv.arg(*a);
-            }
-            let result = match inv.invoke(conn) {
-                // Flushed again between the reload and the retry (`SCRIPT FLUSH` in a loop, a
-                // failover mid-call): send the source itself, which cannot miss.
+            let evalsha = redis::cmd("EVALSHA")
+                .arg(script.get_hash())
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args)
+                .query(conn);
+            let result = match evalsha {
+                // A server that never saw the script (new, restarted, flushed): its source, which
+                // also caches it there, in one round trip rather than `SCRIPT LOAD` and a retry.
                 Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, e),
                 other => other,
             };
@@ -940,17 +956,28 @@ fn limit_by(conn: &mut Connection, deadline: Instant) -> RedisResult<()> {
     Ok(())
 }
 
-/// The first command on a new connection: `EVALSHA` and `INFO` in one write, so that checking the
-/// server costs no round trip of its own; the script's reply and INFO's come back in that order.
-/// `INFO`'s reply is read only after a reply to the script (a server error counts): after a timeout
-/// or a dropped connection it is never read, as the connection is not used again. On `NOSCRIPT`
-/// (a server that never saw the script, or flushed it) the source goes out with `eval_source`, which
-/// also caches it there.
+/// Which `INFO` goes out in the same write as a command (see [`Node::call_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Along {
+    Nothing,
+    /// The default sections: the first command on a new connection ([`Node::check_server`]).
+    All,
+    /// The replicas in sync, read afresh for a durable write on a kept connection.
+    Replication,
+}
+
+/// `EVALSHA` and `INFO` in one write, so that checking the server (the first command on a new
+/// connection) or counting its replicas (a durable write) costs no round trip of its own; the
+/// script's reply and INFO's come back in that order. `INFO`'s reply is read only after a reply to
+/// the script (a server error counts): after a timeout or a dropped connection it is never read, as
+/// the connection is not used again. On `NOSCRIPT` (a server that never saw the script, or flushed
+/// it) the source goes out with `eval_source`, which also caches it there.
 fn evalsha_then_info(
     conn: &mut Connection,
     script: &Script,
     keys: &[&str],
     args: &[&str],
+    along: Along,
     eval_source: impl FnOnce(&mut Connection, RedisError) -> RedisResult<Value>,
 ) -> (RedisResult<Value>, Option<RedisResult<Value>>) {
     let mut both = redis::cmd("EVALSHA")
@@ -959,7 +986,11 @@ fn evalsha_then_info(
         .arg(keys)
         .arg(args)
         .get_packed_command();
-    both.extend_from_slice(&redis::cmd("INFO").get_packed_command());
+    let mut info = redis::cmd("INFO");
+    if along == Along::Replication {
+        info.arg("replication");
+    }
+    both.extend_from_slice(&info.get_packed_command());
     if let Err(e) = conn.send_packed_command(&both) {
         return (Err(e), None);
     }

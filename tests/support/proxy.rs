@@ -1,0 +1,132 @@
+//! A loopback TCP proxy in front of a real server that records the round trips lockctl makes.
+//!
+//! A round trip is what the client sends between two answers of the server: one write of several
+//! commands (a pipeline) is one round trip, a command sent only after the reply to another is a
+//! second. The server cannot tell them apart (`INFO commandstats` counts commands), so "one round
+//! trip per node per operation" is checked here, on the wire. Each connection's client bytes are
+//! parsed as RESP (clients send arrays of bulk strings) and grouped into turns: a new turn starts
+//! with the first client byte after the server last spoke.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One connection's turns, each the commands of one round trip, as `NAME arg1` (first argument
+/// only, upper-cased name).
+pub type Turns = Vec<Vec<String>>;
+
+pub struct Proxy {
+    pub port: u16,
+    conns: Arc<Mutex<Vec<Arc<Mutex<Turns>>>>>,
+}
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards every connection to `127.0.0.1:upstream`.
+    pub fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conns: Arc<Mutex<Vec<Arc<Mutex<Turns>>>>> = Arc::default();
+        let all = Arc::clone(&conns);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let turns = Arc::new(Mutex::new(Turns::new()));
+                all.lock().unwrap().push(Arc::clone(&turns));
+                relay(client, server, turns);
+            }
+        });
+        Proxy { port, conns }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Every connection's turns so far.
+    pub fn turns(&self) -> Vec<Turns> {
+        self.conns
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|t| t.lock().unwrap().clone())
+            .collect()
+    }
+}
+
+fn relay(client: TcpStream, server: TcpStream, turns: Arc<Mutex<Turns>>) {
+    let spoke = Arc::new(AtomicBool::new(true));
+    let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let spoke_up = Arc::clone(&spoke);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16384];
+        let mut pending = Vec::new();
+        loop {
+            let n = match c_in.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            {
+                let mut t = turns.lock().unwrap();
+                if spoke_up.swap(false, Ordering::SeqCst) {
+                    t.push(Vec::new());
+                }
+                pending.extend_from_slice(&buf[..n]);
+                while let Some((cmd, used)) = parse_command(&pending) {
+                    t.last_mut().unwrap().push(cmd);
+                    pending.drain(..used);
+                }
+            }
+            if s_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = s_out.shutdown(Shutdown::Write);
+    });
+    let (mut s_in, mut c_out) = (server, client);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16384];
+        loop {
+            let n = match s_in.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // Set before the bytes go on, so that the client's answer to them opens a new turn.
+            spoke.store(true, Ordering::SeqCst);
+            if c_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = c_out.shutdown(Shutdown::Write);
+    });
+}
+
+/// One complete RESP command at the start of `b`: `NAME arg1` and the bytes it took.
+fn parse_command(b: &[u8]) -> Option<(String, usize)> {
+    fn line(b: &[u8], at: usize) -> Option<(&[u8], usize)> {
+        let end = b[at..].windows(2).position(|w| w == b"\r\n")? + at;
+        Some((&b[at..end], end + 2))
+    }
+    let (head, mut at) = line(b, 0)?;
+    assert_eq!(head.first(), Some(&b'*'), "not a RESP array: {head:?}");
+    let n: usize = std::str::from_utf8(&head[1..]).unwrap().parse().unwrap();
+    let mut words: Vec<String> = Vec::new();
+    for _ in 0..n {
+        let (len, next) = line(b, at)?;
+        let len: usize = std::str::from_utf8(&len[1..]).unwrap().parse().unwrap();
+        if b.len() < next + len + 2 {
+            return None;
+        }
+        if words.len() < 2 {
+            // A script's source (EVAL) is long: its first line names it well enough.
+            let word = String::from_utf8_lossy(&b[next..next + len]);
+            words.push(word.lines().next().unwrap_or("").chars().take(60).collect());
+        }
+        at = next + len + 2;
+    }
+    words[0].make_ascii_uppercase();
+    Some((words.join(" "), at))
+}
