@@ -101,12 +101,13 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     }
 
     let key_list = crate::lock::release_keys(&keys);
+    let front_ms = engine.front_lifetime().as_millis().to_string();
     let mut args_list = vec![
         keys.channel.as_str(),
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
         keys.wake.as_str(),
-        crate::lock::ALIVE_MS.as_str(),
+        front_ms.as_str(),
     ];
     args_list.extend(confirmed.iter().map(String::as_str));
     let results = quorum::all(engine.nodes_mut(), |_, node| {

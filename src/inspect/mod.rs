@@ -432,12 +432,14 @@ pub(crate) fn survey(engine: &mut Engine, keys: &LockKeys) -> Merged {
         keys.queue.as_str(),
         keys.alive.as_str(),
         keys.waiters.as_str(),
+        keys.seen.as_str(),
     ];
+    let front_ms = engine.front_lifetime().as_millis().to_string();
     let args = [
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
         keys.wake.as_str(),
-        crate::lock::ALIVE_MS.as_str(),
+        front_ms.as_str(),
     ];
     let views = quorum::all(engine.nodes_mut(), |_, node: &mut Node| {
         let v = node.eval("status", &STATUS, &key_list, &args)?;

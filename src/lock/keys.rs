@@ -6,7 +6,7 @@
 //! releases are announced on a channel named the same way. A semaphore (`--limit N`) adds slots 2..N,
 //! each a plain string key with a holder hash of its own (`slot\x1f<i>`, `holder\x1f<i>`; slot 1 is
 //! the lock key), and a `limit` key recording N; `--limit 1` adds nothing. While anyone waits, the
-//! queue's keys are there too (`queue`, `alive`, `waiters`, `tickets`, `superseded`; they expire a
+//! queue's keys are there too (`queue`, `alive`, `waiters`, `tickets`, `superseded`, `seen`; they expire a
 //! few seconds after the last waiter leaves), and each waiter listens on a wake channel of its own
 //! (see `queue.rs`).
 //!
@@ -63,6 +63,9 @@ pub struct LockKeys {
     pub tickets: String,
     /// Displaced waiter id to the record of the waiter that superseded it (expires after a minute).
     pub superseded: String,
+    /// The server time of the last script that looked at the queue, so that a node notices its own
+    /// stall (see `front.lua`).
+    pub seen: String,
     /// Prefix of the per-waiter wake channels: `<wake>\x1f<waiter id>`.
     pub wake: String,
 }
@@ -99,6 +102,7 @@ impl LockKeys {
             waiters: aux("waiters"),
             tickets: aux("tickets"),
             superseded: aux("superseded"),
+            seen: aux("seen"),
             wake: aux("wake"),
             key,
         }
@@ -181,7 +185,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn all(k: &LockKeys) -> [String; 14] {
+    fn all(k: &LockKeys) -> [String; 15] {
         [
             k.key.clone(),
             k.fence.clone(),
@@ -196,6 +200,7 @@ mod tests {
             k.waiters.clone(),
             k.tickets.clone(),
             k.superseded.clone(),
+            k.seen.clone(),
             k.wake.clone(),
         ]
     }

@@ -364,6 +364,18 @@ impl Engine {
         })
     }
 
+    /// How much longer than its interval a waiter's attempt may take: two node timeouts (one for
+    /// the attempt that ran late, one for the reply of a node that is stopped or unreachable). The
+    /// nodes keep a waiter this much longer, and its own loop allows it (see `queue.rs`).
+    pub(crate) fn slack(&self) -> Duration {
+        self.nodes.iter().map(Node::timeout).max().unwrap_or_default() * 2
+    }
+
+    /// A waiter's lifetime at the front of the queue: three heartbeats and our slack.
+    pub(crate) fn front_lifetime(&self) -> Duration {
+        queue::ALIVE + self.slack()
+    }
+
     /// `--supersede`: a wait displaces the older waiters of the lock (never its holder).
     pub fn supersede(&mut self, on: bool) {
         self.supersede = on;
@@ -470,7 +482,7 @@ impl Engine {
             _ if self.supersede => queue::Mode::Supersede,
             _ => queue::Mode::Wait,
         };
-        let mut place = queue::Place::new(mode);
+        let mut place = queue::Place::new(mode, self.slack());
         let wake_channel = keys.wake_channel(&place.id);
         let mut waiter = wait::Waiter::new(keys, &wake_channel, policy, self.nodes.len());
         let all = vec![true; self.nodes.len()];
@@ -581,7 +593,8 @@ impl Engine {
     /// never queued).
     fn leave(&mut self, keys: &LockKeys, place: &queue::Place, on: &[bool], blind: bool) {
         if place.queued {
-            queue::leave(&mut self.nodes, keys, &place.id, on, blind);
+            let front = queue::ALIVE + place.slack;
+            queue::leave(&mut self.nodes, keys, &place.id, on, blind, front);
         }
     }
 
@@ -690,6 +703,7 @@ impl Engine {
         let ticket = place.ticket_arg();
         let alive_ms = queue::ALIVE.as_millis().to_string();
         let longest_ms = queue::LONGEST.as_millis().to_string();
+        let slack_ms = place.slack.as_millis().to_string();
 
         let started = Stamp::now();
         let round1 = quorum::all(&mut self.nodes, |i, node| {
@@ -717,6 +731,7 @@ impl Engine {
                 alive_ms.as_str(),
                 longest_ms.as_str(),
                 listening,
+                slack_ms.as_str(),
             ];
             node.eval("acquire", &ACQUIRE, &key_list, &args)
                 .and_then(|v| parse_round1(v, &node.display))
@@ -1014,7 +1029,8 @@ impl Engine {
     /// Releases our token on the given nodes, in parallel; nodes that owe a reply get it sent blind.
     fn rollback(&mut self, keys: &LockKeys, token: &str, on: &[bool]) {
         let key_list = release_keys(keys);
-        let args = release_args(keys, token);
+        let front_ms = self.front_lifetime().as_millis().to_string();
+        let args = release_args(keys, token, &front_ms);
         quorum::each(
             &mut self.nodes,
             |i| on[i],
@@ -1032,7 +1048,8 @@ impl Engine {
     /// make a quorum.
     pub fn release(&mut self, keys: &LockKeys, token: &str) -> Result<usize, LockError> {
         let key_list = release_keys(keys);
-        let args = release_args(keys, token);
+        let front_ms = self.front_lifetime().as_millis().to_string();
+        let args = release_args(keys, token, &front_ms);
         let results = quorum::all(&mut self.nodes, |_, node| {
             node.eval("release", &RELEASE, &key_list, &args)
         });
@@ -1305,7 +1322,7 @@ impl Engine {
 }
 
 /// The keys of `release.lua` (and of `break.lua`, which takes the same).
-pub(crate) fn release_keys(keys: &LockKeys) -> [&str; 6] {
+pub(crate) fn release_keys(keys: &LockKeys) -> [&str; 7] {
     [
         keys.key.as_str(),
         keys.holder.as_str(),
@@ -1313,22 +1330,24 @@ pub(crate) fn release_keys(keys: &LockKeys) -> [&str; 6] {
         keys.queue.as_str(),
         keys.alive.as_str(),
         keys.waiters.as_str(),
+        keys.seen.as_str(),
     ]
 }
 
-/// A queued waiter's lifetime at the front of the queue, in ms, as the scripts take it.
+/// A queued waiter's lifetime at the front of the queue, in ms, as the scripts take it (without a
+/// node timeout's slack: for `doctor`'s scratch lock).
 pub(crate) static ALIVE_MS: LazyLock<String> =
     LazyLock::new(|| queue::ALIVE.as_millis().to_string());
 
-/// The arguments of `release.lua`.
-fn release_args<'a>(keys: &'a LockKeys, token: &'a str) -> [&'a str; 6] {
+/// The arguments of `release.lua`; `front_ms`: the front lifetime with our slack.
+fn release_args<'a>(keys: &'a LockKeys, token: &'a str, front_ms: &'a str) -> [&'a str; 6] {
     [
         token,
         keys.channel.as_str(),
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
         keys.wake.as_str(),
-        ALIVE_MS.as_str(),
+        front_ms,
     ]
 }
 

@@ -51,7 +51,7 @@ pub const LONGEST: Duration = Duration::from_secs(30);
 pub const MAX_NOTE: usize = 512;
 
 /// KEYS of `acquire.lua`.
-pub fn acquire_keys(keys: &LockKeys) -> [&str; 9] {
+pub fn acquire_keys(keys: &LockKeys) -> [&str; 10] {
     [
         &keys.key,
         &keys.fence,
@@ -62,6 +62,7 @@ pub fn acquire_keys(keys: &LockKeys) -> [&str; 9] {
         &keys.waiters,
         &keys.tickets,
         &keys.superseded,
+        &keys.seen,
     ]
 }
 
@@ -102,6 +103,9 @@ pub struct Place {
     /// The heartbeat interval of the last attempt: the shortest any node gave. The nodes keep the
     /// waiter three of their intervals after it, so this bounds the next attempt's start.
     pub interval: Duration,
+    /// How much longer than its interval an attempt may take (two node timeouts): the nodes keep
+    /// the waiter this much longer than three intervals, and so does [`Place::check_lapse`].
+    pub slack: Duration,
     /// Live waiters ahead of this one (on a quorum), and how many wait in all.
     pub position: Option<(u64, u64)>,
     /// Per node: its subscription to the wake channel stands. A node gives a waiter that does not
@@ -110,8 +114,9 @@ pub struct Place {
 }
 
 impl Place {
-    pub fn new(mode: Mode) -> Place {
+    pub fn new(mode: Mode, slack: Duration) -> Place {
         Place {
+            slack,
             id: new_waiter_id(),
             mode,
             ticket: None,
@@ -129,14 +134,15 @@ impl Place {
     }
 
     /// At the start of an attempt: a waiter whose own loop had a gap longer than its lifetime (three
-    /// intervals) between two attempts (it was stopped) may have been dropped from the queue; it
-    /// queues again behind those who kept waiting. An outage is no gap: the waiter kept trying at
-    /// least once per interval, so it keeps its ticket and is put back at it.
+    /// intervals and its slack, the bound the nodes keep it by) between two attempts (it was
+    /// stopped) may have been dropped from the queue; it queues again behind those who kept
+    /// waiting. An outage is no gap: the waiter kept trying at least once per interval (less the
+    /// time an attempt took, which the slack covers), so it keeps its ticket and is put back at it.
     pub fn check_lapse(&mut self) {
         let now = Stamp::now();
         if self
             .last_try
-            .is_some_and(|t| now.elapsed_since(t) > self.interval * 3)
+            .is_some_and(|t| now.elapsed_since(t) > self.interval * 3 + self.slack)
         {
             self.ticket = None;
         }
@@ -168,7 +174,15 @@ pub fn new_waiter_id() -> String {
 
 /// Takes waiter `id` out of the queue on the `on` nodes, in parallel. `blind`: send without waiting
 /// for the answers (on a signal, whose exit must not wait for Redis).
-pub fn leave(nodes: &mut [Node], keys: &LockKeys, id: &str, on: &[bool], blind: bool) {
+/// `front`: a front lifetime with the waiter's slack.
+pub fn leave(
+    nodes: &mut [Node],
+    keys: &LockKeys,
+    id: &str,
+    on: &[bool],
+    blind: bool,
+    front: Duration,
+) {
     let key_list = [
         keys.key.as_str(),
         keys.queue.as_str(),
@@ -176,8 +190,9 @@ pub fn leave(nodes: &mut [Node], keys: &LockKeys, id: &str, on: &[bool], blind: 
         keys.waiters.as_str(),
         keys.tickets.as_str(),
         keys.limit.as_str(),
+        keys.seen.as_str(),
     ];
-    let alive_ms = ALIVE.as_millis().to_string();
+    let alive_ms = front.as_millis().to_string();
     let args = [
         id,
         keys.wake.as_str(),
@@ -272,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_lapsed_waiter_queues_again() {
-        let mut p = Place::new(Mode::Wait);
+        let mut p = Place::new(Mode::Wait, Duration::ZERO);
         assert_eq!(p.id.len(), 16);
         p.ticket = Some(5);
         p.check_lapse();

@@ -284,9 +284,9 @@ impl Waiter {
         let mut sleep = match pause {
             // Behind the head: only a wake or the heartbeat, with a little jitter so that the
             // waiters do not all beat at once.
-            Pause::Busy { .. } if self.queued && !self.head => {
-                interval.mul_f64(0.8 + fastrand::f64() * 0.2)
-            }
+            Pause::Busy { .. } if self.queued && !self.head => interval
+                .mul_f64(0.8 + fastrand::f64() * 0.2)
+                .saturating_sub(last_attempt),
             // The head on a single node: the release publishes on its own channel, so it sleeps
             // until woken, the holder's lease ends, or its heartbeat (no split vote to spread out).
             Pause::Busy { retry_in, .. } if self.queued && self.subscribed.len() == 1 => {
@@ -306,8 +306,9 @@ impl Waiter {
             }
         };
         if self.queued {
-            // The heartbeat keeps the waiter's place, whatever the wait is for.
-            sleep = sleep.min(interval);
+            // The heartbeat keeps the waiter's place, whatever the wait is for: an interval from
+            // the start of the last attempt, which may have taken up to a node timeout.
+            sleep = sleep.min(interval.saturating_sub(last_attempt));
         }
         if let Some(d) = self.deadline {
             sleep = sleep.min(d.remaining());

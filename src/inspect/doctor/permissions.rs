@@ -132,6 +132,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                     &keys.queue,
                     &keys.alive,
                     &keys.waiters,
+                    &keys.seen,
                 ],
                 vec![bases[0], bases[1], &keys.wake, &crate::lock::ALIVE_MS],
             ),

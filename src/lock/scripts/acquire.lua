@@ -3,13 +3,15 @@
 -- and record the holder; otherwise queue the caller (or refresh its heartbeat) and say who holds the
 -- lock and where the caller stands. See docs/queue.md.
 -- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit, queue, alive, waiters, tickets,
---       superseded
+--       superseded, seen (the server time of the last script that looked at the queue)
 -- ARGV: token, ttl ms, quarantine ms, host, pid, command line, limit N, slot key base, holder hash
 --       base (slot i >= 2 is `base .. i`), the slot wanted ('' or 0 = the lowest free one),
 --       waiter id, ticket ('' = none yet), mode ('n' one attempt, never queued; 'w' wait; 's' wait
 --       and supersede the older waiters), note, wake channel prefix, a waiter's lifetime at the
 --       front of the queue in ms (three heartbeats), the longest heartbeat interval in ms, '1' when
---       the caller listens on its wake channel on this node (its subscription stands)
+--       the caller listens on its wake channel on this node (its subscription stands), the caller's
+--       slack in ms ('' = 0: how much longer than its interval an attempt of its may take, two node
+--       timeouts), added to each of its lifetimes
 -- Returns {1, fence, run id, slot}               granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
@@ -30,6 +32,9 @@ local limit = tonumber(ARGV[7]) or 1
 local want = tonumber(ARGV[10]) or 0
 local id, ticket, mode, note, wake = ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15]
 local alive_ms, longest = tonumber(ARGV[16]), tonumber(ARGV[17])
+local slack = tonumber(ARGV[19]) or 0
+-- The caller's front lifetime: three heartbeats, and its slack.
+local front_ms = alive_ms + slack
 local info
 local function server_info()
   info = info or redis.call('INFO', 'server')
@@ -60,12 +65,12 @@ local function holder_of(i, current)
 end
 
 -- The front of the queue: the first `window` waiters heartbeat every alive_ms / 3 and live alive_ms
--- after their last heartbeat; those behind heartbeat less often the further back they stand (see
+-- (and their slack) after their last heartbeat; those behind heartbeat less often the further back they stand (see
 -- docs/queue.md, "Liveness"). After waiters left, the ones that moved into the front have their
 -- expiry brought down (front.lua).
 local window = limit + 1
 local function front_moved(now_ms)
-  clamp_front(KEYS[5], KEYS[6], window, now_ms, alive_ms, wake, id)
+  clamp_front(KEYS[5], KEYS[6], KEYS[7], window, now_ms, front_ms, wake, id)
 end
 -- The heartbeat interval of the waiter at place p (0 = the head): alive_ms / 3 at the front, then
 -- growing with the square of the distance from it, so that the heartbeats of any number of waiters
@@ -120,6 +125,8 @@ local function new_ticket()
   end
   return string.format('%.0f', n)
 end
+-- After a stall of this node the expiries move forward instead (front.lua).
+keep_time(KEYS[5], KEYS[6], KEYS[10], now_ms, front_ms, wake, id ~= '' and mode ~= 'n')
 local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now_ms)
 if #dead > 0 then
   redis.call('ZREM', KEYS[5], unpack(dead))
@@ -241,7 +248,7 @@ if ahead >= free or not pick or quarantined then
       end
       redis.call('ZADD', KEYS[5], ticket, id)
       redis.call('HSET', KEYS[7], id, cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6],
-        note = note, since_ms = now_ms, ticket = ticket, limit = limit}))
+        note = note, since_ms = now_ms, ticket = ticket, limit = limit, front = front_ms}))
       ahead = redis.call('ZRANK', KEYS[5], id)
     else
       ticket = redis.call('ZSCORE', KEYS[5], id)
@@ -253,11 +260,11 @@ if ahead >= free or not pick or quarantined then
       -- whose subscription shows it alive meanwhile (status.lua lists it while that lasts).
       interval = math.min(interval, alive_ms / 3)
     end
-    redis.call('ZADD', KEYS[6], now_ms + 3 * interval, id)
+    redis.call('ZADD', KEYS[6], now_ms + 3 * interval + slack, id)
     -- The queue's keys outlive the longest expiry by a front lifetime, and go with the last waiter.
     local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
-    local keep = math.max(tonumber(last[2]) - now_ms, 0) + alive_ms
-    for i = 5, 8 do
+    local keep = math.max(tonumber(last[2]) - now_ms, 0) + front_ms
+    for _, i in ipairs({5, 6, 7, 8, 10}) do
       redis.call('PEXPIRE', KEYS[i], keep)
     end
     if limit > 1 and redis.call('PTTL', KEYS[4]) < keep then
@@ -309,7 +316,7 @@ if queued then
   redis.call('HDEL', KEYS[7], id)
 end
 if redis.call('ZCARD', KEYS[5]) == 0 then
-  redis.call('DEL', KEYS[6], KEYS[7], KEYS[8])
+  redis.call('DEL', KEYS[6], KEYS[7], KEYS[8], KEYS[10])
 elseif queued or #dead > 0 then
   front_moved(now_ms)
 end

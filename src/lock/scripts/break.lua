@@ -2,10 +2,10 @@
 -- from, wake the waiters that the freed slots let in (on their own channels; the release channel is
 -- still announced for older clients). Waiters stay queued. The fencing counter is left as it is, so
 -- a broken holder's token is stale for any fenced store.
--- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters
+-- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters, seen
 -- ARGV: release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake channel
---       prefix, a waiter's lifetime at the front of the queue in ms, then the tokens the operator
---       confirmed (none: every holder)
+--       prefix, a waiter's lifetime at the front of the queue in ms (the caller's slack counted),
+--       then the tokens the operator confirmed (none: every holder)
 -- Returns {{{slot, token, {holder field, value, ...}}, ...} broken, {token, ...} left as they are
 --          because the operator did not confirm them (they came after the question)}
 local confirmed = {}
@@ -48,12 +48,13 @@ if #broken > 0 then
   end
   local t = redis.call('TIME')
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  keep_time(KEYS[4], KEYS[5], KEYS[7], now_ms, tonumber(ARGV[5]), ARGV[4], false)
   local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms)
   if #dead > 0 then
     redis.call('ZREM', KEYS[4], unpack(dead))
     redis.call('ZREM', KEYS[5], unpack(dead))
     redis.call('HDEL', KEYS[6], unpack(dead))
-    clamp_front(KEYS[4], KEYS[5], (limit or 1) + 1, now_ms, tonumber(ARGV[5]), ARGV[4])
+    clamp_front(KEYS[4], KEYS[5], KEYS[6], (limit or 1) + 1, now_ms, tonumber(ARGV[5]), ARGV[4])
   end
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
     redis.call('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')

@@ -1,8 +1,8 @@
 -- A waiter stops waiting (granted elsewhere, its -w deadline, a signal): it leaves the queue at once,
 -- and if it stood where a free slot would let it in, the waiter that takes its place is woken.
--- KEYS: lock (slot 1), queue, alive, waiters, tickets, limit
+-- KEYS: lock (slot 1), queue, alive, waiters, tickets, limit, seen
 -- ARGV: waiter id, wake channel prefix, slot key base (slot i >= 2 is `base .. i`), a waiter's
---       lifetime at the front of the queue in ms
+--       lifetime at the front of the queue in ms (the caller's slack counted)
 -- Returns 1 when the waiter was queued here, 0 when it was not.
 local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
 if not rank then
@@ -13,14 +13,16 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('ZCARD', KEYS[2]) == 0 then
   -- The last one out takes the queue's keys along.
-  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[7])
   return 1
 end
+local t = redis.call('TIME')
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+-- Nobody is dropped here, but the time is kept: after a stall the expiries move first (front.lua).
+keep_time(KEYS[2], KEYS[3], KEYS[7], now_ms, tonumber(ARGV[4]), ARGV[2], false)
 local limit = tonumber(redis.call('GET', KEYS[6]) or '') or 1
 if rank <= limit then
-  local t = redis.call('TIME')
-  clamp_front(KEYS[2], KEYS[3], limit + 1, t[1] * 1000 + math.floor(t[2] / 1000), tonumber(ARGV[4]),
-    ARGV[2])
+  clamp_front(KEYS[2], KEYS[3], KEYS[4], limit + 1, now_ms, tonumber(ARGV[4]), ARGV[2])
 end
 -- free: the number of free slots.
 local free = 0

@@ -1,7 +1,7 @@
 -- Everything `status` shows about one lock on one node, read atomically in one round trip.
--- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit, queue, alive, waiters
+-- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit, queue, alive, waiters, seen
 -- ARGV: slot key base, holder hash base (slot i >= 2 is `base .. i`), wake channel prefix, a waiter's
---       lifetime at the front of the queue in ms
+--       lifetime at the front of the queue in ms (the caller's slack counted)
 -- Returns {token or false, pttl, fence or false, {holder field, value, ...}, {server seconds, micros},
 --          uptime in seconds or false, the limit or false,
 --          {{slot, token, pttl, {holder field, value, ...}}, ...} for the held slots from 2 on,
@@ -10,7 +10,9 @@
 -- front of the queue (an expiry further away than a front lifetime: it heartbeats seconds apart)
 -- that no longer listens on its wake channel: a process's subscription ends with it, so one that
 -- died stops being listed at once, although its entry stays until it reaches the front (acquire.lua
--- brings its expiry down there) or its expiry passes.
+-- brings its expiry down there) or its expiry passes. After a stall of this node (`seen` further
+-- back than a front lifetime, and no shift since) the view is the one the next script will make:
+-- every expiry moved forward by the gap, the expired waiters that no longer listen dropped.
 local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
 local limit = tonumber(redis.call('GET', KEYS[4]) or '')
 local slots = {}
@@ -23,15 +25,28 @@ for i = 2, limit or 1 do
 end
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local lifetime = tonumber(ARGV[4])
+local last, mark = string.match(redis.call('GET', KEYS[8]) or '', '^(%d+)(s?)$')
+local gap = last and now_ms - tonumber(last) or 0
+if gap <= lifetime or mark ~= '' then
+  gap = 0
+end
+local function listens(w)
+  -- An ACL user without `+pubsub|numsub` gets the error back, and the waiter is listed.
+  local subs = redis.pcall('PUBSUB', 'NUMSUB', ARGV[3] .. '\031' .. w)
+  return type(subs) ~= 'table' or subs.err ~= nil or subs[2] > 0
+end
 local waiters = {}
 local queue = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
 for i = 1, #queue, 2 do
   local expiry = tonumber(redis.call('ZSCORE', KEYS[6], queue[i]))
   local listed = expiry and expiry > now_ms
-  if listed and expiry > now_ms + tonumber(ARGV[4]) then
-    -- An ACL user without `+pubsub|numsub` gets the error back, and the waiter is listed.
-    local subs = redis.pcall('PUBSUB', 'NUMSUB', ARGV[3] .. '\031' .. queue[i])
-    listed = type(subs) ~= 'table' or subs.err ~= nil or subs[2] > 0
+  if expiry and gap > 0 then
+    listed = listed or listens(queue[i])
+    expiry = expiry + gap
+  end
+  if listed and expiry > now_ms + lifetime then
+    listed = listens(queue[i])
   end
   if listed then
     table.insert(waiters, queue[i])
