@@ -368,7 +368,12 @@ impl Engine {
     /// the attempt that ran late, one for the reply of a node that is stopped or unreachable). The
     /// nodes keep a waiter this much longer, and its own loop allows it (see `queue.rs`).
     pub(crate) fn slack(&self) -> Duration {
-        self.nodes.iter().map(Node::timeout).max().unwrap_or_default() * 2
+        self.nodes
+            .iter()
+            .map(Node::timeout)
+            .max()
+            .unwrap_or_default()
+            * 2
     }
 
     /// A waiter's lifetime at the front of the queue: three heartbeats and our slack.
@@ -1027,10 +1032,12 @@ impl Engine {
     }
 
     /// Releases our token on the given nodes, in parallel; nodes that owe a reply get it sent blind.
+    /// A waiter whose grant this was goes back to its place in the queue there.
     fn rollback(&mut self, keys: &LockKeys, token: &str, on: &[bool]) {
         let key_list = release_keys(keys);
         let front_ms = self.front_lifetime().as_millis().to_string();
-        let args = release_args(keys, token, &front_ms);
+        let [a, b, c, d, e, f] = release_args(keys, token, &front_ms);
+        let args = [a, b, c, d, e, f, "1"];
         quorum::each(
             &mut self.nodes,
             |i| on[i],

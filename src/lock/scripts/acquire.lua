@@ -309,8 +309,13 @@ if ahead >= free or not pick or quarantined then
     h[6] or '', interval, holders}
 end
 
--- Granted: the caller leaves the queue; the last one out takes the queue's keys along.
+-- Granted: the caller leaves the queue; the last one out takes the queue's keys along. Its place is
+-- kept with the holder record, so that a rollback of this grant (the attempt lost elsewhere, or timed
+-- out and its reply never read) puts it back where it stood (release.lua).
+local place
 if queued then
+  place = cjson.encode({id = id, ticket = redis.call('ZSCORE', KEYS[5], id),
+    alive = redis.call('ZSCORE', KEYS[6], id), rec = redis.call('HGET', KEYS[7], id)})
   redis.call('ZREM', KEYS[5], id)
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
@@ -348,6 +353,9 @@ redis.call('HSET', holder_key(pick), 'token', token, 'fence', fence, 'host', ARG
   'cmd', ARGV[6], 'acquired_ms', now_ms, 'ttl_ms', ttl, 'slot', pick, 'limit', limit)
 if note ~= '' then
   redis.call('HSET', holder_key(pick), 'note', note)
+end
+if place then
+  redis.call('HSET', holder_key(pick), 'queued', place)
 end
 redis.call('PEXPIRE', holder_key(pick), ttl)
 if limit > 1 and redis.call('PTTL', KEYS[4]) < tonumber(ttl) then

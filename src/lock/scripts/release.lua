@@ -5,7 +5,8 @@
 -- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters, seen
 -- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake
 --       channel prefix, a waiter's lifetime at the front of the queue in ms (the caller's slack
---       counted)
+--       counted), '1' for the rollback of a grant that lost (optional): the waiter goes back to the
+--       place in the queue its grant took it from (the holder record keeps it, `queued`)
 -- Returns the slots whose key held our token and was deleted (empty: not ours; expired, broken, taken).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
 -- one), so a release needs no slot number. Every key of the token goes: besides its grant's slot it
@@ -14,13 +15,20 @@
 local token = ARGV[1]
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
+local places = {}
+local function take(key, holder)
+  if ARGV[7] == '1' then
+    places[#places + 1] = redis.call('HGET', holder, 'queued')
+  end
+  redis.call('DEL', key, holder)
+end
 if redis.call('GET', KEYS[1]) == token then
-  redis.call('DEL', KEYS[1], KEYS[2])
+  take(KEYS[1], KEYS[2])
   deleted[1] = 1
 end
 for i = 2, n or 1 do
   if redis.call('GET', ARGV[3] .. i) == token then
-    redis.call('DEL', ARGV[3] .. i, ARGV[4] .. i)
+    take(ARGV[3] .. i, ARGV[4] .. i)
     deleted[#deleted + 1] = i
   end
 end
@@ -40,6 +48,22 @@ if n and free == n and redis.call('ZCARD', KEYS[4]) == 0 then
 end
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+for _, p in ipairs(places) do
+  -- A rolled-back grant: the waiter is still waiting, at the place it had (it stays queued only as
+  -- long as its last heartbeat allows, since this call does not prove it alive).
+  local ok, w = pcall(cjson.decode, p)
+  if ok and type(w) == 'table' and w.id and w.ticket and w.alive and w.rec then
+    redis.call('ZADD', KEYS[4], 'NX', w.ticket, w.id)
+    redis.call('ZADD', KEYS[5], 'NX', w.alive, w.id)
+    redis.call('HSETNX', KEYS[6], w.id, w.rec)
+    local keep = math.max(tonumber(w.alive) - now_ms, 0) + tonumber(ARGV[6])
+    for _, k in ipairs({KEYS[4], KEYS[5], KEYS[6]}) do
+      if redis.call('PTTL', k) < keep then
+        redis.call('PEXPIRE', k, keep)
+      end
+    end
+  end
+end
 keep_time(KEYS[4], KEYS[5], KEYS[7], now_ms, tonumber(ARGV[6]), ARGV[5], false)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms)
 if #dead > 0 then
