@@ -3,9 +3,9 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use support::queue::{order, wait_queued, waiter};
+use support::queue::{hold, order, queue_key, wait_queued, waiter};
 use support::*;
 
 /// Docs (guarantees): a live waiter keeps its place; "an outage is no such pause: the waiter keeps
@@ -154,4 +154,62 @@ fn a_stopped_node_with_a_long_node_timeout_keeps_the_arrival_order() {
     let got = order(&file);
     assert!(failed.is_empty(), "order so far {got:?}; {failed:#?}");
     assert_eq!(got, ["1", "2", "3", "4"]);
+}
+
+/// The other side of a node's stall: a waiter that dies (`sig` SIGKILL) or stops (SIGSTOP) while
+/// the node is stopped is still dropped after the resume. The stall moves its expiry forward with
+/// the others' (a stopped one still listens on its wake channel; a killed one may too, until the
+/// server sees its connection close), but it never beats again, so it goes within a front lifetime
+/// (4 s with the default node timeout) and the waiters behind it are served in their order. Bounded
+/// generously from above: a waiter kept forever would hold the others up for good.
+fn a_waiter_lost_during_a_stall_is_dropped(sig: i32) {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "lost");
+    let mut kids = Vec::new();
+    for i in 1..=3u64 {
+        kids.push(waiter(
+            &mut lockctl_on(&s),
+            "lost",
+            &file,
+            &i.to_string(),
+            &[],
+        ));
+        wait_queued(&s, "lost", i);
+    }
+    let first = kids.remove(0);
+    s.pause();
+    kill(first.id() as i32, sig);
+    std::thread::sleep(Duration::from_secs(8));
+    s.resume();
+    let resumed = Instant::now();
+    let o = run(lockctl_on(&s).args(["release", "lost", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(60));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let took = resumed.elapsed();
+    eprintln!(
+        "signal {sig}: the waiters behind the lost one were served {took:?} after the resume"
+    );
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert_eq!(order(&file), ["2", "3"]);
+    let left: u64 = s.cmd(&["ZCARD", &queue_key("lost")]);
+    assert_eq!(left, 0, "the lost waiter is still queued");
+    kill(first.id() as i32, libc::SIGCONT);
+    kill(first.id() as i32, libc::SIGKILL);
+    let _ = wait_output(first, Duration::from_secs(10));
+}
+
+#[test]
+fn a_waiter_killed_during_a_node_stall_is_dropped_after_the_resume() {
+    a_waiter_lost_during_a_stall_is_dropped(libc::SIGKILL);
+}
+
+#[test]
+fn a_waiter_stopped_during_a_node_stall_is_dropped_after_the_resume() {
+    a_waiter_lost_during_a_stall_is_dropped(libc::SIGSTOP);
 }
