@@ -213,3 +213,46 @@ fn a_waiter_killed_during_a_node_stall_is_dropped_after_the_resume() {
 fn a_waiter_stopped_during_a_node_stall_is_dropped_after_the_resume() {
     a_waiter_lost_during_a_stall_is_dropped(libc::SIGSTOP);
 }
+
+/// What tells a node's stall from dead waiters is the waiters' own beats, so a quiet spell with no
+/// live waiter must not keep dead ones queued: the only waiter dies (`sig` SIGKILL: its wake
+/// subscription ends with it; SIGSTOP: it still listens) and nobody calls for 6 s, longer than a
+/// front lifetime (4 s). The call after the spell takes it for a stall only if the waiter still
+/// listens, and then once: a later call that no heartbeat preceded drops it. So `-n` gets the free
+/// lock right after the release (SIGKILL), or after one more quiet spell (SIGSTOP).
+fn a_quiet_spell_keeps_no_dead_waiter(sig: i32) {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let token = hold(&mut lockctl_on(&s), "quiet");
+    let w = waiter(
+        &mut lockctl_on(&s),
+        "quiet",
+        &dir.path().join("order"),
+        "1",
+        &[],
+    );
+    wait_queued(&s, "quiet", 1);
+    kill(w.id() as i32, sig);
+    std::thread::sleep(Duration::from_secs(6));
+    let o = run(lockctl_on(&s).args(["release", "quiet", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    if sig == libc::SIGSTOP {
+        std::thread::sleep(Duration::from_secs(6));
+    }
+    let o = run(lockctl_on(&s).args(["acquire", "quiet", "-n"]));
+    assert_eq!(code(&o), 0, "a dead waiter was kept: {}", stderr(&o));
+    kill(w.id() as i32, libc::SIGCONT);
+    kill(w.id() as i32, libc::SIGKILL);
+    let _ = wait_output(w, Duration::from_secs(10));
+}
+
+#[test]
+fn a_quiet_spell_after_a_waiter_was_killed_keeps_no_dead_waiter() {
+    a_quiet_spell_keeps_no_dead_waiter(libc::SIGKILL);
+}
+
+#[test]
+fn a_quiet_spell_after_a_waiter_was_stopped_keeps_no_dead_waiter() {
+    a_quiet_spell_keeps_no_dead_waiter(libc::SIGSTOP);
+}

@@ -11,8 +11,9 @@
 //!   the waiter sends it once more at once, which puts it on a quorum before it waits. The proof is in
 //!   `docs/queue.md`.
 //! - **Liveness by heartbeat, at a cost bounded per handoff.** A waiter re-runs its attempt once an
-//!   interval, and each attempt sets its expiry to three intervals; any script that reads the queue
-//!   drops the waiters whose expiry passed. The node picks the interval from the waiter's place:
+//!   interval (counted from the start of the last one), and each attempt sets its expiry to three
+//!   intervals and a slack of two node timeouts, since an attempt may take up to one; any script
+//!   that reads the queue drops the waiters whose expiry passed. The node picks the interval from the waiter's place:
 //!   [`HEARTBEAT`] at the front (the first `limit + 1`), then longer with the square of the distance
 //!   from it, up to [`LONGEST`], so that the k-th waiter does not pay k holds' worth of heartbeats.
 //!   A script that moves waiters into the front brings their expiry down to [`ALIVE`] and wakes
@@ -24,6 +25,13 @@
 //!   two attempts (it was stopped) may have been dropped, so it gives up its ticket and queues again
 //!   at the back. An outage is no such pause: the waiter keeps trying through it, keeps its ticket,
 //!   and the nodes put it back at that ticket.
+//! - **A node's own stall is not the waiters' death.** A node that was stopped (SIGSTOP, a paused
+//!   VM) sees every expiry pass at once when it resumes. Each node keeps the time of the last script
+//!   that looked at its queue (`seen`); after a gap longer than a front lifetime it moves every
+//!   expiry forward by the gap instead of dropping (except for the waiters that no longer listen,
+//!   which died), so the live ones beat again in time (`front.lua`, `docs/queue.md`). A grant that
+//!   is rolled back (it lost, or its reply timed out and the node ran it late) puts the waiter back
+//!   where it stood.
 //! - **Wake only whom the release lets in.** Each waiter listens on a channel of its own; a release,
 //!   a break, or the departure of a waiter at the head publishes to the first waiters that a free slot
 //!   lets in, and to nobody else. Waiters behind the head sleep until woken or until their heartbeat.
@@ -305,6 +313,15 @@ mod tests {
         p.last_try = Some(Stamp::at(Stamp::now().since_boot() - p.interval * 4));
         p.check_lapse();
         assert_eq!(p.ticket, None);
+        // A slow node timeout's slack: the nodes keep the waiter longer, and so does its loop.
+        let mut slow = Place::new(Mode::Wait, Duration::from_secs(6));
+        slow.ticket = Some(8);
+        slow.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
+        slow.check_lapse();
+        assert_eq!(slow.ticket, Some(8));
+        slow.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 4));
+        slow.check_lapse();
+        assert_eq!(slow.ticket, None);
         p.ticket = Some(6);
         p.position = Some((2, 5));
         assert_eq!(p.describe().as_deref(), Some("position 3 of 5"));

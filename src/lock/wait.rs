@@ -6,8 +6,8 @@
 //! that comes between the refusal and the subscription is not missed: it either lets the retry win or
 //! arrives as a message. Between attempts the waiter sleeps on a channel that three things can wake: a
 //! message on its wake channel (retry at once), a signal (give up cleanly), or the end of the sleep.
-//! A waiter behind the head sleeps the heartbeat interval its place earned (see `queue.rs`) between
-//! attempts, each of which keeps its place; at most [`super::queue::HEARTBEAT`] while a subscription
+//! A waiter behind the head sleeps the heartbeat interval its place earned (see `queue.rs`), less
+//! the time its attempt took, between attempts, each of which keeps its place; at most [`super::queue::HEARTBEAT`] while a subscription
 //! is missing, since a node may then bring its expiry down with a wake it cannot hear. On a single
 //! node the head sleeps until woken or its heartbeat too: the release wakes it on its own channel,
 //! so polling would only cost commands. With several nodes the head's sleep backs off exponentially
@@ -281,12 +281,15 @@ impl Waiter {
         } else {
             self.interval.min(HEARTBEAT)
         };
+        // The next heartbeat: an interval from the start of the last attempt, which may have taken
+        // up to a node timeout, with a little jitter so that the waiters do not all beat at once
+        // (nor in step with anything else that counts whole seconds).
+        let beat = interval
+            .mul_f64(0.8 + fastrand::f64() * 0.2)
+            .saturating_sub(last_attempt);
         let mut sleep = match pause {
-            // Behind the head: only a wake or the heartbeat, with a little jitter so that the
-            // waiters do not all beat at once.
-            Pause::Busy { .. } if self.queued && !self.head => interval
-                .mul_f64(0.8 + fastrand::f64() * 0.2)
-                .saturating_sub(last_attempt),
+            // Behind the head: only a wake or the heartbeat.
+            Pause::Busy { .. } if self.queued && !self.head => beat,
             // The head on a single node: the release publishes on its own channel, so it sleeps
             // until woken, the holder's lease ends, or its heartbeat (no split vote to spread out).
             Pause::Busy { retry_in, .. } if self.queued && self.subscribed.len() == 1 => {
@@ -306,9 +309,8 @@ impl Waiter {
             }
         };
         if self.queued {
-            // The heartbeat keeps the waiter's place, whatever the wait is for: an interval from
-            // the start of the last attempt, which may have taken up to a node timeout.
-            sleep = sleep.min(interval.saturating_sub(last_attempt));
+            // The heartbeat keeps the waiter's place, whatever the wait is for.
+            sleep = sleep.min(beat);
         }
         if let Some(d) = self.deadline {
             sleep = sleep.min(d.remaining());
