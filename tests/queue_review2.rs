@@ -218,8 +218,9 @@ fn a_waiter_stopped_during_a_node_stall_is_dropped_after_the_resume() {
 /// live waiter must not keep dead ones queued: the only waiter dies (`sig` SIGKILL: its wake
 /// subscription ends with it; SIGSTOP: it still listens) and nobody calls for 6 s, longer than a
 /// front lifetime (4 s). The call after the spell takes it for a stall only if the waiter still
-/// listens, and then once: a later call that no heartbeat preceded drops it. So `-n` gets the free
-/// lock right after the release (SIGKILL), or after one more quiet spell (SIGSTOP).
+/// listens: so `-n` gets the free lock right after the release (SIGKILL), or after one more quiet
+/// spell (SIGSTOP; here the queue's keys have expired by then too: the rule that a stall counts
+/// once is `a_second_quiet_spell_with_no_heartbeat_is_no_stall`).
 fn a_quiet_spell_keeps_no_dead_waiter(sig: i32) {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
@@ -255,4 +256,57 @@ fn a_quiet_spell_after_a_waiter_was_killed_keeps_no_dead_waiter() {
 #[test]
 fn a_quiet_spell_after_a_waiter_was_stopped_keeps_no_dead_waiter() {
     a_quiet_spell_keeps_no_dead_waiter(libc::SIGSTOP);
+}
+
+/// A stall is taken as such once per quiet spell: four waiters all stopped (they still listen), the
+/// queue kept by the far-back one's long expiry. The first call after 6 s of quiet (the release)
+/// moves every expiry forward by the gap; the next call, 6 s later with no heartbeat between, is no
+/// stall, so it drops the head, whose expiry has passed again, while the far-back one is kept
+/// (16 s lifetime). Moving them again would keep a stopped waiter at the head for as long as
+/// something calls more than a front lifetime apart.
+#[test]
+fn a_second_quiet_spell_with_no_heartbeat_is_no_stall() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "spell");
+    let mut kids = Vec::new();
+    for i in 1..=4u64 {
+        kids.push(waiter(
+            &mut lockctl_on(&s),
+            "spell",
+            &file,
+            &i.to_string(),
+            &[],
+        ));
+        wait_queued(&s, "spell", i);
+    }
+    // Each waiter's attempt after it subscribed earns its place's interval.
+    std::thread::sleep(Duration::from_secs(1));
+    let ids: Vec<String> = s.cmd(&["ZRANGE", &queue_key("spell"), "0", "-1"]);
+    assert_eq!(ids.len(), 4);
+    for k in &kids {
+        kill(k.id() as i32, libc::SIGSTOP);
+    }
+    std::thread::sleep(Duration::from_secs(6));
+    let o = run(lockctl_on(&s).args(["release", "spell", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::thread::sleep(Duration::from_secs(6));
+    let o = run(lockctl_on(&s).args(["acquire", "spell", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue_key("spell"), "0", "-1"]);
+    assert!(
+        !queued.contains(&ids[0]),
+        "the stopped head was kept: {queued:?} of {ids:?}"
+    );
+    assert!(
+        queued.contains(&ids[3]),
+        "the far-back waiter went early: {queued:?} of {ids:?}"
+    );
+    for k in kids {
+        kill(k.id() as i32, libc::SIGCONT);
+        kill(k.id() as i32, libc::SIGKILL);
+        let _ = wait_output(k, Duration::from_secs(10));
+    }
 }
