@@ -1,0 +1,216 @@
+//! Review of how a grant or renewal on a kept connection counts the master's replicas for `WAIT`
+//! (`INFO replication` in the script's own write, `src/lock/node.rs`), against real servers.
+//!
+//! The promise (docs/topologies.md): the replicas in sync are read on each new connection and before
+//! each renewal on a kept one, never fewer than the master had at an earlier grant or renewal, and a
+//! renewal counts only once they acknowledged it. A count that is not read afresh lets a renewal
+//! count that a replica never acknowledged, which a failover to that replica loses.
+//!
+//! The renewals are watched through `-v` (`renewed '...'` and `renewal failed` lines, in the order
+//! lockctl logs them), so no assertion depends on the machine's speed: a replica stopped with SIGSTOP
+//! stays listed `state=online` by its master and can never acknowledge, so any renewal after it was
+//! stopped that lockctl counts is one it counted without that replica.
+//!
+//! Every server here is started by its test and none restarts, so the restart quarantine is off
+//! (`LOCKCTL_QUARANTINE=0`, the default of `support::lockctl`): it guards servers that restarted.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::*;
+
+/// The replicas in sync, as the master lists them.
+fn online(master: &Server) -> usize {
+    let info: String = master.cmd(&["INFO", "replication"]);
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+        .count()
+}
+
+/// A field of `INFO section` on `server`, as a number (0 when absent).
+fn info_number(server: &Server, section: &str, key: &str, sub: Option<&str>) -> u64 {
+    let info: String = server.cmd(&["INFO", section]);
+    let Some(line) = info.lines().find(|l| l.starts_with(&format!("{key}:"))) else {
+        return 0;
+    };
+    let value = &line[key.len() + 1..];
+    let value = match sub {
+        Some(s) => value
+            .split(',')
+            .find_map(|kv| kv.strip_prefix(&format!("{s}=")))
+            .unwrap_or("0"),
+        None => value,
+    };
+    value.trim().parse().unwrap_or(0)
+}
+
+/// A running `exec -v` and its stderr, line by line as lockctl writes it.
+struct Holder {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Holder {
+    fn start(master: &Server, name: &str, ttl: &str, secs: &str) -> Holder {
+        let mut child = lockctl_on(master)
+            .args(["exec", name, "--ttl", ttl, "-v", "--", "sleep", secs])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        let err = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        assert!(
+            eventually(Duration::from_secs(30), || master
+                .get(&format!("lockctl:{name}"))
+                .is_some()),
+            "no grant"
+        );
+        Holder {
+            child,
+            lines,
+            reader,
+        }
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Waits for lockctl to exit (bounded generously); its exit code and stderr.
+    fn finish(self) -> (i32, Vec<String>) {
+        let o = wait_output(self.child, Duration::from_secs(120));
+        self.reader.join().unwrap();
+        let lines = self.lines.lock().unwrap().clone();
+        (code(&o), lines)
+    }
+}
+
+/// The renewals lockctl counted after the first line containing `marker`.
+fn renewed_after<'a>(lines: &'a [String], marker: &str) -> Vec<&'a String> {
+    let Some(at) = lines.iter().position(|l| l.contains(marker)) else {
+        return Vec::new();
+    };
+    lines[at..]
+        .iter()
+        .filter(|l| l.contains("renewed '"))
+        .collect()
+}
+
+/// A renewal the master refuses with an error reply (here an ACL that lost `pexpire` for a while,
+/// as an operator's change and its revert would) still carries `INFO replication` in its write. That
+/// count must not outlive the call: a replica that joins while the renewals are refused must be
+/// waited for by the first renewal that goes through.
+#[test]
+fn a_replica_that_joins_while_renewals_are_refused_is_waited_for() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    // Renewals every 5 s; a lease of 15 s leaves time to attach a replica while they are refused.
+    let holder = Holder::start(&master, "refused", "15s", "40");
+
+    let _: String = master.cmd(&["ACL", "SETUSER", "default", "-pexpire"]);
+    // A renewal was refused (lockctl logs it).
+    assert!(
+        eventually(Duration::from_secs(30), || holder.count("renewal failed")
+            >= 1),
+        "no refused renewal"
+    );
+    assert!(
+        master.get("lockctl:refused").is_some(),
+        "the lease ran out before the replica could join"
+    );
+
+    // A replica joins, is in sync, and stops answering (SIGSTOP: still listed online).
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    replica.pause();
+    let marker = holder.lines.lock().unwrap().len();
+    // The ACL is put back: renewals are accepted again.
+    let _: String = master.cmd(&["ACL", "SETUSER", "default", "+pexpire"]);
+
+    let (code, lines) = holder.finish();
+    replica.resume();
+    let waits = info_number(&master, "commandstats", "cmdstat_wait", Some("calls"));
+    let counted: Vec<&String> = lines[marker..]
+        .iter()
+        .filter(|l| l.contains("renewed '"))
+        .collect();
+    assert!(
+        counted.is_empty(),
+        "renewals counted after the replica joined and stopped, without its acknowledgement \
+         (WAIT calls on the master: {waits}): {counted:#?}\n{lines:#?}"
+    );
+    assert_eq!(code, 76, "{lines:#?}");
+}
+
+/// A replica attached between the grant and the renewals: each renewal on the kept connection reads
+/// the replicas afresh, so none counts while the new replica cannot acknowledge.
+#[test]
+fn a_replica_attached_after_the_grant_is_waited_for() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let holder = Holder::start(&master, "joined", "3s", "60");
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    replica.pause();
+    let marker = holder.lines.lock().unwrap().len();
+    let (code, lines) = holder.finish();
+    replica.resume();
+    // A renewal in flight when the replica stopped may have been acknowledged; none after it.
+    let counted = renewed_after(&lines[marker..], "renewal failed");
+    assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
+    assert_eq!(code, 76, "{lines:#?}");
+}
+
+/// A replica detached after the grant (`REPLICAOF NO ONE` on it: it could be the one promoted):
+/// the master has fewer replicas than at the grant, and no renewal counts there.
+#[test]
+fn a_replica_detached_after_the_grant_stops_the_renewals() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let holder = Holder::start(&master, "detached", "3s", "60");
+    let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 0));
+    let marker = holder.lines.lock().unwrap().len();
+    let (code, lines) = holder.finish();
+    let counted = renewed_after(&lines[marker..], "renewal failed");
+    assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
+    assert_eq!(code, 76, "{lines:#?}");
+}
+
+/// A replica killed -9 after the grant: the master drops it at once (its connection closes), and
+/// the renewals stop counting on a master with fewer replicas than it had.
+#[test]
+fn a_replica_killed_after_the_grant_stops_the_renewals() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let mut replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let holder = Holder::start(&master, "killed", "3s", "60");
+    replica.kill();
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 0));
+    let marker = holder.lines.lock().unwrap().len();
+    let (code, lines) = holder.finish();
+    let counted = renewed_after(&lines[marker..], "renewal failed");
+    assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
+    assert_eq!(code, 76, "{lines:#?}");
+}
