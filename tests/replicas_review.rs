@@ -57,8 +57,23 @@ struct Holder {
 
 impl Holder {
     fn start(master: &Server, name: &str, ttl: &str, secs: &str) -> Holder {
+        let holder = Holder::spawn(
+            master,
+            &["exec", name, "--ttl", ttl, "-v", "--", "sleep", secs],
+        );
+        assert!(
+            eventually(Duration::from_secs(30), || master
+                .get(&format!("lockctl:{name}"))
+                .is_some()),
+            "no grant"
+        );
+        holder
+    }
+
+    /// `lockctl ARGS` on `master`, its stderr collected line by line.
+    fn spawn(master: &Server, args: &[&str]) -> Holder {
         let mut child = lockctl_on(master)
-            .args(["exec", name, "--ttl", ttl, "-v", "--", "sleep", secs])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -72,12 +87,6 @@ impl Holder {
                 sink.lock().unwrap().push(line);
             }
         });
-        assert!(
-            eventually(Duration::from_secs(30), || master
-                .get(&format!("lockctl:{name}"))
-                .is_some()),
-            "no grant"
-        );
         Holder {
             child,
             lines,
@@ -213,4 +222,49 @@ fn a_replica_killed_after_the_grant_stops_the_renewals() {
     let counted = renewed_after(&lines[marker..], "renewal failed");
     assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
     assert_eq!(code, 76, "{lines:#?}");
+}
+
+/// The same on a waiting `exec`'s grant: its attempts on the kept connection are refused with an
+/// error reply (OOM: `maxmemory` reached, which stops the queue's writes but not the holder), a
+/// replica joins meanwhile and stops answering, memory is freed and the holder releases. The grant
+/// that follows must wait for that replica; it cannot acknowledge, so no grant may count.
+#[test]
+fn a_replica_that_joins_while_a_waiters_attempts_are_refused_is_waited_for() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let held = acquire_json(&mut lockctl_on(&master), "oom", &["--ttl", "60s"]);
+    let token = held["token"].as_str().unwrap().to_string();
+    let waiter = Holder::spawn(&master, &["exec", "oom", "-w", "15s", "-v", "--", "true"]);
+    assert!(
+        eventually(Duration::from_secs(30), || waiter.count("attempt on 'oom'")
+            >= 1),
+        "the waiter never tried"
+    );
+
+    let _: String = master.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert!(
+        eventually(Duration::from_secs(30), || waiter.count("OOM") >= 1),
+        "no refused attempt: {:#?}",
+        waiter.lines.lock().unwrap()
+    );
+
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    replica.pause();
+    let _: String = master.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    let marker = waiter.lines.lock().unwrap().len();
+    let o = run(lockctl_on(&master).args(["release", "oom", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    let (code, lines) = waiter.finish();
+    replica.resume();
+    let granted: Vec<&String> = lines[marker..]
+        .iter()
+        .filter(|l| l.contains("acquired 'oom'"))
+        .collect();
+    assert!(
+        granted.is_empty(),
+        "a grant counted while the only replica could not acknowledge it: {granted:#?}\n{lines:#?}"
+    );
+    assert_ne!(code, 0, "{lines:#?}");
 }
