@@ -156,6 +156,7 @@ fn a_replica_that_joins_while_renewals_are_refused_is_waited_for() {
 
     let (code, lines) = holder.finish();
     replica.resume();
+    eprintln!("holder: exit {code}");
     let waits = info_number(&master, "commandstats", "cmdstat_wait", Some("calls"));
     let counted: Vec<&String> = lines[marker..]
         .iter()
@@ -258,6 +259,7 @@ fn a_replica_that_joins_while_a_waiters_attempts_are_refused_is_waited_for() {
 
     let (code, lines) = waiter.finish();
     replica.resume();
+    eprintln!("waiter: exit {code}");
     let granted: Vec<&String> = lines[marker..]
         .iter()
         .filter(|l| l.contains("acquired 'oom'"))
@@ -267,4 +269,103 @@ fn a_replica_that_joins_while_a_waiters_attempts_are_refused_is_waited_for() {
         "a grant counted while the only replica could not acknowledge it: {granted:#?}\n{lines:#?}"
     );
     assert_ne!(code, 0, "{lines:#?}");
+}
+
+/// Grants and renewals with the script flushed from the master over and over (`SCRIPT FLUSH` in a
+/// loop): each EVALSHA that misses goes out again as EVAL on the same connection, after the
+/// `INFO replication` of its write was read; the lock keeps working and every grant or renewal
+/// lockctl counts was followed by a `WAIT` for the replica.
+#[test]
+fn renewals_under_a_loop_of_script_flushes_still_wait_for_the_replica() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let _replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flusher = {
+        let stop = Arc::clone(&stop);
+        let mut conn = master.conn();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let holder = Holder::start(&master, "flushed", "1s", "3");
+    let (code, lines) = holder.finish();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flusher.join().unwrap();
+    assert_eq!(code, 0, "{lines:#?}");
+    let renewed = lines.iter().filter(|l| l.contains("renewed '")).count() as u64;
+    let waits = info_number(&master, "commandstats", "cmdstat_wait", Some("calls"));
+    let missed = info_number(&master, "errorstats", "errorstat_NOSCRIPT", Some("count"));
+    eprintln!("{renewed} renewals counted, {waits} WAIT, {missed} NOSCRIPT");
+    assert!(renewed >= 3, "{lines:#?}");
+    assert!(missed >= 1, "the scripts were never missing");
+    // The grant and each renewal counted.
+    assert!(
+        waits > renewed,
+        "{waits} WAIT for {renewed} renewals and a grant"
+    );
+}
+
+/// `INFO` taken away by an ACL while a holder runs, on a master with a replica: the renewals
+/// cannot count the replicas, so none counts, and the lease is lost.
+#[test]
+fn info_denied_mid_run_stops_the_renewals() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let _replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let holder = Holder::start(&master, "noinfo", "3s", "60");
+    let _: String = master.cmd(&["ACL", "SETUSER", "default", "-info"]);
+    let marker = holder.lines.lock().unwrap().len();
+    let (code, lines) = holder.finish();
+    let counted = renewed_after(&lines[marker..], "renewal failed");
+    assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
+    assert_eq!(code, 76, "{lines:#?}");
+}
+
+/// The holder's connection killed over and over (`CLIENT KILL TYPE normal`), on a master with a
+/// replica: a renewal whose connection drops between the script and `WAIT` must not count; every
+/// renewal lockctl counts was followed by a `WAIT` that the replica answered.
+#[test]
+fn renewals_with_their_connection_killed_over_and_over_still_wait() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let _replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let holder = Holder::start(&master, "killed-conn", "1s", "4");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let stop = Arc::clone(&stop);
+        let mut conn = master.conn();
+        std::thread::spawn(move || {
+            let mut kills = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let n: i64 = redis::cmd("CLIENT")
+                    .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+                    .query(&mut conn)
+                    .unwrap();
+                kills += n;
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            kills
+        })
+    };
+    let (code, lines) = holder.finish();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let kills = killer.join().unwrap();
+    assert!(kills > 0, "no connection was killed");
+    assert!(code == 0 || code == 76, "{code}: {lines:#?}");
+    let renewed = lines.iter().filter(|l| l.contains("renewed '")).count() as u64;
+    let waits = info_number(&master, "commandstats", "cmdstat_wait", Some("calls"));
+    assert!(
+        waits > renewed,
+        "{waits} WAIT for {renewed} renewals and a grant (connections killed: {kills})"
+    );
+    eprintln!(
+        "killed {kills} connection(s); {renewed} renewals counted, {waits} WAIT, exit {code}"
+    );
 }
