@@ -369,3 +369,28 @@ fn renewals_with_their_connection_killed_over_and_over_still_wait() {
         "killed {kills} connection(s); {renewed} renewals counted, {waits} WAIT, exit {code}"
     );
 }
+
+/// A server where `INFO` is renamed away (`rename-command INFO ""`): lockctl cannot check the server
+/// or count its replicas, so it refuses (78) with a message that names INFO, and leaves no lock
+/// behind (the grant that went out with the INFO is rolled back).
+#[test]
+fn a_server_without_info_refuses_and_keeps_no_lock() {
+    let master = Server::with_args(&["--rename-command", "INFO", ""]);
+    for args in [
+        &["acquire", "renamed", "-n"][..],
+        &["exec", "renamed", "-n", "--", "true"][..],
+    ] {
+        let o = run(lockctl_on(&master).args(args));
+        assert_eq!(code(&o), 78, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("INFO"), "{}", stderr(&o));
+        let left: Vec<String> = master
+            .keys()
+            .into_iter()
+            .filter(|k| k.contains("renamed"))
+            .collect();
+        assert!(
+            master.get("lockctl:renamed").is_none(),
+            "{args:?} left the lock: {left:?}"
+        );
+    }
+}
