@@ -85,7 +85,8 @@ pub struct Node {
     /// A connect still blocked after an earlier call gave up on it.
     pending: Mutex<Option<Receiver<RedisResult<Connection>>>>,
     endpoint: Endpoint,
-    /// Replicas of the master on `conn` that must acknowledge a grant or renewal; `None` until read.
+    /// Replicas of the master on `conn` that must acknowledge a grant or renewal, read in the
+    /// current call's write (or by the INFO after a new connection's first command); `None` otherwise.
     replicas: Option<usize>,
     /// `?replicas=N` of the URL.
     want_replicas: Option<usize>,
@@ -283,6 +284,20 @@ impl Node {
     /// checked; the replication section when a durable write goes out on a kept connection, so that
     /// counting the replicas for `WAIT` costs no round trip of its own.
     fn call_with<T>(
+        &mut self,
+        what: &str,
+        durable: bool,
+        f: impl FnMut(&mut Connection, Along) -> (RedisResult<T>, Option<RedisResult<Value>>),
+    ) -> Result<T, NodeFailure> {
+        let result = self.exchange(what, durable, f);
+        // A count of replicas serves only the call whose write read it: one left by a call that
+        // failed, or that wrote nothing durable, would let a later grant skip a replica that
+        // joined meanwhile.
+        self.replicas = None;
+        result
+    }
+
+    fn exchange<T>(
         &mut self,
         what: &str,
         durable: bool,
