@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::queue::{hold, queue_key, waiter};
+use support::queue::{finish_off, hold, queue_key, waiter};
 use support::*;
 
 /// Each node's queue: member -> score.
@@ -189,9 +189,7 @@ fn dead_waiter_does_not_stall(sig: i32) {
     eprintln!("the waiter behind a dead one got the lock {took:?} after the release");
     assert!(took < Duration::from_secs(15), "took {took:?}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "a\nc\n");
-    kill(b.id() as i32, libc::SIGCONT);
-    kill(b.id() as i32, libc::SIGKILL);
-    let _ = wait_output(b, Duration::from_secs(10));
+    finish_off(b);
 }
 
 #[test]

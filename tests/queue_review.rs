@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::queue::{hold, order, queue_key, wait_queued, waiter};
+use support::queue::{finish_off, hold, order, queue_in_order, queue_key, wait_queued, waiter};
 use support::*;
 
 /// A lockctl for waiters that talk to a server the test restarts: the restart quarantine stays on,
@@ -350,17 +350,7 @@ fn dead_waiter_far_back_does_not_stall(sig: i32) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
     let token = hold(&mut lockctl_on(&s), "far");
-    let mut kids = Vec::new();
-    for i in 1..=9u64 {
-        kids.push(waiter(
-            &mut lockctl_on(&s),
-            "far",
-            &file,
-            &i.to_string(),
-            &[],
-        ));
-        wait_queued(&s, "far", i);
-    }
+    let mut kids = queue_in_order(&[&s], "far", &file, 9, || lockctl_on(&s));
     // The last waiter before D notes when it gives the lock up, C when it gets it.
     let (before, after) = (dir.path().join("before"), dir.path().join("after"));
     let stamped = |at: &Path| {
@@ -411,9 +401,7 @@ fn dead_waiter_far_back_does_not_stall(sig: i32) {
         "a dead waiter far back held the queue up {held_up:?} at its turn"
     );
     assert_eq!(order(&file), ["1", "2", "3", "4", "5", "6", "7", "8", "9"]);
-    kill(dead.id() as i32, libc::SIGCONT);
-    kill(dead.id() as i32, libc::SIGKILL);
-    let _ = wait_output(dead, Duration::from_secs(10));
+    finish_off(dead);
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::queue::{hold, order, queue_key, wait_queued, waiter};
+use support::queue::{finish_off, hold, order, queue_in_order, queue_key, wait_queued, waiter};
 use support::*;
 
 /// Docs (guarantees): a live waiter keeps its place; "an outage is no such pause: the waiter keeps
@@ -23,17 +23,7 @@ fn a_stopped_node_keeps_the_arrival_order() {
     let file = dir.path().join("order");
     let o = run(lockctl_on(&s).args(["acquire", "paused", "--ttl", "6s"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let mut kids = Vec::new();
-    for i in 1..=5u64 {
-        kids.push(waiter(
-            &mut lockctl_on(&s),
-            "paused",
-            &file,
-            &i.to_string(),
-            &[],
-        ));
-        wait_queued(&s, "paused", i);
-    }
+    let kids = queue_in_order(&[&s], "paused", &file, 5, || lockctl_on(&s));
     let pttl: i64 = s.cmd(&["PTTL", "lockctl:paused"]);
     assert!(
         pttl > 0,
@@ -69,19 +59,7 @@ fn three_nodes_stopped_at_once_keep_the_arrival_order() {
     let file = dir.path().join("order");
     let o = run(s.lockctl().args(["acquire", "stall", "--ttl", "6s"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let mut kids = Vec::new();
-    for i in 1..=5u64 {
-        kids.push(waiter(
-            &mut s.lockctl(),
-            "stall",
-            &file,
-            &i.to_string(),
-            &[],
-        ));
-        for n in 0..3 {
-            wait_queued(&s[n], "stall", i);
-        }
-    }
+    let kids = queue_in_order(&[&s[0], &s[1], &s[2]], "stall", &file, 5, || s.lockctl());
     let pttl: i64 = s[0].cmd(&["PTTL", "lockctl:stall"]);
     assert!(
         pttl > 0,
@@ -124,13 +102,7 @@ fn a_stopped_node_with_a_long_node_timeout_keeps_the_arrival_order() {
     let o = run(slow().args(["acquire", "slow", "--ttl", "60s"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let token = stdout(&o);
-    let mut kids = Vec::new();
-    for i in 1..=4u64 {
-        kids.push(waiter(&mut slow(), "slow", &file, &i.to_string(), &[]));
-        for n in 0..3 {
-            wait_queued(&s[n], "slow", i);
-        }
-    }
+    let kids = queue_in_order(&[&s[0], &s[1], &s[2]], "slow", &file, 4, slow);
     s[2].pause();
     std::thread::sleep(Duration::from_secs(6));
     let o = run(slow().args(["release", "slow", "--token", &token]));
@@ -168,17 +140,7 @@ fn a_waiter_lost_during_a_stall_is_dropped(sig: i32) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
     let token = hold(&mut lockctl_on(&s), "lost");
-    let mut kids = Vec::new();
-    for i in 1..=3u64 {
-        kids.push(waiter(
-            &mut lockctl_on(&s),
-            "lost",
-            &file,
-            &i.to_string(),
-            &[],
-        ));
-        wait_queued(&s, "lost", i);
-    }
+    let mut kids = queue_in_order(&[&s], "lost", &file, 3, || lockctl_on(&s));
     let first = kids.remove(0);
     s.pause();
     kill(first.id() as i32, sig);
@@ -199,9 +161,7 @@ fn a_waiter_lost_during_a_stall_is_dropped(sig: i32) {
     assert_eq!(order(&file), ["2", "3"]);
     let left: u64 = s.cmd(&["ZCARD", &queue_key("lost")]);
     assert_eq!(left, 0, "the lost waiter is still queued");
-    kill(first.id() as i32, libc::SIGCONT);
-    kill(first.id() as i32, libc::SIGKILL);
-    let _ = wait_output(first, Duration::from_secs(10));
+    finish_off(first);
 }
 
 #[test]
@@ -243,9 +203,7 @@ fn a_quiet_spell_keeps_no_dead_waiter(sig: i32) {
     }
     let o = run(lockctl_on(&s).args(["acquire", "quiet", "-n"]));
     assert_eq!(code(&o), 0, "a dead waiter was kept: {}", stderr(&o));
-    kill(w.id() as i32, libc::SIGCONT);
-    kill(w.id() as i32, libc::SIGKILL);
-    let _ = wait_output(w, Duration::from_secs(10));
+    finish_off(w);
 }
 
 #[test]
@@ -271,17 +229,7 @@ fn a_second_quiet_spell_with_no_heartbeat_is_no_stall() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
     let token = hold(&mut lockctl_on(&s), "spell");
-    let mut kids = Vec::new();
-    for i in 1..=4u64 {
-        kids.push(waiter(
-            &mut lockctl_on(&s),
-            "spell",
-            &file,
-            &i.to_string(),
-            &[],
-        ));
-        wait_queued(&s, "spell", i);
-    }
+    let kids = queue_in_order(&[&s], "spell", &file, 4, || lockctl_on(&s));
     // Each waiter's attempt after it subscribed earns its place's interval.
     std::thread::sleep(Duration::from_secs(1));
     let ids: Vec<String> = s.cmd(&["ZRANGE", &queue_key("spell"), "0", "-1"]);

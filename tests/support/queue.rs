@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{code, eventually, run, stderr, stdout, Server};
+use super::{code, eventually, kill, run, stderr, stdout, wait_output, Server};
 
 /// The queue's key of lock `name` under the default prefix.
 pub fn queue_key(name: &str) -> String {
@@ -46,4 +46,32 @@ pub fn order(file: &Path) -> Vec<String> {
         .split_whitespace()
         .map(str::to_string)
         .collect()
+}
+
+/// Waiters `1..=n` for `name` (noting their names in `file`), started one at a time, each queued on
+/// every server of `on` before the next starts, so that 1, 2, ... n is their arrival order; `cmd`
+/// makes each one's lockctl.
+pub fn queue_in_order(
+    on: &[&Server],
+    name: &str,
+    file: &Path,
+    n: u64,
+    mut cmd: impl FnMut() -> Command,
+) -> Vec<Child> {
+    (1..=n)
+        .map(|i| {
+            let child = waiter(&mut cmd(), name, file, &i.to_string(), &[]);
+            for s in on {
+                wait_queued(s, name, i);
+            }
+            child
+        })
+        .collect()
+}
+
+/// A waiter the test stopped, or left waiting: resumed, killed and reaped.
+pub fn finish_off(child: Child) {
+    kill(child.id() as i32, libc::SIGCONT);
+    kill(child.id() as i32, libc::SIGKILL);
+    let _ = wait_output(child, Duration::from_secs(10));
 }
