@@ -1,9 +1,9 @@
 //! Review of how a grant or renewal on a kept connection counts the master's replicas for `WAIT`
 //! (`INFO replication` in the script's own write, `src/lock/node.rs`), against real servers.
 //!
-//! The promise (docs/topologies.md): the replicas in sync are read on each new connection and before
-//! each renewal on a kept one, never fewer than the master had at an earlier grant or renewal, and a
-//! renewal counts only once they acknowledged it. A count that is not read afresh lets a renewal
+//! The promise (docs/topologies.md): the replicas in sync are read afresh by every grant and renewal,
+//! never fewer than the master had at an earlier grant or renewal, and a grant or renewal counts only
+//! once they acknowledged it. A count that is not read afresh lets a renewal
 //! count that a replica never acknowledged, which a failover to that replica loses.
 //!
 //! The renewals are watched through `-v` (`renewed '...'` and `renewal failed` lines, in the order
@@ -61,11 +61,14 @@ impl Holder {
             master,
             &["exec", name, "--ttl", ttl, "-v", "--", "sleep", secs],
         );
+        // The grant as lockctl reports it, not the key: an attempt whose `WAIT` a replica just in
+        // sync did not answer in time sets the key too, and is rolled back.
         assert!(
-            eventually(Duration::from_secs(30), || master
-                .get(&format!("lockctl:{name}"))
-                .is_some()),
-            "no grant"
+            eventually(Duration::from_secs(30), || holder
+                .count(&format!("acquired '{name}'"))
+                >= 1),
+            "no grant: {:#?}",
+            holder.lines.lock().unwrap()
         );
         holder
     }
@@ -103,6 +106,15 @@ impl Holder {
             .count()
     }
 
+    /// Waits for lockctl's end: from its `from`th line on, it counted no renewal after the first
+    /// that failed, and it exited 76 (the lease lost).
+    fn lost_without_counting_after(self, from: usize) {
+        let (code, lines) = self.finish();
+        let counted = renewed_after(&lines[from..], "renewal failed");
+        assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
+        assert_eq!(code, 76, "{lines:#?}");
+    }
+
     /// Waits for lockctl to exit (bounded generously); its exit code and stderr.
     fn finish(self) -> (i32, Vec<String>) {
         let o = wait_output(self.child, Duration::from_secs(120));
@@ -110,6 +122,18 @@ impl Holder {
         let lines = self.lines.lock().unwrap().clone();
         (code(&o), lines)
     }
+}
+
+/// A replica of `master`, once the master lists it in sync.
+fn replica_of(master: &Server) -> Server {
+    let port = master.port.unwrap().to_string();
+    let before = online(master);
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(30), || online(master) == before + 1),
+        "the replica did not come online"
+    );
+    replica
 }
 
 /// The renewals lockctl counted after the first line containing `marker`.
@@ -130,7 +154,6 @@ fn renewed_after<'a>(lines: &'a [String], marker: &str) -> Vec<&'a String> {
 #[test]
 fn a_replica_that_joins_while_renewals_are_refused_is_waited_for() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
     // Renewals every 5 s; a lease of 15 s leaves time to attach a replica while they are refused.
     let holder = Holder::start(&master, "refused", "15s", "40");
 
@@ -147,8 +170,7 @@ fn a_replica_that_joins_while_renewals_are_refused_is_waited_for() {
     );
 
     // A replica joins, is in sync, and stops answering (SIGSTOP: still listed online).
-    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let replica = replica_of(&master);
     replica.pause();
     let marker = holder.lines.lock().unwrap().len();
     // The ACL is put back: renewals are accepted again.
@@ -175,10 +197,8 @@ fn a_replica_that_joins_while_renewals_are_refused_is_waited_for() {
 #[test]
 fn a_replica_attached_after_the_grant_is_waited_for() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
     let holder = Holder::start(&master, "joined", "3s", "60");
-    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let replica = replica_of(&master);
     replica.pause();
     let marker = holder.lines.lock().unwrap().len();
     let (code, lines) = holder.finish();
@@ -194,17 +214,12 @@ fn a_replica_attached_after_the_grant_is_waited_for() {
 #[test]
 fn a_replica_detached_after_the_grant_stops_the_renewals() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
-    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let replica = replica_of(&master);
     let holder = Holder::start(&master, "detached", "3s", "60");
     let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
     assert!(eventually(Duration::from_secs(30), || online(&master) == 0));
     let marker = holder.lines.lock().unwrap().len();
-    let (code, lines) = holder.finish();
-    let counted = renewed_after(&lines[marker..], "renewal failed");
-    assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
-    assert_eq!(code, 76, "{lines:#?}");
+    holder.lost_without_counting_after(marker);
 }
 
 /// A replica killed -9 after the grant: the master drops it at once (its connection closes), and
@@ -212,17 +227,12 @@ fn a_replica_detached_after_the_grant_stops_the_renewals() {
 #[test]
 fn a_replica_killed_after_the_grant_stops_the_renewals() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
-    let mut replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let mut replica = replica_of(&master);
     let holder = Holder::start(&master, "killed", "3s", "60");
     replica.kill();
     assert!(eventually(Duration::from_secs(30), || online(&master) == 0));
     let marker = holder.lines.lock().unwrap().len();
-    let (code, lines) = holder.finish();
-    let counted = renewed_after(&lines[marker..], "renewal failed");
-    assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
-    assert_eq!(code, 76, "{lines:#?}");
+    holder.lost_without_counting_after(marker);
 }
 
 /// The same on a waiting `exec`'s grant: its attempts on the kept connection are refused with an
@@ -232,7 +242,6 @@ fn a_replica_killed_after_the_grant_stops_the_renewals() {
 #[test]
 fn a_replica_that_joins_while_a_waiters_attempts_are_refused_is_waited_for() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
     let held = acquire_json(&mut lockctl_on(&master), "oom", &["--ttl", "60s"]);
     let token = held["token"].as_str().unwrap().to_string();
     let waiter = Holder::spawn(&master, &["exec", "oom", "-w", "15s", "-v", "--", "true"]);
@@ -249,8 +258,7 @@ fn a_replica_that_joins_while_a_waiters_attempts_are_refused_is_waited_for() {
         waiter.lines.lock().unwrap()
     );
 
-    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let replica = replica_of(&master);
     replica.pause();
     let _: String = master.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
     let marker = waiter.lines.lock().unwrap().len();
@@ -278,9 +286,7 @@ fn a_replica_that_joins_while_a_waiters_attempts_are_refused_is_waited_for() {
 #[test]
 fn renewals_under_a_loop_of_script_flushes_still_wait_for_the_replica() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
-    let _replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let _replica = replica_of(&master);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flusher = {
         let stop = Arc::clone(&stop);
@@ -315,16 +321,11 @@ fn renewals_under_a_loop_of_script_flushes_still_wait_for_the_replica() {
 #[test]
 fn info_denied_mid_run_stops_the_renewals() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
-    let _replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let _replica = replica_of(&master);
     let holder = Holder::start(&master, "noinfo", "3s", "60");
     let _: String = master.cmd(&["ACL", "SETUSER", "default", "-info"]);
     let marker = holder.lines.lock().unwrap().len();
-    let (code, lines) = holder.finish();
-    let counted = renewed_after(&lines[marker..], "renewal failed");
-    assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
-    assert_eq!(code, 76, "{lines:#?}");
+    holder.lost_without_counting_after(marker);
 }
 
 /// The holder's connection killed over and over (`CLIENT KILL TYPE normal`), on a master with a
@@ -333,9 +334,7 @@ fn info_denied_mid_run_stops_the_renewals() {
 #[test]
 fn renewals_with_their_connection_killed_over_and_over_still_wait() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
-    let _replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 1));
+    let _replica = replica_of(&master);
     let holder = Holder::start(&master, "killed-conn", "1s", "4");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let killer = {
