@@ -1,0 +1,77 @@
+//! Third review of the queue, after a node learned to notice its own stall (the `seen` key) and a
+//! rolled-back grant started putting its waiter back: cases where a dead waiter is kept, the order
+//! breaks, or the bounds the docs give do not hold. Real servers, real signals.
+
+mod support;
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use support::queue::{hold, order, queue_key, wait_queued, waiter};
+use support::*;
+
+/// Stops the given children (SIGSTOP); they keep their connections, wake subscriptions included.
+fn stop_all(kids: &[Child]) {
+    for k in kids {
+        kill(k.id() as i32, libc::SIGSTOP);
+    }
+}
+
+/// Continues and kills the given children, and reaps them.
+fn finish(kids: Vec<Child>) {
+    for k in kids {
+        kill(k.id() as i32, libc::SIGCONT);
+        kill(k.id() as i32, libc::SIGKILL);
+        let _ = wait_output(k, Duration::from_secs(10));
+    }
+}
+
+/// Docs (queue.md, "Liveness"): "A SIGKILLed or SIGSTOPped waiter at the front leaves within 3 s
+/// (a front lifetime) of its last heartbeat", and a dead waiter delays the next one by about 5 s
+/// when its turn comes. Three waiters are SIGSTOPped (a Ctrl-Z: they keep their connections and
+/// still listen on their wake channels) ahead of a live fourth, and the lock is released. The live
+/// waiter stands at place 3, whose heartbeat interval is 5 s (4 to 5 s with the jitter), longer
+/// than the 4 s front lifetime: every one of its beats finds `seen` more than a lifetime old, takes
+/// it for a stall of the node, and moves every expiry forward by the gap (the stopped waiters still
+/// listen, so they are kept). Nothing else calls, so the stopped waiters never expire and the live
+/// one, with the lock free, is never served. Bounded generously: three dead waiters at about 5 s
+/// each.
+#[test]
+fn stopped_waiters_ahead_of_a_slow_beating_one_are_dropped() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "ctrlz");
+    let mut kids = Vec::new();
+    for i in 1..=4u64 {
+        kids.push(waiter(
+            &mut lockctl_on(&s),
+            "ctrlz",
+            &file,
+            &i.to_string(),
+            &[],
+        ));
+        wait_queued(&s, "ctrlz", i);
+    }
+    // Each waiter's attempt after it subscribed earns its place's interval.
+    std::thread::sleep(Duration::from_secs(1));
+    let live = kids.pop().unwrap();
+    stop_all(&kids);
+    let o = run(lockctl_on(&s).args(["release", "ctrlz", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let released = Instant::now();
+    let got = eventually(Duration::from_secs(45), || !order(&file).is_empty());
+    let took = released.elapsed();
+    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue_key("ctrlz"), "0", "-1"]);
+    let seen: Option<String> = s.get("{lockctl:ctrlz}\u{1f}seen");
+    finish(kids);
+    finish(vec![live]);
+    assert!(
+        got,
+        "the live waiter was not served {took:?} after the release, behind three stopped ones \
+         (queue {queued:?}, seen {seen:?})"
+    );
+    eprintln!("the live waiter was served {took:?} after the release");
+    assert_eq!(order(&file), ["4"]);
+}
