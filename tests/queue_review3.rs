@@ -187,3 +187,64 @@ fn a_waiter_signalled_during_a_node_stall_leaves_at_the_resume() {
          one served {took:?} after the release)"
     );
 }
+
+/// The id of the oldest subscribed client on `s` (the first waiter's wake subscription).
+fn oldest_subscriber(s: &Server) -> String {
+    let list: String = s.cmd(&["CLIENT", "LIST"]);
+    list.lines()
+        .filter(|l| l.split(' ').any(|f| f.starts_with("sub=") && f != "sub=0"))
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next().map(str::to_string))
+        .min_by_key(|id| id.parse::<u64>().unwrap_or(u64::MAX))
+        .expect("a subscribed client")
+}
+
+/// Docs (queue.md, "A node that stalls"): after a stall the expired waiters that no longer listen
+/// on their wake channel are taken for dead and dropped; a live waiter keeps its place. A live
+/// waiter's subscription can be gone for a while, though: after one drops (here `CLIENT KILL` of
+/// the first waiter's subscriber connection, as an operator's `CLIENT KILL TYPE pubsub` or an
+/// output-buffer limit would) the waiter subscribes again at most every 5 s. A stall of the node in
+/// that window (6 s, longer than a lifetime, shorter than the queue keys' TTL) makes the first
+/// script after the resume drop the live first waiter, and the second one, if its attempt runs
+/// first, takes the lock whose lease ended during the stall. Several rounds, since which waiter's
+/// attempt runs first after the resume varies.
+#[test]
+fn a_live_waiter_between_two_subscriptions_keeps_its_place_through_a_stall() {
+    let mut orders = Vec::new();
+    for round in 0..6 {
+        // Never restarted: the quarantine is off for this server the test started itself.
+        let s = Server::start();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("order");
+        let name = format!("unsub{round}");
+        let o = run(lockctl_on(&s).args(["acquire", &name, "--ttl", "4s"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let mut kids = Vec::new();
+        for i in 1..=2u64 {
+            kids.push(waiter(
+                &mut lockctl_on(&s),
+                &name,
+                &file,
+                &i.to_string(),
+                &[],
+            ));
+            wait_queued(&s, &name, i);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let id = oldest_subscriber(&s);
+        let () = s.cmd(&["CLIENT", "KILL", "ID", &id]);
+        s.pause();
+        std::thread::sleep(Duration::from_secs(6));
+        s.resume();
+        for k in kids {
+            let o = wait_output(k, Duration::from_secs(60));
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+        }
+        let got = order(&file);
+        eprintln!("round {round}: order {got:?}");
+        orders.push(got);
+    }
+    assert!(
+        orders.iter().all(|o| o == &["1", "2"]),
+        "served out of arrival order: {orders:?}"
+    );
+}
