@@ -137,10 +137,12 @@ fn a_stall_just_shorter_than_a_lifetime_keeps_the_arrival_order() {
 /// Docs (queue.md): "A waiter that stops waiting leaves at once: ... on a signal (the same script
 /// sent without waiting for the answer)". During a stall of the single node every attempt of the
 /// head times out and is rolled back without waiting, which closes the node's connection; a SIGTERM
-/// then finds no connection to send the leave on, and sends nothing. Its attempts buffered in the
-/// stopped server run at the resume and beat for it, so after the release the dead head holds the
-/// next waiter up for a whole front lifetime (4 s) instead of leaving at the resume. The stall is
-/// kept shorter than a lifetime, so that the stall rule plays no part.
+/// that comes while the waiter sleeps then finds no connection to send the leave on, and sends
+/// nothing (its trace shows no send after "interrupted by signal 15"; one that interrupts an
+/// attempt's read is taken for a dropped connection and sends the attempt once more instead). Its
+/// attempts buffered in the stopped server run at the resume and beat for it, so after the release
+/// the dead head holds the next waiter up for a whole front lifetime (4 s) instead of leaving at the
+/// resume. The stall is kept shorter than a lifetime, so that the stall rule plays no part.
 #[test]
 fn a_waiter_signalled_during_a_node_stall_leaves_at_the_resume() {
     // Never restarted: the quarantine is off for this server the test started itself.
