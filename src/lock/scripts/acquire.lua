@@ -126,7 +126,7 @@ local function new_ticket()
   return string.format('%.0f', n)
 end
 -- After a stall of this node the expiries move forward instead (front.lua).
-keep_time(KEYS[5], KEYS[6], KEYS[10], now_ms, front_ms, wake, id ~= '' and mode ~= 'n')
+keep_time(KEYS[5], KEYS[6], KEYS[10], now_ms, wake)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now_ms)
 if #dead > 0 then
   redis.call('ZREM', KEYS[5], unpack(dead))

@@ -11,7 +11,10 @@ local function clamp_front(queue, alive, waiters, window, now_ms, lifetime, pref
     local ok, rec = pcall(cjson.decode, redis.call('HGET', waiters, w) or '')
     local own = ok and type(rec) == 'table' and tonumber(rec.front) or 0
     local until_ms = now_ms + math.max(lifetime, own)
-    if w ~= except and redis.call('ZADD', alive, 'XX', 'LT', 'CH', until_ms, w) == 1 then
+    local expiry = tonumber(redis.call('ZSCORE', alive, w))
+    if w ~= except and expiry and expiry > until_ms then
+      -- An expiry moved after a stall keeps its mark (keep_time).
+      redis.call('ZADD', alive, 'XX', string.format('%.1f', until_ms + expiry % 1), w)
       redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
     end
   end
@@ -23,32 +26,28 @@ local function listens(prefix, w)
   return type(subs) ~= 'table' or subs.err ~= nil or subs[2] > 0
 end
 -- The node's own stall (SIGSTOP of the server, a paused VM): `seen` keeps the server time of the
--- last script that looked at the queue, with the queue's TTL. While waiters are queued the front
--- heartbeats every second, so a gap longer than a front `lifetime` means that this node did not run
--- (or nobody could reach it): the waiters' expiries passed without their fault. Then every expiry
--- moves forward by the gap, as if the node's clock had stood still, except for the expired waiters
--- that no longer listen on their wake channel (they died: their connection closed). O(1) calls
--- otherwise. A gap after a shift that no heartbeat followed is no stall (the `s` mark): the waiters
--- that did not beat since are dead or stopped and are dropped as usual. `beat`: the caller is a
--- queued waiter's attempt. Returns the gap when the expiries moved (0 otherwise).
-local function keep_time(queue, alive, seen, now_ms, lifetime, prefix, beat)
-  local last, mark = string.match(redis.call('GET', seen) or '', '^(%d+)(s?)$')
-  local gap = last and now_ms - tonumber(last) or 0
-  if gap > lifetime and mark == '' and redis.call('ZCARD', alive) > 0 then
-    local all = redis.call('ZRANGE', alive, 0, -1, 'WITHSCORES')
-    for i = 1, #all, 2 do
-      local expiry = tonumber(all[i + 1])
-      if expiry > now_ms or listens(prefix, all[i]) then
-        redis.call('ZADD', alive, 'XX', expiry + gap, all[i])
+-- last script that looked at the queue, with the queue's TTL. A waiter whose expiry passed since then
+-- may have been kept from beating by this node, not by its own death: nothing ran here to hear it.
+-- Its expiry moves forward by the gap, as if the node's clock had stood still, once: the moved score
+-- ends in half a millisecond, the mark, which its next heartbeat clears (an expiry that passes again
+-- unbeaten is the waiter's own). A waiter that no longer listens on its wake channel is not moved:
+-- its connection closed, it died. So a stall of any length keeps the live waiters, and a waiter that
+-- is stopped or dead is dropped at most one gap later than its expiry (docs/queue.md, "A node that
+-- stalls"). Costs O(log N) calls, and one more for each waiter whose expiry passed.
+local function keep_time(queue, alive, seen, now_ms, prefix)
+  local last = tonumber(redis.call('GET', seen) or '')
+  if last and now_ms > last then
+    local gap = now_ms - last
+    local due = redis.call('ZRANGEBYSCORE', alive, '(' .. last, now_ms, 'WITHSCORES')
+    for i = 1, #due, 2 do
+      local expiry = tonumber(due[i + 1])
+      if expiry % 1 == 0 and listens(prefix, due[i]) then
+        redis.call('ZADD', alive, 'XX', string.format('%.1f', expiry + gap + 0.5), due[i])
       end
     end
-    mark = 's'
-  else
-    gap = 0
   end
   local keep = redis.call('PTTL', queue)
   if keep > 0 then
-    redis.call('SET', seen, now_ms .. (beat and '' or mark or ''), 'PX', keep)
+    redis.call('SET', seen, now_ms, 'PX', keep)
   end
-  return gap
 end

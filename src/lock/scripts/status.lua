@@ -10,9 +10,10 @@
 -- front of the queue (an expiry further away than a front lifetime: it heartbeats seconds apart)
 -- that no longer listens on its wake channel: a process's subscription ends with it, so one that
 -- died stops being listed at once, although its entry stays until it reaches the front (acquire.lua
--- brings its expiry down there) or its expiry passes. After a stall of this node (`seen` further
--- back than a front lifetime, and no shift since) the view is the one the next script will make:
--- every expiry moved forward by the gap, the expired waiters that no longer listen dropped.
+-- brings its expiry down there) or its expiry passes. A waiter whose expiry passed since the last
+-- script that looked at the queue (`seen`: this node may have stalled) is shown as the next script
+-- will keep it (front.lua, keep_time): its expiry moved forward by the gap, once, if it still
+-- listens.
 local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
 local limit = tonumber(redis.call('GET', KEYS[4]) or '')
 local slots = {}
@@ -26,11 +27,7 @@ end
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local lifetime = tonumber(ARGV[4])
-local last, mark = string.match(redis.call('GET', KEYS[8]) or '', '^(%d+)(s?)$')
-local gap = last and now_ms - tonumber(last) or 0
-if gap <= lifetime or mark ~= '' then
-  gap = 0
-end
+local last = tonumber(redis.call('GET', KEYS[8]) or '')
 local function listens(w)
   -- An ACL user without `+pubsub|numsub` gets the error back, and the waiter is listed.
   local subs = redis.pcall('PUBSUB', 'NUMSUB', ARGV[3] .. '\031' .. w)
@@ -41,9 +38,9 @@ local queue = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
 for i = 1, #queue, 2 do
   local expiry = tonumber(redis.call('ZSCORE', KEYS[6], queue[i]))
   local listed = expiry and expiry > now_ms
-  if expiry and gap > 0 then
-    listed = listed or listens(queue[i])
-    expiry = expiry + gap
+  if not listed and expiry and last and expiry > last and expiry % 1 == 0 then
+    listed = listens(queue[i])
+    expiry = expiry + now_ms - last
   end
   if listed and expiry > now_ms + lifetime then
     listed = listens(queue[i])
