@@ -161,7 +161,6 @@ fn a_stall_just_shorter_than_a_lifetime_keeps_the_arrival_order() {
 /// the dead head holds the next waiter up for a whole front lifetime (4 s) instead of leaving at the
 /// resume. The stall is kept shorter than a lifetime, so that the stall rule plays no part.
 #[test]
-#[ignore = "open: a waiter signalled while its only node is stopped sends no leave (the rollback of its timed-out attempt closed the connection; send_only needs one) and its attempts buffered in the stopped server beat for it at the resume: the next waiter is held up a front lifetime (4.1-4.4 s, 6 of 6 runs). A fix needs a leave on a fresh connection and a 'left' mark that a late attempt respects"]
 fn a_waiter_signalled_during_a_node_stall_leaves_at_the_resume() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();

@@ -597,7 +597,7 @@ impl Engine {
     /// Takes a waiter that stops waiting out of the queue on the `on` nodes (nothing when it was
     /// never queued).
     fn leave(&mut self, keys: &LockKeys, place: &queue::Place, on: &[bool], blind: bool) {
-        if place.queued {
+        if place.queued || place.sent {
             let front = queue::ALIVE + place.slack;
             queue::leave(&mut self.nodes, keys, &place.id, on, blind, front);
         }
@@ -711,6 +711,7 @@ impl Engine {
         let slack_ms = place.slack.as_millis().to_string();
 
         let started = Stamp::now();
+        place.sent |= place.mode != queue::Mode::Once;
         let round1 = quorum::all(&mut self.nodes, |i, node| {
             let listening = if place.listening.get(i) == Some(&true) {
                 "1"

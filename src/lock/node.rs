@@ -718,17 +718,32 @@ impl Node {
         })
     }
 
-    /// Sends a script without waiting for its reply (a rollback to a node that timed out), then closes
-    /// the connection. The script text goes along (EVAL), since no NOSCRIPT reply would be read.
+    /// Sends a script without waiting for its reply (a rollback to a node that timed out, a waiter's
+    /// leave on a signal); the connection then owes replies and serves only further sends of this
+    /// kind. The script text goes along (EVAL), since no NOSCRIPT reply would be read. With no
+    /// connection, one is opened within the node timeout: a stopped server's kernel still accepts it
+    /// and keeps what is sent, which the server runs when it resumes.
     pub fn send_only(&mut self, source: &str, keys: &[&str], args: &[&str]) {
-        if let Some(conn) = self.conn.as_mut() {
+        if self.conn.is_none() {
+            let deadline = Instant::now() + self.budget();
+            if let Ok(c) = self.connect_target(deadline) {
+                self.conn = Some(c);
+            }
+        }
+        let sent = self.conn.as_mut().is_some_and(|conn| {
             let mut cmd = redis::cmd("EVAL");
             cmd.arg(source).arg(keys.len()).arg(keys).arg(args);
-            let _ = conn.send_packed_command(&cmd.get_packed_command());
-            trace!("{}: rollback sent without waiting", self.display);
+            conn.send_packed_command(&cmd.get_packed_command()).is_ok()
+        });
+        if sent {
+            trace!("{}: sent without waiting", self.display);
+            // Kept for what else goes out without waiting (a waiter's leave after the rollback of its
+            // grant), so that the server runs it after this; the next call with a reply reconnects.
+            self.stale = true;
+        } else {
+            self.conn = None;
+            self.stale = false;
         }
-        self.conn = None;
-        self.stale = false;
     }
 
     fn failure(&mut self, e: &RedisError, what: &str, budget: Duration) -> NodeFailure {

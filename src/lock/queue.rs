@@ -106,6 +106,9 @@ pub struct Place {
     pub ticket: Option<u64>,
     /// Some node may have queued this waiter.
     pub queued: bool,
+    /// A waiting attempt went out: a node may have queued this waiter although no answer said so
+    /// (it timed out), so leaving must reach the nodes all the same.
+    pub sent: bool,
     /// When the waiter's previous attempt started (boot-time clock, so a SIGSTOP counts).
     last_try: Option<Stamp>,
     /// The heartbeat interval of the last attempt: the shortest any node gave. The nodes keep the
@@ -129,6 +132,7 @@ impl Place {
             mode,
             ticket: None,
             queued: false,
+            sent: false,
             last_try: None,
             interval: HEARTBEAT,
             position: None,
@@ -181,7 +185,8 @@ pub fn new_waiter_id() -> String {
 }
 
 /// Takes waiter `id` out of the queue on the `on` nodes, in parallel. `blind`: send without waiting
-/// for the answers (on a signal, whose exit must not wait for Redis).
+/// for the answers (on a signal, whose exit must not wait for Redis: at most for a connect, within
+/// the node timeout, on a node whose connection an earlier timeout closed).
 /// `front`: a front lifetime with the waiter's slack.
 pub fn leave(
     nodes: &mut [Node],
@@ -208,11 +213,12 @@ pub fn leave(
         alive_ms.as_str(),
     ];
     if blind {
-        for (i, node) in nodes.iter_mut().enumerate() {
-            if on[i] {
-                node.send_only(super::LEAVE_LUA, &key_list, &args);
-            }
-        }
+        // In parallel: a node without a connection opens one first (`Node::send_only`).
+        quorum::each(
+            nodes,
+            |i| on[i],
+            |_, node| node.send_only(super::LEAVE_LUA, &key_list, &args),
+        );
         return;
     }
     quorum::each(
