@@ -1305,6 +1305,15 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
             Duration::from_secs(120),
         );
         let err = stderr(&o);
+        // Killed at the bound: lockctl waited for the command instead of killing it (it says why
+        // it failed only after the command is gone). Going on would only fail later, for a
+        // misleading reason: the command left behind counts against the next limit.
+        assert!(
+            o.status.code().is_some(),
+            "lockctl did not end within {:?} of its start (it waited for the command it should \
+             have killed): {err}",
+            started.elapsed()
+        );
         // The thread that checks the watcher starts just before the lease's: either one failing
         // leaves a command that nothing supervises.
         if !err.contains("cannot start the renewal thread")
