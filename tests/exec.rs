@@ -1490,3 +1490,32 @@ while :; do sleep 0.05; done"#;
     );
     assert_eq!(code(&o), 76, "{}", stderr(&o));
 }
+
+/// A renewal extends the key only while it holds our token. Once another holder's token is in it,
+/// the holder's next renewal finds the lease lost: the command is stopped, lockctl exits 76, and the
+/// other holder's key keeps its value and its expiry (a renewal that extended it would keep both
+/// holders running, each with the other's lease).
+#[test]
+fn a_renewal_never_extends_another_holder_s_key() {
+    let s = Server::start();
+    let (holder, _out) = start_ready(
+        exec_on(&s, "taken"),
+        &["--ttl", "3s"],
+        "echo ready; exec sleep 600",
+        "ready",
+    );
+    let _: () = s.cmd(&["SET", "lockctl:taken", "other", "PX", "60000"]);
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(
+        o.status.code(),
+        Some(76),
+        "the holder never found its lease lost to another token: {}",
+        stderr(&o)
+    );
+    assert_eq!(s.get("lockctl:taken").as_deref(), Some("other"));
+    let left: i64 = s.cmd(&["PTTL", "lockctl:taken"]);
+    assert!(
+        left > 30_000,
+        "the other holder's key was given the holder's TTL: {left} ms left"
+    );
+}
