@@ -836,3 +836,22 @@ fn quarantine_is_not_cut_short_by_the_uptime_rounding() {
         fence as i64 - spawned_us as i64
     );
 }
+
+/// The release still announces itself on the name's `released` channel, which lockctl's waiters
+/// listened to before each had a wake channel of its own: an older client waiting there must not
+/// sleep until its next poll (docs/queue.md).
+#[test]
+fn a_release_is_published_for_older_clients() {
+    let s = Server::start();
+    let token = acquire(&s, "old", &["--ttl", "60s"]);
+    let mut con = s.conn();
+    let mut sub = con.as_pubsub();
+    sub.subscribe("{lockctl:old}\u{1f}released").unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let o = run(lockctl_on(&s).args(["release", "old", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let msg = sub
+        .get_message()
+        .expect("the release published nothing on the released channel within 20 s");
+    assert_eq!(msg.get_payload::<String>().unwrap(), "released");
+}

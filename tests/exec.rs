@@ -1305,6 +1305,15 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
             Duration::from_secs(120),
         );
         let err = stderr(&o);
+        // Killed at the bound: lockctl waited for the command instead of killing it (it says why
+        // it failed only after the command is gone). Going on would only fail later, for a
+        // misleading reason: the command left behind counts against the next limit.
+        assert!(
+            o.status.code().is_some(),
+            "lockctl did not end within {:?} of its start (it waited for the command it should \
+             have killed): {err}",
+            started.elapsed()
+        );
         // The thread that checks the watcher starts just before the lease's: either one failing
         // leaves a command that nothing supervises.
         if !err.contains("cannot start the renewal thread")
@@ -1480,4 +1489,33 @@ while :; do sleep 0.05; done"#;
          alive {member_alive}"
     );
     assert_eq!(code(&o), 76, "{}", stderr(&o));
+}
+
+/// A renewal extends the key only while it holds our token. Once another holder's token is in it,
+/// the holder's next renewal finds the lease lost: the command is stopped, lockctl exits 76, and the
+/// other holder's key keeps its value and its expiry (a renewal that extended it would keep both
+/// holders running, each with the other's lease).
+#[test]
+fn a_renewal_never_extends_another_holder_s_key() {
+    let s = Server::start();
+    let (holder, _out) = start_ready(
+        exec_on(&s, "taken"),
+        &["--ttl", "3s"],
+        "echo ready; exec sleep 600",
+        "ready",
+    );
+    let _: () = s.cmd(&["SET", "lockctl:taken", "other", "PX", "60000"]);
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(
+        o.status.code(),
+        Some(76),
+        "the holder never found its lease lost to another token: {}",
+        stderr(&o)
+    );
+    assert_eq!(s.get("lockctl:taken").as_deref(), Some("other"));
+    let left: i64 = s.cmd(&["PTTL", "lockctl:taken"]);
+    assert!(
+        left > 30_000,
+        "the other holder's key was given the holder's TTL: {left} ms left"
+    );
 }

@@ -1188,3 +1188,24 @@ fn status_shows_an_aof_node_in_quarantine_after_a_restart() {
     );
     assert!(j["quorum_votes_in_ms"].as_u64().unwrap() > 0, "{j}");
 }
+
+/// `break` still announces itself on the name's `released` channel, which lockctl's waiters
+/// listened to before each had a wake channel of its own: an older client waiting there must not
+/// sleep until its next poll (docs/queue.md).
+#[test]
+fn a_break_is_published_for_older_clients() {
+    let s = Server::start();
+    let o = run(lockctl_on(&s).args(["acquire", "old", "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut con = s.conn();
+    let mut sub = con.as_pubsub();
+    sub.subscribe("{lockctl:old}\u{1f}released").unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let o = run(lockctl_on(&s).args(["break", "old", "--yes"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(s.get("lockctl:old"), None, "broken");
+    let msg = sub
+        .get_message()
+        .expect("break published nothing on the released channel within 20 s");
+    assert_eq!(msg.get_payload::<String>().unwrap(), "broken");
+}

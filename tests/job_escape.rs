@@ -11,7 +11,7 @@ mod support;
 
 use std::io::BufRead;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::*;
 
@@ -220,4 +220,143 @@ fn pkill_by_command_line_spares_the_watcher_and_the_job_dies() {
     let died = eventually(Duration::from_secs(10), || !alive(member));
     kill(member, libc::SIGTERM);
     assert!(died, "the job outlived lockctl killed by its command line");
+}
+
+/// lockctl as the first process of a container (`unshare -pf --mount-proc`) adopts every orphan
+/// there, a visitor's too (`nsenter`, as `docker exec` does), and counts it as the job's: a stated
+/// limit (docs/guarantees.md). Such an orphan's process group reads 0 in the container, its leader
+/// being outside, as does the job's group once its leader has been reaped. When the lease is lost,
+/// lockctl must stop the orphan with the rest, since it waits for it: skipped as a member of the
+/// job's group, it would keep lockctl (and its exit 76) waiting for as long as it runs.
+#[test]
+fn a_lost_lease_stops_an_orphan_whose_group_reads_0_in_a_container() {
+    let probe = std::process::Command::new("unshare")
+        .args(["-pf", "--kill-child", "--mount-proc", "true"])
+        .output();
+    let nsenter = std::process::Command::new("nsenter")
+        .arg("--version")
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) || nsenter.is_err() {
+        eprintln!("NOT RUN HERE: this case needs `unshare -pf --mount-proc` and nsenter");
+        return;
+    }
+    let s = Server::start();
+    let unshare = std::process::Command::new("unshare")
+        .args([
+            "-pf",
+            "--kill-child",
+            "--mount-proc",
+            env!("CARGO_BIN_EXE_lockctl"),
+        ])
+        .args(["exec", "adopted", "--ttl", "3s", "--kill-after", "1s", "--"])
+        // The command's first process exits at once: the job's group is then forgotten.
+        .args(["sh", "-c", "sleep 600 & exit 0"])
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let upid = unshare.id();
+    let mut first = None;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            first = std::fs::read_to_string(format!("/proc/{upid}/task/{upid}/children"))
+                .ok()
+                .and_then(|l| l.split_whitespace().next()?.parse::<i32>().ok());
+            first.is_some() && s.get("lockctl:adopted").is_some()
+        }),
+        "lockctl did not get the lock in the container"
+    );
+    // The visitor leaves an orphan behind and prints its process group as the container sees it.
+    let visit = run(std::process::Command::new("nsenter")
+        .args(["-t", &first.unwrap().to_string(), "-p", "-m", "sh", "-c"])
+        .arg("sleep 300 </dev/null >/dev/null 2>&1 & cut -d' ' -f5 /proc/$!/stat"));
+    assert_eq!(
+        stdout(&visit),
+        "0",
+        "the visitor's orphan's group: {visit:?}"
+    );
+    let deleted = Instant::now();
+    let _: i64 = s.cmd(&["DEL", "lockctl:adopted"]);
+    let out = wait_output(unshare, Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(76),
+        "lockctl did not end within {:?} of the lease's loss (it waited for the orphan it should \
+         have stopped): {}",
+        deleted.elapsed(),
+        stderr(&out)
+    );
+}
+
+/// While lockctl lives its descendants are the job, exactly: a process of the session that joined
+/// the job's group from outside (`setpgid`, after the command's first process exited, so that the
+/// group is no longer signalled as a whole) is not the job's. The watcher that stops the job of a
+/// stopped lockctl at the deadline must spare it. (Once lockctl is gone, the search for its orphans
+/// cannot tell such a process apart: docs/guarantees.md.)
+#[test]
+fn a_stopped_lockctl_s_watcher_spares_a_process_that_joined_the_job_s_group() {
+    if std::process::Command::new("perl")
+        .arg("-e1")
+        .status()
+        .is_err()
+    {
+        eprintln!("NOT RUN HERE: this case needs perl (setpgrp)");
+        return;
+    }
+    let s = Server::start();
+    let (child, member) = start(
+        &s,
+        "joined",
+        "sleep 300 & echo ready; echo \"pid $!\"; exit 0",
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{member}/stat")).unwrap();
+    let group: i32 = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || !alive(group)),
+        "the command's first process exited"
+    );
+    let mut outsider = std::process::Command::new("perl")
+        .arg("-e")
+        .arg(format!(
+            "setpgrp(0, {group}) or die \"setpgrp: $!\"; $| = 1; print \"joined\\n\"; sleep 60"
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _out = wait_for_line(
+        outsider.stdout.take().unwrap(),
+        "joined",
+        Duration::from_secs(10),
+    );
+    let pid = child.id() as i32;
+    kill(pid, libc::SIGSTOP);
+    // The member does not ignore SIGTERM: its death is the watcher's SIGTERM, which reaches every
+    // process it takes for the job's in one pass.
+    let stopped = eventually(Duration::from_secs(30), || !alive(member));
+    std::thread::sleep(Duration::from_millis(500));
+    let outsider_ended = outsider.try_wait().unwrap();
+    kill(pid, libc::SIGCONT);
+    let _ = wait_output(child, Duration::from_secs(30));
+    let _ = outsider.kill();
+    let _ = outsider.wait();
+    assert!(
+        stopped,
+        "the watcher did not stop the job of the stopped lockctl"
+    );
+    assert_eq!(
+        outsider_ended, None,
+        "a process that joined the job's group from outside was killed with the job"
+    );
 }

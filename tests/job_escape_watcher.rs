@@ -175,3 +175,27 @@ fn a_member_in_the_job_s_group_dies_with_lockctl() {
         "a job member ran on while another client held the lock"
     );
 }
+
+/// A member that left the job's session (`setsid`) and whose parent exited: lockctl, the
+/// subreaper, adopted it, so once lockctl is gone nothing ties it to the job but the watcher's last
+/// look (no parent link, no group or session it shares with the job). The watcher must kill it from
+/// that look.
+#[test]
+fn a_member_that_left_the_session_and_lost_its_parent_dies_with_lockctl() {
+    let s = Server::start();
+    scripts(s.dir());
+    let dir = s.dir().display();
+    let child = start(
+        &s,
+        "adopted",
+        &format!("sh -c 'setsid sh {dir}/loop.sh {dir} & exit 0'; echo ready; wait"),
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || lines(s.dir()) > 0),
+        "the member never ran"
+    );
+    assert!(
+        !writes_under_the_next_holder(&s, "adopted", child),
+        "a job member ran on while another client held the lock"
+    );
+}

@@ -229,6 +229,29 @@ fn a_waiter_that_stops_waiting_leaves_at_once() {
     assert_eq!(waiter_pids(&mut lockctl_on(&s), "leave"), Vec::<u64>::new());
 }
 
+/// The last waiter to leave takes the queue's keys along (docs/queue.md): once nobody waits, the
+/// name keeps its lock and counter, not a queue whose entries nobody heartbeats any more.
+#[test]
+fn the_last_waiter_to_leave_takes_the_queue_keys_along() {
+    let s = Server::start();
+    let _token = hold(&mut lockctl_on(&s), "left");
+    let a = acquirer(&mut lockctl_on(&s), "left", &[]);
+    wait_queued(&[&s], "left", 1);
+    kill(a.id() as i32, libc::SIGTERM);
+    let o = wait_output(a, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&o));
+    let left: Vec<String> = s
+        .keys()
+        .into_iter()
+        .filter(|k| {
+            ["queue", "alive", "waiters", "tickets"]
+                .iter()
+                .any(|kind| k.ends_with(&format!("\u{1f}{kind}")))
+        })
+        .collect();
+    assert!(left.is_empty(), "the queue's keys stayed: {left:?}");
+}
+
 /// The contract: "a waiter that dies leaves the queue within a few seconds". Behind the front of the
 /// queue a waiter heartbeats seconds apart and its entry stays until it reaches the front (docs/queue.md,
 /// "Liveness"), but it must stop being listed at once: its wake subscription ends with it. One that is
