@@ -62,10 +62,13 @@ fn a_stall_right_after_the_first_waiter_queued_keeps_the_arrival_order() {
 }
 
 /// Docs (queue.md, "A node that stalls"): "a stall of any length keeps the live waiters". The
-/// queue's keys and `seen` live a front lifetime past the longest expiry (9.5 s left at the stop
-/// here), so a 10 s stall outlasts them: at the resume the node has no queue and no `seen`, and
-/// the order rests on the tickets the waiters carry and on which buffered attempt runs first
-/// (the lease ended during the stall). Seen: in order in 4 rounds of 4 (one run).
+/// queue's keys live a front lifetime past the longest expiry (acquire.lua, `keep`), and `seen`
+/// takes the queue's TTL (front.lua, `keep_time`): 9.5 s left at the stop here, so a 10 s stall
+/// outlasts them all, since Redis expires keys by the wall clock. At the resume the node has no
+/// queue and no `seen`; the lease ended during the stall, and whichever waiter's attempt the server
+/// runs first takes the lock, the tickets the waiters carry notwithstanding. Seen: in order in 4
+/// rounds of 4 in the first run alone; then out of order in 3 rounds of 3 (`2 3 1`, `2 1 3`,
+/// `2 1 3`) with the file's other tests running beside it, and in 1 round of 3 (`2 1 3`) alone.
 #[test]
 fn a_ten_second_stall_keeps_the_arrival_order() {
     let mut orders = Vec::new();
