@@ -31,9 +31,10 @@ end
 -- Its expiry moves forward by the gap, as if the node's clock had stood still, once: the moved score
 -- ends in half a millisecond, the mark, which its next heartbeat clears (an expiry that passes again
 -- unbeaten is the waiter's own). A waiter that no longer listens on its wake channel is not moved:
--- its connection closed, it died. So a stall of any length keeps the live waiters, and a waiter that
--- is stopped or dead is dropped at most one gap later than its expiry (docs/queue.md, "A node that
--- stalls"). Costs O(log N) calls, and one more for each waiter whose expiry passed.
+-- its connection closed, it died. So a stall shorter than the queue keys' TTL keeps the live
+-- waiters, and a waiter that is stopped or dead is dropped at most one gap later than its expiry
+-- (docs/queue.md, "A node that stalls"). Costs O(log N) calls, and one more for each waiter whose
+-- expiry passed.
 local function keep_time(queue, alive, seen, now_ms, prefix)
   local last = tonumber(redis.call('GET', seen) or '')
   if last and now_ms > last then
