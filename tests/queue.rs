@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::queue::{finish_off, hold, queue_key, waiter};
+use support::queue::{all_succeed, finish_off, hold, queue_key, waiter};
 use support::*;
 
 /// Each node's queue: member -> score.
@@ -53,10 +53,7 @@ fn arrival_order(servers: &[&Server], lockctl: impl Fn() -> Command, rounds: usi
         }
         let o = run(lockctl().args(["release", &name, "--token", &token]));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
-        for k in kids {
-            let o = wait_output(k, Duration::from_secs(60));
-            assert_eq!(code(&o), 0, "{}", stderr(&o));
-        }
+        all_succeed(kids);
         let order = std::fs::read_to_string(&file).unwrap();
         assert_eq!(
             order.split_whitespace().collect::<Vec<_>>(),
@@ -181,10 +178,7 @@ fn dead_waiter_does_not_stall(sig: i32) {
     let released = Instant::now();
     let o = run(lockctl_on(&s).args(["release", "dead", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(60));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     let took = released.elapsed();
     eprintln!("the waiter behind a dead one got the lock {took:?} after the release");
     assert!(took < Duration::from_secs(15), "took {took:?}");
@@ -486,10 +480,7 @@ fn n_handoffs_cost_a_linear_number_of_commands() {
     wait_queued(&[&s], "handoff", N);
     let o = run(lockctl_on(&s).args(["release", "handoff", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(120));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     let calls = script_calls(&s);
     eprintln!("{N} waiters, one handoff each: {calls} script calls");
     assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), N);
@@ -529,10 +520,7 @@ fn semaphore_waiters_are_served_in_arrival_order() {
         let o = run(lockctl_on(&s).args(["release", "sem", "--token", t]));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
     }
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(60));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     let text = std::fs::read_to_string(&file).unwrap();
     let mut grants: Vec<(u64, &str)> = text
         .lines()

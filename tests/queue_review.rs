@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::queue::{finish_off, hold, order, queue_in_order, queue_key, wait_queued, waiter};
+use support::queue::{
+    all_succeed, finish_off, hold, order, queue_in_order, queue_key, wait_queued, waiter,
+};
 use support::*;
 
 /// A lockctl for waiters that talk to a server the test restarts: the restart quarantine stays on,
@@ -45,10 +47,7 @@ fn an_outage_longer_than_a_heartbeat_keeps_the_arrival_order() {
     s.kill();
     std::thread::sleep(Duration::from_secs(4));
     s.restart_empty();
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(60));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     assert_eq!(
         order(&file),
         ["1", "2", "3", "4", "5"],
@@ -154,10 +153,7 @@ fn n_handoffs_of_one_second_holds_cost_a_linear_number_of_commands() {
     wait_queued(&s, "cost", N);
     let o = run(lockctl_on(&s).args(["release", "cost", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(120));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     let calls = script_calls(&s);
     eprintln!("{N} waiters holding 1 s each: {calls} script calls");
     assert!(calls < 12 * N, "{calls} script calls for {N} handoffs");
@@ -388,10 +384,7 @@ fn dead_waiter_far_back_does_not_stall(sig: i32) {
     kill(dead.id() as i32, sig);
     let o = run(lockctl_on(&s).args(["release", "far", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(120));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     let o = wait_output(last, Duration::from_secs(120));
     assert_eq!(code(&o), 0, "C: {}", stderr(&o));
     let held_up = Duration::from_nanos((stamp_in(&after) - stamp_in(&before)) as u64);
@@ -455,10 +448,7 @@ fn a_node_restarted_empty_keeps_the_arrival_order_on_redlock() {
     // The holder's key is on the node that died and the one that kept running: broken there.
     let o = run(s.lockctl().args(["break", "order", "--yes"]));
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(120));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     assert_eq!(
         order(&file),
         ["1", "2", "3", "4", "5", "6"],
@@ -494,10 +484,7 @@ fn the_heartbeats_of_a_long_queue_cost_a_bounded_rate() {
     eprintln!("{N} waiters queued for 20 s: {calls} script calls");
     let o = run(lockctl_on(&s).args(["release", "rate", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(120));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     assert!(
         calls < 200,
         "{calls} script calls in 20 s for {N} queued waiters"

@@ -5,7 +5,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::queue::{finish_off, hold, order, queue_in_order, queue_key, wait_queued, waiter};
+use support::queue::{
+    all_succeed, finish_off, hold, order, queue_in_order, queue_key, wait_queued, waiter,
+};
 use support::*;
 
 /// Docs (guarantees): a live waiter keeps its place; "an outage is no such pause: the waiter keeps
@@ -41,10 +43,7 @@ fn a_stopped_node_keeps_the_arrival_order() {
     s.pause();
     std::thread::sleep(Duration::from_secs(8));
     s.resume();
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(60));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     assert_eq!(order(&file), ["1", "2", "3", "4", "5"]);
 }
 
@@ -72,10 +71,7 @@ fn three_nodes_stopped_at_once_keep_the_arrival_order() {
     for n in 0..3 {
         s[n].resume();
     }
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(60));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     assert_eq!(order(&file), ["1", "2", "3", "4", "5"]);
 }
 
@@ -149,10 +145,7 @@ fn a_waiter_lost_during_a_stall_is_dropped(sig: i32) {
     let resumed = Instant::now();
     let o = run(lockctl_on(&s).args(["release", "lost", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for k in kids {
-        let o = wait_output(k, Duration::from_secs(60));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    all_succeed(kids);
     let took = resumed.elapsed();
     eprintln!(
         "signal {sig}: the waiters behind the lost one were served {took:?} after the resume"

@@ -7,7 +7,7 @@ mod support;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use support::queue::{hold, order, queue_key, wait_queued, waiter};
+use support::queue::{all_succeed, hold, order, queue_key, wait_queued, waiter};
 use support::*;
 
 /// Stops the given children (SIGSTOP); they keep their connections, wake subscriptions included.
@@ -137,10 +137,7 @@ fn a_stall_just_shorter_than_a_lifetime_keeps_the_arrival_order() {
         s.pause();
         std::thread::sleep(Duration::from_millis(3800));
         s.resume();
-        for k in kids {
-            let o = wait_output(k, Duration::from_secs(60));
-            assert_eq!(code(&o), 0, "{}", stderr(&o));
-        }
+        all_succeed(kids);
         let got = order(&file);
         eprintln!("round {round}: order {got:?}");
         orders.push(got);
@@ -255,10 +252,7 @@ fn a_live_waiter_between_two_subscriptions_keeps_its_place_through_a_stall() {
         s.pause();
         std::thread::sleep(Duration::from_secs(6));
         s.resume();
-        for k in kids {
-            let o = wait_output(k, Duration::from_secs(60));
-            assert_eq!(code(&o), 0, "{}", stderr(&o));
-        }
+        all_succeed(kids);
         let got = order(&file);
         eprintln!("round {round}: order {got:?}");
         orders.push(got);
@@ -297,10 +291,7 @@ fn three_nodes_stalled_just_shorter_than_a_lifetime_keep_the_arrival_order() {
         for n in 0..3 {
             s[n].resume();
         }
-        for k in kids {
-            let o = wait_output(k, Duration::from_secs(60));
-            assert_eq!(code(&o), 0, "{}", stderr(&o));
-        }
+        all_succeed(kids);
         let got = order(&file);
         eprintln!("round {round}: order {got:?}");
         orders.push(got);

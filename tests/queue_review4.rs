@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::queue::{order, queue_key, waiter};
+use support::queue::{all_succeed, order, queue_key, waiter};
 use support::*;
 
 /// The `seen` key of lock `name` under the default prefix.
@@ -47,10 +47,7 @@ fn a_stall_right_after_the_first_waiter_queued_keeps_the_arrival_order() {
             "round {round}: seen at the stop {seen:?}, stalled {:?}",
             paused.elapsed()
         );
-        for k in [first, second] {
-            let o = wait_output(k, Duration::from_secs(60));
-            assert_eq!(code(&o), 0, "{}", stderr(&o));
-        }
+        all_succeed([first, second]);
         let got = order(&file);
         eprintln!("round {round}: order {got:?}");
         orders.push(got);
@@ -88,10 +85,7 @@ fn a_ten_second_stall_keeps_the_arrival_order() {
         s.pause();
         std::thread::sleep(Duration::from_secs(10));
         s.resume();
-        for k in kids {
-            let o = wait_output(k, Duration::from_secs(60));
-            assert_eq!(code(&o), 0, "{}", stderr(&o));
-        }
+        all_succeed(kids);
         let got = order(&file);
         eprintln!("round {round}: queue ttl {queue_ttl} ms, seen ttl {seen_ttl} ms: order {got:?}");
         orders.push(got);
@@ -220,10 +214,7 @@ fn two_stalls_in_a_row_keep_the_arrival_order() {
         s.resume();
         let o = run(lockctl_on(&s).args(["release", &name, "--token", &token]));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
-        for k in kids {
-            let o = wait_output(k, Duration::from_secs(60));
-            assert_eq!(code(&o), 0, "{}", stderr(&o));
-        }
+        all_succeed(kids);
         let got = order(&file);
         eprintln!("round {round}: between the stalls {between:?}; order {got:?}");
         orders.push(got);

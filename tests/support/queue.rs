@@ -75,3 +75,11 @@ pub fn finish_off(child: Child) {
     kill(child.id() as i32, libc::SIGKILL);
     let _ = wait_output(child, Duration::from_secs(10));
 }
+
+/// Waits for each of `kids` to end (bounded generously), each with exit 0.
+pub fn all_succeed(kids: impl IntoIterator<Item = Child>) {
+    for k in kids {
+        let o = wait_output(k, Duration::from_secs(120));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+}
