@@ -150,13 +150,12 @@ fn a_stall_just_shorter_than_a_lifetime_keeps_the_arrival_order() {
 
 /// Docs (queue.md): "A waiter that stops waiting leaves at once: ... on a signal (the same script
 /// sent without waiting for the answer)". During a stall of the single node every attempt of the
-/// head times out and is rolled back without waiting, which closes the node's connection; a SIGTERM
-/// that comes while the waiter sleeps then finds no connection to send the leave on, and sends
-/// nothing (its trace shows no send after "interrupted by signal 15"; one that interrupts an
-/// attempt's read is taken for a dropped connection and sends the attempt once more instead). Its
-/// attempts buffered in the stopped server run at the resume and beat for it, so after the release
-/// the dead head holds the next waiter up for a whole front lifetime (4 s) instead of leaving at the
-/// resume. The stall is kept shorter than a lifetime, so that the stall rule plays no part.
+/// head times out and is rolled back without waiting; a SIGTERM that comes while the waiter sleeps
+/// must still send its leave, after the rollback on that connection or on a new one (the stopped
+/// server's kernel accepts it). It used to find no connection and send nothing: its attempts
+/// buffered in the stopped server ran at the resume and beat for it, and the dead head held the next
+/// waiter up a whole front lifetime (4 s) after the release instead of leaving at the resume. The
+/// stall is kept shorter than a lifetime, so that the stall rule plays no part.
 #[test]
 fn a_waiter_signalled_during_a_node_stall_leaves_at_the_resume() {
     // Never restarted: the quarantine is off for this server the test started itself.
