@@ -11,6 +11,7 @@ use std::io::{BufRead, Read, Write};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use support::watchers::watcher_of;
 use support::*;
 
 fn exec_on(server: &Server, name: &str) -> std::process::Command {
@@ -1351,18 +1352,6 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
     panic!("no limit on processes made the lease's threads fail");
 }
 
-/// The watcher of the lockctl `pid`, found by its command line.
-fn watcher_of(pid: u32) -> Option<i32> {
-    let prefix = format!("lockctl-guard\0--lockctl-guard\0{pid}:");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
-        })
-}
-
 /// Continues a stopped process when dropped, also when the test fails.
 struct Resume(i32);
 
@@ -1384,12 +1373,7 @@ fn a_lost_lease_stops_the_job_while_the_watcher_is_stopped() {
         "echo ready; exec sleep 600",
         "ready",
     );
-    let mut watcher = None;
-    eventually(Duration::from_secs(10), || {
-        watcher = watcher_of(holder.id());
-        watcher.is_some()
-    });
-    let watcher = watcher.expect("lockctl has a watcher");
+    let watcher = watcher_of(holder.id());
     kill(watcher, libc::SIGSTOP);
     let _resume = Resume(watcher);
     let _: i64 = s.cmd(&["DEL", "lockctl:alone"]);
@@ -1414,12 +1398,7 @@ fn a_killed_watcher_stops_the_job_before_the_next_renewal() {
         "echo ready; exec sleep 600",
         "ready",
     );
-    let mut watcher = None;
-    eventually(Duration::from_secs(10), || {
-        watcher = watcher_of(holder.id());
-        watcher.is_some()
-    });
-    kill(watcher.expect("lockctl has a watcher"), libc::SIGKILL);
+    kill(watcher_of(holder.id()), libc::SIGKILL);
     let killed = Instant::now();
     let o = wait_output(holder, Duration::from_secs(120));
     let took = killed.elapsed();

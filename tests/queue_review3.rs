@@ -7,7 +7,9 @@ mod support;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use support::queue::{all_succeed, hold, order, queue_key, wait_queued, waiter};
+use support::queue::{
+    all_succeed, hold, in_order_every_round, order, queue_key, wait_queued, waiter,
+};
 use support::*;
 
 /// Stops the given children (SIGSTOP); they keep their connections, wake subscriptions included.
@@ -113,8 +115,7 @@ fn touch_queue(mut lockctl: impl FnMut() -> std::process::Command, name: &str, f
 /// since which waiter's buffered attempt runs first varies.
 #[test]
 fn a_stall_just_shorter_than_a_lifetime_keeps_the_arrival_order() {
-    let mut orders = Vec::new();
-    for round in 0..4 {
+    in_order_every_round(4, &["1", "2"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
         let s = Server::start();
         let dir = tempfile::tempdir().unwrap();
@@ -138,14 +139,8 @@ fn a_stall_just_shorter_than_a_lifetime_keeps_the_arrival_order() {
         std::thread::sleep(Duration::from_millis(3800));
         s.resume();
         all_succeed(kids);
-        let got = order(&file);
-        eprintln!("round {round}: order {got:?}");
-        orders.push(got);
-    }
-    assert!(
-        orders.iter().all(|o| o == &["1", "2"]),
-        "served out of arrival order: {orders:?}"
-    );
+        order(&file)
+    });
 }
 
 /// Docs (queue.md): "A waiter that stops waiting leaves at once: ... on a signal (the same script
@@ -225,8 +220,7 @@ fn oldest_subscriber(s: &Server) -> String {
 #[test]
 #[ignore = "open: a live waiter whose wake subscription dropped (it subscribes again at most every 5 s) does not listen, so after a node stall in that window its passed expiry is not moved and it is dropped; it re-queues at its ticket, but the second waiter can take the free lock first (order 2 1 in 2 of 10 rounds, 0 of 6 in a later run)"]
 fn a_live_waiter_between_two_subscriptions_keeps_its_place_through_a_stall() {
-    let mut orders = Vec::new();
-    for round in 0..6 {
+    in_order_every_round(6, &["1", "2"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
         let s = Server::start();
         let dir = tempfile::tempdir().unwrap();
@@ -252,22 +246,15 @@ fn a_live_waiter_between_two_subscriptions_keeps_its_place_through_a_stall() {
         std::thread::sleep(Duration::from_secs(6));
         s.resume();
         all_succeed(kids);
-        let got = order(&file);
-        eprintln!("round {round}: order {got:?}");
-        orders.push(got);
-    }
-    assert!(
-        orders.iter().all(|o| o == &["1", "2"]),
-        "served out of arrival order: {orders:?}"
-    );
+        order(&file)
+    });
 }
 
 /// The same on Redlock over 3 nodes, all stopped at once for 3.8 s (the host of all three
 /// stalls): each node drops the first waiter on its own, and the second takes the lock first.
 #[test]
 fn three_nodes_stalled_just_shorter_than_a_lifetime_keep_the_arrival_order() {
-    let mut orders = Vec::new();
-    for round in 0..4 {
+    in_order_every_round(4, &["1", "2"], |round| {
         // Never restarted: the quarantine is off for these servers the test started itself.
         let s = Servers::start(3);
         let dir = tempfile::tempdir().unwrap();
@@ -291,12 +278,6 @@ fn three_nodes_stalled_just_shorter_than_a_lifetime_keep_the_arrival_order() {
             s[n].resume();
         }
         all_succeed(kids);
-        let got = order(&file);
-        eprintln!("round {round}: order {got:?}");
-        orders.push(got);
-    }
-    assert!(
-        orders.iter().all(|o| o == &["1", "2"]),
-        "served out of arrival order: {orders:?}"
-    );
+        order(&file)
+    });
 }

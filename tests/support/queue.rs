@@ -83,3 +83,19 @@ pub fn all_succeed(kids: impl IntoIterator<Item = Child>) {
         assert_eq!(code(&o), 0, "{}", stderr(&o));
     }
 }
+
+/// Runs `round` `n` times, each returning the order its waiters were served in (printed as it
+/// comes), and asserts that every round served them as `want`.
+pub fn in_order_every_round(n: usize, want: &[&str], mut round: impl FnMut(usize) -> Vec<String>) {
+    let orders: Vec<Vec<String>> = (0..n)
+        .map(|r| {
+            let got = round(r);
+            eprintln!("round {r}: order {got:?}");
+            got
+        })
+        .collect();
+    assert!(
+        orders.iter().all(|o| o.as_slice() == want),
+        "served out of arrival order: {orders:?}"
+    );
+}
