@@ -311,6 +311,44 @@ fn a_waiter_that_dies_far_back_is_no_longer_listed_on_redlock() {
     a_waiter_that_dies_far_back_is_no_longer_listed_on(&all, || s.lockctl());
 }
 
+/// A waiter is listed from its enqueue on, by its expiry alone. The enqueue of the first waiter is the
+/// first call that looks at the queue on the node, so it finds no time of a last look there (`seen`,
+/// which the stall rule of `status.lua` needs); the waiter is stopped right after it (it still
+/// listens: stopping is not dying), so that no heartbeat of its leaves one, and one left by a
+/// heartbeat that came before the stop is deleted: the node as after the first enqueue. A round
+/// counts only if `status` ran while the waiter's expiry was still ahead.
+#[test]
+fn a_waiter_is_listed_before_any_call_recorded_a_look_at_the_queue() {
+    let s = Server::start();
+    let now_ms = || {
+        let t: Vec<String> = s.cmd(&["TIME"]);
+        t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000
+    };
+    let mut checked = false;
+    for round in 0..10 {
+        let name = format!("first{round}");
+        let token = hold(&mut lockctl_on(&s), &name);
+        let a = acquirer(&mut lockctl_on(&s), &name, &[]);
+        let pid = a.id() as i32;
+        wait_queued(&[&s], &name, 1);
+        kill(pid, libc::SIGSTOP);
+        let _: u64 = s.cmd(&["DEL", &format!("{{lockctl:{name}}}\u{1f}seen")]);
+        let expiry = alive_until(&s, &name).expect("the waiter is queued");
+        let pids = waiter_pids(&mut lockctl_on(&s), &name);
+        let in_time = now_ms() < expiry;
+        kill(pid, libc::SIGKILL);
+        wait_output(a, Duration::from_secs(60));
+        let o = run(lockctl_on(&s).args(["release", &name, "--token", &token]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        if in_time {
+            assert_eq!(pids, [pid as u64], "round {round}");
+            checked = true;
+            break;
+        }
+    }
+    assert!(checked, "status never ran within a stopped waiter's expiry");
+}
+
 /// `--supersede` displaces the older waiters, never the holder.
 fn supersede_case(servers: &[&Server], lockctl: impl Fn() -> Command) {
     let token = hold(&mut lockctl(), "sup");
