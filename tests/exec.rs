@@ -1470,6 +1470,43 @@ while :; do sleep 0.05; done"#;
     assert_eq!(code(&o), 76, "{}", stderr(&o));
 }
 
+/// The watcher's SIGTERM at the deadline is followed by its SIGKILL only `--kill-after` later, as
+/// lockctl's own is: with lockctl stopped past a 1 s TTL and `--kill-after 10s`, the job's handler
+/// of SIGTERM, a one-second clean-up, finishes before the SIGKILL.
+#[test]
+fn the_watcher_gives_the_job_its_kill_after() {
+    let s = Server::start();
+    let termed = s.dir().join("termed");
+    let cleaned = s.dir().join("cleaned");
+    let script = r#"trap 'touch "$T"; sleep 1; touch "$C"; exit 0' TERM
+echo ready
+echo $$
+while :; do sleep 0.05; done"#;
+    let mut cmd = exec_on(&s, "graceful");
+    cmd.env("T", &termed).env("C", &cleaned);
+    let (holder, mut out) = start_ready(
+        cmd,
+        &["--ttl", "1s", "--kill-after", "10s"],
+        script,
+        "ready",
+    );
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let job: i32 = line.trim().parse().unwrap();
+    let lockctl = holder.id() as i32;
+    kill(lockctl, libc::SIGSTOP);
+    let _resume = Resume(lockctl);
+    eventually(Duration::from_secs(60), || cleaned.exists() || !alive(job));
+    kill(lockctl, libc::SIGCONT);
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert!(
+        cleaned.exists(),
+        "the job was killed before its clean-up after the watcher's SIGTERM (SIGTERM noted: {})",
+        termed.exists()
+    );
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+}
+
 /// A renewal extends the key only while it holds our token. Once another holder's token is in it,
 /// the holder's next renewal finds the lease lost: the command is stopped, lockctl exits 76, and the
 /// other holder's key keeps its value and its expiry (a renewal that extended it would keep both
