@@ -251,3 +251,70 @@ fn a_second_quiet_spell_with_no_heartbeat_is_no_stall() {
         let _ = wait_output(k, Duration::from_secs(10));
     }
 }
+
+/// The front clamp keeps a stall's mark, so a stopped waiter is moved once, also when it reaches
+/// the front between two quiet spells. Five waiters; the fourth and fifth (15 s and 30 s expiries,
+/// far back) are stopped (they still listen), the first three killed. The call after the fourth's
+/// expiry passed takes the quiet spell for a stall: it moves the fourth forward by the gap (marked),
+/// drops the dead three, and brings the fourth and fifth, now at the front, down to a front
+/// lifetime. The call after that lifetime passed, with no heartbeat between, drops the fourth: its
+/// expiry passed again unbeaten. Had the clamp cleared the mark, it would be moved again, and kept
+/// at the head for as long as something calls more than a front lifetime apart. The fifth, moved
+/// for the first time, stays.
+#[test]
+fn a_stopped_waiter_clamped_at_the_front_after_a_stall_is_moved_once() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "clamp");
+    let kids = queue_in_order(&[&s], "clamp", &file, 5, || lockctl_on(&s));
+    let ids: Vec<String> = s.cmd(&["ZRANGE", &queue_key("clamp"), "0", "-1"]);
+    assert_eq!(ids.len(), 5);
+    let now_ms = || {
+        let t: Vec<String> = s.cmd(&["TIME"]);
+        t[0].parse::<f64>().unwrap() * 1000.0 + t[1].parse::<f64>().unwrap() / 1000.0
+    };
+    let alive = "{lockctl:clamp}\u{1f}alive";
+    let expiry = |id: &str| -> Option<f64> { s.cmd(&["ZSCORE", alive, id]) };
+    // Each waiter's attempt after it subscribed earns its place's interval: the fourth's expiry
+    // is then more than twice a front lifetime (4 s) away, and the fifth's beyond it.
+    let far = eventually(Duration::from_secs(30), || {
+        let now = now_ms();
+        let (d, e) = (expiry(&ids[3]), expiry(&ids[4]));
+        d.is_some_and(|d| d > now + 8000.0) && e.is_some_and(|e| Some(e) > d)
+    });
+    assert!(far, "the waiters far back did not get a longer heartbeat");
+    for k in &kids[3..] {
+        kill(k.id() as i32, libc::SIGSTOP);
+    }
+    for k in &kids[..3] {
+        kill(k.id() as i32, libc::SIGKILL);
+    }
+    let fourth = expiry(&ids[3]).unwrap();
+    assert!(eventually(Duration::from_secs(60), || now_ms() > fourth + 200.0));
+    let o = run(lockctl_on(&s).args(["acquire", "clamp", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue_key("clamp"), "0", "-1"]);
+    assert_eq!(queued, ids[3..], "after the first quiet spell");
+    let clamped = expiry(&ids[3]).unwrap();
+    assert!(
+        clamped < now_ms() + 4000.0 + 1000.0,
+        "the fourth was not brought down to a front lifetime: {clamped}, now {}",
+        now_ms()
+    );
+    assert!(eventually(Duration::from_secs(60), || now_ms() > clamped + 200.0));
+    let o = run(lockctl_on(&s).args(["acquire", "clamp", "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue_key("clamp"), "0", "-1"]);
+    assert_eq!(
+        queued,
+        ids[4..],
+        "a stopped waiter moved by a stall, then clamped at the front, was moved again"
+    );
+    let o = run(lockctl_on(&s).args(["release", "clamp", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for k in kids {
+        finish_off(k);
+    }
+}
