@@ -318,3 +318,55 @@ fn a_stopped_waiter_clamped_at_the_front_after_a_stall_is_moved_once() {
         finish_off(k);
     }
 }
+
+/// A waiter's front lifetime counts its own node timeout (its record keeps it), whoever brings the
+/// front's expiries down: a waiter with `--node-timeout 3s` (a 9 s front lifetime), stopped right
+/// after a heartbeat, keeps its expiry when the head, a waiter with the default node timeout (a 4 s
+/// front lifetime), leaves ahead of it. Brought down to 4 s, a live waiter whose attempts wait out
+/// its node timeout on a stopped node would be dropped between two of its beats.
+#[test]
+fn a_waiter_keeps_its_own_front_lifetime_when_another_leaves_ahead_of_it() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "own");
+    let head = waiter(&mut lockctl_on(&s), "own", &file, "1", &[]);
+    wait_queued(&s, "own", 1);
+    let slow = waiter(
+        &mut lockctl_on(&s),
+        "own",
+        &file,
+        "2",
+        &["--node-timeout", "3s"],
+    );
+    wait_queued(&s, "own", 2);
+    let ids: Vec<String> = s.cmd(&["ZRANGE", &queue_key("own"), "0", "-1"]);
+    let now_ms = || {
+        let t: Vec<String> = s.cmd(&["TIME"]);
+        t[0].parse::<f64>().unwrap() * 1000.0 + t[1].parse::<f64>().unwrap() / 1000.0
+    };
+    let expiry = || -> Option<f64> { s.cmd(&["ZSCORE", "{lockctl:own}\u{1f}alive", &ids[1]]) };
+    // More than the head's 4 s lifetime away (8 to 9 s after each of its beats).
+    let long = eventually(Duration::from_secs(30), || {
+        expiry().is_some_and(|e| e > now_ms() + 7000.0)
+    });
+    assert!(long, "the slow waiter's expiry: {:?}", expiry());
+    kill(slow.id() as i32, libc::SIGSTOP);
+    let before = expiry().unwrap();
+    kill(head.id() as i32, libc::SIGTERM);
+    let o = wait_output(head, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&o));
+    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue_key("own"), "0", "-1"]);
+    assert_eq!(queued, ids[1..]);
+    let after = expiry().unwrap();
+    assert_eq!(
+        after,
+        before,
+        "the slow waiter's expiry was brought down to the leaving head's lifetime ({} ms left)",
+        after - now_ms()
+    );
+    let o = run(lockctl_on(&s).args(["release", "own", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    finish_off(slow);
+}
