@@ -311,10 +311,10 @@ fn a_waiter_that_dies_far_back_is_no_longer_listed_on_redlock() {
     a_waiter_that_dies_far_back_is_no_longer_listed_on(&all, || s.lockctl());
 }
 
-/// A waiter is listed from its enqueue on, by its expiry alone. The enqueue of the first waiter is the
-/// first call that looks at the queue on the node, so it finds no time of a last look there (`seen`,
-/// which the stall rule of `status.lua` needs); the waiter is stopped right after it (it still
-/// listens: stopping is not dying), so that no heartbeat of its leaves one, and one left by a
+/// A waiter is listed from its enqueue on, by its expiry alone. The enqueue of the first waiter is
+/// the first call that looks at the queue on the node, so it finds no time of a last look there
+/// (`seen`, which the stall rule of `status.lua` needs); the waiter is stopped right after it (it
+/// still listens: stopping is not dying), so that no heartbeat of its leaves one, and one left by a
 /// heartbeat that came before the stop is deleted: the node as after the first enqueue. A round
 /// counts only if `status` ran while the waiter's expiry was still ahead.
 #[test]

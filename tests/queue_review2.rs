@@ -253,14 +253,14 @@ fn a_second_quiet_spell_with_no_heartbeat_is_no_stall() {
 }
 
 /// The front clamp keeps a stall's mark, so a stopped waiter is moved once, also when it reaches
-/// the front between two quiet spells. Five waiters; the fourth and fifth (15 s and 30 s expiries,
-/// far back) are stopped (they still listen), the first three killed. The call after the fourth's
-/// expiry passed takes the quiet spell for a stall: it moves the fourth forward by the gap (marked),
-/// drops the dead three, and brings the fourth and fifth, now at the front, down to a front
-/// lifetime. The call after that lifetime passed, with no heartbeat between, drops the fourth: its
-/// expiry passed again unbeaten. Had the clamp cleared the mark, it would be moved again, and kept
-/// at the head for as long as something calls more than a front lifetime apart. The fifth, moved
-/// for the first time, stays.
+/// the front between two quiet spells. Five waiters; the fourth and fifth (far back: about 16 s and
+/// 31 s expiries) are stopped (they still listen), the first three killed. The call after the
+/// fourth's expiry passed takes the quiet spell for a stall: it moves the fourth forward by the gap
+/// (marked), drops the dead three, and brings the fourth and fifth, now at the front, down to a
+/// front lifetime. The call after that lifetime passed, with no heartbeat between, drops the
+/// fourth: its expiry passed again unbeaten. Had the clamp cleared the mark, it would be moved
+/// again, and kept at the head for as long as something calls more than a front lifetime apart. The
+/// fifth, moved for the first time, stays.
 #[test]
 fn a_stopped_waiter_clamped_at_the_front_after_a_stall_is_moved_once() {
     // Never restarted: the quarantine is off for this server the test started itself.
