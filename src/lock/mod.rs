@@ -336,6 +336,8 @@ struct QueueReply {
     waiting: u64,
     /// When this node wants our next heartbeat (`None`: an older reply without one).
     interval: Option<Duration>,
+    /// Come back within this while a waiter ahead is pending here (`front.lua`, `pending_ahead`).
+    hint: Option<Duration>,
 }
 
 /// The engine over a set of nodes.
@@ -577,7 +579,7 @@ impl Engine {
                         reason.push_str(&format!("; {p}"));
                     }
                     let loud = self.refused_by_quarantine(&refusal);
-                    waiter.queued(place.queued, place.is_head(), place.interval);
+                    waiter.queued(place.queued, place.is_head(), place.interval, place.hint);
                     match waiter.wait(&self.nodes, pause, &reason, loud, wake) {
                         wait::Verdict::Retry => {}
                         wait::Verdict::GiveUp => {
@@ -960,6 +962,13 @@ impl Engine {
             .map(|q| q.waiting.saturating_sub(u64::from(q.ticket.is_some())))
             .max()
             .unwrap_or(0);
+        // Any node with a pending waiter ahead needs a script to run when its expiry passes.
+        place.hint = replies
+            .iter()
+            .filter(|q| q.ticket.is_some())
+            .filter_map(|q| q.hint)
+            .min()
+            .map(|h| h.max(queue::HEARTBEAT));
         let tickets: Vec<u64> = replies.iter().filter_map(|q| q.ticket).collect();
         let Some(&max) = tickets.iter().max() else {
             return;
@@ -1429,13 +1438,17 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         Some(Value::Int(x)) => x.to_string(),
         _ => String::new(),
     };
-    let queue = |at: usize, interval: usize| QueueReply {
+    let ms = |i: usize| {
+        int(i)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis)
+    };
+    let queue = |at: usize, interval: usize, hint: usize| QueueReply {
         ticket: text(at).parse().ok(),
         ahead: int(at + 1).unwrap_or(0).max(0) as u64,
         waiting: int(at + 2).unwrap_or(0).max(0) as u64,
-        interval: int(interval)
-            .and_then(|ms| u64::try_from(ms).ok())
-            .map(Duration::from_millis),
+        interval: ms(interval),
+        hint: ms(hint).filter(|h| !h.is_zero()),
     };
     match int(0) {
         Some(1) => {
@@ -1448,13 +1461,13 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
             holder: describe_holders(items.get(11))
                 .or_else(|| describe_holder_note(&text(2), &text(3), &text(4), &text(9))),
             run_id: text(5),
-            queue: queue(6, 10),
+            queue: queue(6, 10, 12),
         }),
         Some(2) => Ok(Round1::Quarantined {
             remaining_ms: int(1).unwrap_or(0).max(0) as u64,
             run_id: text(2),
             uptime_s: int(3).and_then(|u| u64::try_from(u).ok()),
-            queue: queue(4, 7),
+            queue: queue(4, 7, 8),
         }),
         Some(3) => Ok(Round1::Mismatch {
             limit: int(1).unwrap_or(0),

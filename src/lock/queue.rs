@@ -114,6 +114,9 @@ pub struct Place {
     /// The heartbeat interval of the last attempt: the shortest any node gave. The nodes keep the
     /// waiter three of their intervals after it, so this bounds the next attempt's start.
     pub interval: Duration,
+    /// Sooner than `interval`: some node has a pending waiter ahead (woken to the front or moved
+    /// after a stall, not heard from since) and wants a script run when its expiry passes.
+    pub hint: Option<Duration>,
     /// How much longer than its interval an attempt may take (two node timeouts): the nodes keep
     /// the waiter this much longer than three intervals, and so does [`Place::check_lapse`].
     pub slack: Duration,
@@ -135,6 +138,7 @@ impl Place {
             sent: false,
             last_try: None,
             interval: HEARTBEAT,
+            hint: None,
             position: None,
             listening: Vec::new(),
         }

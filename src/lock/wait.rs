@@ -165,6 +165,8 @@ pub(crate) struct Waiter {
     head: bool,
     /// The heartbeat interval the nodes gave at the last attempt (see `queue.rs`).
     interval: Duration,
+    /// Come back sooner: a node has a pending waiter ahead (see `queue.rs`).
+    hint: Option<Duration>,
     key: String,
     deadline: Option<Stamp>,
     started: Stamp,
@@ -202,6 +204,7 @@ impl Waiter {
             queued: false,
             head: true,
             interval: HEARTBEAT,
+            hint: None,
             key: keys.key.clone(),
             deadline,
             started: now,
@@ -222,10 +225,11 @@ impl Waiter {
     }
 
     /// Where the waiter stands since its last attempt, and when it must heartbeat.
-    pub fn queued(&mut self, queued: bool, head: bool, interval: Duration) {
+    pub fn queued(&mut self, queued: bool, head: bool, interval: Duration, hint: Option<Duration>) {
         self.queued = queued;
         self.head = head;
         self.interval = interval;
+        self.hint = hint;
     }
 
     /// Per node: the wake subscription stands.
@@ -281,6 +285,9 @@ impl Waiter {
         } else {
             self.interval.min(HEARTBEAT)
         };
+        // A pending waiter ahead: beat at the pace a node asked for, so that it drops the waiter
+        // when its expiry passes.
+        let interval = self.hint.map_or(interval, |h| interval.min(h));
         // The next heartbeat: an interval from the start of the last attempt, which may have taken
         // up to a node timeout, with a little jitter so that the waiters do not all beat at once
         // (nor in step with anything else that counts whole seconds).
