@@ -27,9 +27,12 @@
 //!   and the nodes put it back at that ticket.
 //! - **A node's own stall is not the waiters' death.** A node that was stopped (SIGSTOP, a paused
 //!   VM) sees every expiry pass at once when it resumes. Each node keeps the time of the last script
-//!   that looked at its queue (`seen`); after a gap longer than a front lifetime it moves every
-//!   expiry forward by the gap instead of dropping (except for the waiters that no longer listen,
-//!   which died), so the live ones beat again in time (`front.lua`, `docs/queue.md`). A grant that
+//!   that looked at its queue (`seen`); an expiry that passed since, with no script here in the two
+//!   front heartbeats before it, moves once to a front lifetime from now and its waiter is woken,
+//!   instead of being dropped (except for the waiters that no longer listen, which died), so the
+//!   live ones beat again in time. A waiter woken this way or to the front is pending until it
+//!   beats, and the waiters behind it are told to beat at the front's pace meanwhile, so that a
+//!   stopped one is dropped when its expiry passes (`front.lua`, `docs/queue.md`). A grant that
 //!   is rolled back (it lost, or its reply timed out and the node ran it late) puts the waiter back
 //!   where it stood.
 //! - **Wake only whom the release lets in.** Each waiter listens on a channel of its own; a release,
