@@ -256,3 +256,54 @@ fn a_stopped_head_with_a_live_waiter_behind_it_is_dropped_not_moved() {
     all_succeed([live]);
     assert_eq!(order(&file), ["2"]);
 }
+
+/// Docs (queue.md, "Stopped waiters ahead of a live one far back"): while a moved waiter is pending
+/// at the front, the waiters behind it are told to beat at the front's pace, so that a script runs
+/// when its moved expiry passes. Five stopped waiters ahead of a live one at place 5, which beats
+/// every 17 s or so: its first heartbeat after the head's expiry passed moves the head (a score
+/// ending in half a millisecond); the head must then be dropped within a front lifetime (4 s) and a
+/// heartbeat, bounded here by 10 s, not at the live waiter's next heartbeat of its own (13.6 to 17 s
+/// later). The live waiter keeps its place.
+#[test]
+fn a_moved_head_is_dropped_within_a_front_lifetime_with_only_a_far_waiter_beating() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let name = "movedhead";
+    let _token = support::queue::hold(&mut lockctl_on(&s), name);
+    let mut kids = support::queue::queue_in_order(&[&s], name, &file, 6, || lockctl_on(&s));
+    std::thread::sleep(Duration::from_secs(1));
+    let ids: Vec<String> = s.cmd(&["ZRANGE", &queue_key(name), "0", "-1"]);
+    let live = kids.pop().unwrap();
+    for k in &kids {
+        kill(k.id() as i32, libc::SIGSTOP);
+    }
+    let alive = format!("{{lockctl:{name}}}\u{1f}alive");
+    let score = |id: &str| -> Option<String> { s.cmd(&["ZSCORE", &alive, id]) };
+    // Nothing runs on the queue as its expiry passes, so it is moved, not dropped.
+    let moved = eventually(Duration::from_secs(60), || {
+        score(&ids[0]).is_none_or(|v| v.ends_with(".5"))
+    });
+    let moved_at = Instant::now();
+    assert!(
+        moved && score(&ids[0]).is_some(),
+        "the stopped head was not moved within 60 s (dropped: {})",
+        score(&ids[0]).is_none()
+    );
+    let dropped = eventually(Duration::from_secs(60), || score(&ids[0]).is_none());
+    let took = moved_at.elapsed();
+    let live_score = score(&ids[5]);
+    for k in kids {
+        support::queue::finish_off(k);
+    }
+    support::queue::finish_off(live);
+    assert!(dropped, "the moved head was not dropped within 60 s");
+    eprintln!("the moved head was dropped {took:?} after it was moved");
+    assert!(
+        took < Duration::from_secs(10),
+        "the moved head was dropped {took:?} after it was moved (a front lifetime and a heartbeat \
+         documented)"
+    );
+    assert!(live_score.is_some(), "the live waiter lost its place");
+}
