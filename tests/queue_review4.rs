@@ -263,7 +263,8 @@ fn a_stopped_head_with_a_live_waiter_behind_it_is_dropped_not_moved() {
 /// every 17 s or so: its first heartbeat after the head's expiry passed moves the head (a score
 /// ending in half a millisecond); the head must then be dropped within a front lifetime (4 s) and a
 /// heartbeat, bounded here by 10 s, not at the live waiter's next heartbeat of its own (13.6 to 17 s
-/// later). The live waiter keeps its place.
+/// later). So must the next stopped one that its drop brings to the front, woken there (a score
+/// ending in a quarter of a millisecond). The live waiter keeps its place.
 #[test]
 fn a_moved_head_is_dropped_within_a_front_lifetime_with_only_a_far_waiter_beating() {
     // Never restarted: the quarantine is off for this server the test started itself.
@@ -293,17 +294,41 @@ fn a_moved_head_is_dropped_within_a_front_lifetime_with_only_a_far_waiter_beatin
     );
     let dropped = eventually(Duration::from_secs(60), || score(&ids[0]).is_none());
     let took = moved_at.elapsed();
+    // The stopped waiters brought to the front after it are woken and pending (a quarter).
+    let mut clamped = None;
+    let woken = eventually(Duration::from_secs(60), || {
+        clamped = ids[1..5]
+            .iter()
+            .find(|id| score(id).is_some_and(|v| v.ends_with(".25")))
+            .cloned();
+        clamped.is_some()
+    });
+    let woken_at = Instant::now();
+    let gone = woken
+        && eventually(Duration::from_secs(60), || {
+            score(&ids[0]).is_none() && clamped.as_deref().is_none_or(|id| score(id).is_none())
+        });
+    let took_woken = woken_at.elapsed();
     let live_score = score(&ids[5]);
     for k in kids {
         support::queue::finish_off(k);
     }
     support::queue::finish_off(live);
     assert!(dropped, "the moved head was not dropped within 60 s");
-    eprintln!("the moved head was dropped {took:?} after it was moved");
+    eprintln!("the moved head was dropped {took:?} after it was moved; the next woken one {took_woken:?} after it was woken");
     assert!(
         took < Duration::from_secs(10),
         "the moved head was dropped {took:?} after it was moved (a front lifetime and a heartbeat \
          documented)"
+    );
+    assert!(
+        woken,
+        "no stopped waiter was woken to the front (a score ending in .25)"
+    );
+    assert!(
+        gone && took_woken < Duration::from_secs(10),
+        "the stopped waiter woken to the front was dropped {took_woken:?} after (gone: {gone}; a \
+         front lifetime and a heartbeat documented)"
     );
     assert!(live_score.is_some(), "the live waiter lost its place");
 }
