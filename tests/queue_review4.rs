@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::queue::{all_succeed, in_order_every_round, order, queue_key, waiter};
@@ -265,15 +266,13 @@ fn a_stopped_head_with_a_live_waiter_behind_it_is_dropped_not_moved() {
 /// heartbeat, bounded here by 10 s, not at the live waiter's next heartbeat of its own (13.6 to 17 s
 /// later). So must the next stopped one that its drop brings to the front, woken there (a score
 /// ending in a quarter of a millisecond). The live waiter keeps its place.
-#[test]
-fn a_moved_head_is_dropped_within_a_front_lifetime_with_only_a_far_waiter_beating() {
-    // Never restarted: the quarantine is off for this server the test started itself.
-    let s = Server::start();
+fn moved_head_dropped_within_a_front_lifetime(nodes: &[&Server], lockctl: impl Fn() -> Command) {
+    let s = nodes[0];
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
     let name = "movedhead";
-    let _token = support::queue::hold(&mut lockctl_on(&s), name);
-    let mut kids = support::queue::queue_in_order(&[&s], name, &file, 6, || lockctl_on(&s));
+    let _token = support::queue::hold(&mut lockctl(), name);
+    let mut kids = support::queue::queue_in_order(nodes, name, &file, 6, &lockctl);
     std::thread::sleep(Duration::from_secs(1));
     let ids: Vec<String> = s.cmd(&["ZRANGE", &queue_key(name), "0", "-1"]);
     let live = kids.pop().unwrap();
@@ -331,4 +330,21 @@ fn a_moved_head_is_dropped_within_a_front_lifetime_with_only_a_far_waiter_beatin
          front lifetime and a heartbeat documented)"
     );
     assert!(live_score.is_some(), "the live waiter lost its place");
+}
+
+#[test]
+fn a_moved_head_is_dropped_within_a_front_lifetime_with_only_a_far_waiter_beating() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    moved_head_dropped_within_a_front_lifetime(&[&s], || lockctl_on(&s));
+}
+
+/// The same on Redlock 3: each node moves and drops the head alone, and the hint of any node makes
+/// the live waiter beat on all of them (the expiries are looked at on the first node).
+#[test]
+fn a_moved_head_is_dropped_within_a_front_lifetime_on_redlock() {
+    // Never restarted: the quarantine is off for these servers the test started itself.
+    let s = Servers::start(3);
+    let nodes: Vec<&Server> = s.0.iter().collect();
+    moved_head_dropped_within_a_front_lifetime(&nodes, || s.lockctl());
 }
