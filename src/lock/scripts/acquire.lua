@@ -270,6 +270,11 @@ if ahead >= free or not pick or quarantined then
     for _, i in ipairs({5, 6, 7, 8, 10}) do
       redis.call('PEXPIRE', KEYS[i], keep)
     end
+    if not queued then
+      -- The enqueue that created the queue looked at it too: keep_time, run before, had no queue
+      -- to keep the time by, and a stall right after would otherwise find no `seen`.
+      redis.call('SET', KEYS[10], now_ms, 'NX', 'PX', keep)
+    end
     if limit > 1 and redis.call('PTTL', KEYS[4]) < keep then
       -- The limit outlives the waiters' heartbeats too, so a client with another limit is told.
       redis.call('SET', KEYS[4], limit, 'PX', keep)
