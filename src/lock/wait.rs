@@ -8,7 +8,9 @@
 //! message on its wake channel (retry at once), a signal (give up cleanly), or the end of the sleep.
 //! A waiter behind the head sleeps the heartbeat interval its place earned (see `queue.rs`), less
 //! the time its attempt took, between attempts, each of which keeps its place; at most [`super::queue::HEARTBEAT`] while a subscription
-//! is missing, since a node may then bring its expiry down with a wake it cannot hear. On a single
+//! is missing, since a node may then bring its expiry down with a wake it cannot hear, and at most
+//! a node's hint while a waiter ahead is pending there (woken and not heard from), so that the node
+//! drops a stopped one when its expiry passes. On a single
 //! node the head sleeps until woken or its heartbeat too: the release wakes it on its own channel,
 //! so polling would only cost commands. With several nodes the head's sleep backs off exponentially
 //! with uniform random jitter, up to a heartbeat, since a split vote needs its retries spread out.
