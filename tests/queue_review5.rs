@@ -269,9 +269,11 @@ fn over_tls_a_waiter_whose_attempt_timed_out_in_a_stall_is_served_after_it() {
     );
 }
 
-/// Over TLS with a short name: the leave of a waiter signalled during the stall is lost whatever
-/// its size. The attempt, the rollback and the leave are three writes, so three TLS records, and
-/// the server's first read of the closed connection decrypts one (`SSL_read`).
+/// Over TLS with a short name: the leave of a waiter signalled during the stall is lost. With
+/// `--verbose` the waiter's last lines are a new connection ("connected") and the exit, with no
+/// "sent without waiting" for the leave: the stopped server's kernel accepts the TCP connection, but
+/// no TLS handshake completes with a stopped server, so the send fails and nothing goes out. The
+/// waiter still says "nothing was left in Redis" while its entry stays queued.
 #[test]
 fn over_tls_a_waiter_signalled_during_a_node_stall_leaves_at_the_resume() {
     let pki = tempfile::tempdir().unwrap();
