@@ -289,3 +289,55 @@ fn a_waiter_with_a_300_byte_name_signalled_during_a_node_stall_leaves_at_the_res
     let s = Server::start();
     signalled_during_a_stall(&s, || lockctl_on(&s), &"m".repeat(300), &[]);
 }
+
+/// Docs (queue.md, "Liveness" and "A node that stalls"): a stopped waiter delays the next one by
+/// about a front lifetime and a heartbeat, and after a stall of the node its passed expiry moves
+/// "a front lifetime" from now, once; a front lifetime is a waiter's own (4 s with the default node
+/// timeout). `keep_time` moves it by the longer of the waiter's own and the *caller's* lifetime
+/// (`front.lua`, `now_ms + math.max(lifetime, rec.front)`), so the first script after a stall
+/// decides how long a stopped waiter stays: here the live waiter behind it, which uses
+/// `--node-timeout 10s` (its own lifetime 23 s), moves the stopped head (4 s) 23 s forward and then
+/// waits that long on a free lock. A third party does not do it: an `acquire -n --node-timeout
+/// 10s` or the holder's `release --node-timeout 10s` after a quiet spell moved the stopped head by
+/// 4 s (the next waiter served 3.1 s and 2.2 s after the release, one run each).
+#[test]
+fn a_stopped_head_is_moved_by_its_own_lifetime_not_the_callers() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let name = "slowpeer";
+    let token = hold(&mut lockctl_on(&s), name);
+    let stopped = waiter(&mut lockctl_on(&s), name, &file, "1", &[]);
+    wait_queued(&s, name, 1);
+    let live = waiter(
+        &mut lockctl_on(&s),
+        name,
+        &file,
+        "2",
+        &["--node-timeout", "10s"],
+    );
+    wait_queued(&s, name, 2);
+    std::thread::sleep(Duration::from_secs(1));
+    kill(stopped.id() as i32, libc::SIGSTOP);
+    // Longer than the stopped waiter's 4 s lifetime, shorter than the live one's node timeout.
+    s.pause();
+    std::thread::sleep(Duration::from_secs(6));
+    s.resume();
+    let _: String = s.cmd(&["PING"]);
+    let o = run(lockctl_on(&s).args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let released = Instant::now();
+    let o = wait_output(live, Duration::from_secs(90));
+    let took = released.elapsed();
+    kill(stopped.id() as i32, libc::SIGCONT);
+    kill(stopped.id() as i32, libc::SIGKILL);
+    let _ = wait_output(stopped, Duration::from_secs(10));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    eprintln!("the live waiter was served {took:?} after the release");
+    // The stopped head's own lifetime (4 s), a heartbeat, and 5 s to spare.
+    assert!(
+        took < Duration::from_secs(10),
+        "the live waiter was served {took:?} after the release, behind a stopped head"
+    );
+}
