@@ -341,3 +341,38 @@ fn a_stopped_head_is_moved_by_its_own_lifetime_not_the_callers() {
         "the live waiter was served {took:?} after the release, behind a stopped head"
     );
 }
+
+/// The stray grant of `a_waiter_with_a_long_name_whose_attempt_timed_out_in_a_stall_is_served_after_it`
+/// on Redlock 3, all three nodes stopped at once (as `queue_review2` stops them): the attempts that
+/// timed out are granted at the resume on every node, their rollbacks are lost on every node, and
+/// the stray grant holds a quorum for the waiter's 30 s TTL.
+#[test]
+fn on_redlock_a_waiter_with_a_long_name_whose_attempt_timed_out_in_a_stall_is_served_after_it() {
+    // Never restarted: the quarantine is off for these servers the test started itself.
+    let ss = Servers::start(3);
+    let name = "r".repeat(480);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(ss.lockctl().args(["acquire", &name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = waiter(&mut ss.lockctl(), &name, &file, "1", &[]);
+    for s in &ss.0 {
+        wait_queued(s, &name, 1);
+    }
+    for s in &ss.0 {
+        s.pause();
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    for s in &ss.0 {
+        s.resume();
+    }
+    let resumed = Instant::now();
+    let o = wait_output(w, Duration::from_secs(60));
+    let took = resumed.elapsed();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    eprintln!("served {took:?} after the resume on Redlock 3");
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock"
+    );
+}
