@@ -2,6 +2,20 @@
 //! (`front.lua`, `keep_time`), the pending hint and the blind send without comment lines
 //! (`node.rs`, `compact`): cases where a leave or rollback is lost, a live waiter loses its place,
 //! or a dead one is kept longer than the docs say. Real servers, real signals.
+//!
+//! What breaks:
+//! - the blind send (`node.rs` `send_only`, called by `mod.rs` `rollback` and `queue.rs` for the
+//!   leave) puts an attempt, a rollback and a leave on one connection that the server reads once
+//!   (16 KB) after it closed; the unit test `a_rollback_and_a_leave_fit_in_one_read` counts the
+//!   scripts and allows 2 KB for everything else, but the three commands carry about thirty
+//!   key-sized strings (each with the prefix and the name) and the attempt's command line and
+//!   note. A 300-byte name or prefix loses the leave; a 480-byte name loses the rollback of a
+//!   granted attempt, and a grant nobody holds keeps the lock for its TTL (one node and Redlock 3);
+//! - over TLS a stopped server completes no handshake, so the leave's new connection fails and
+//!   nothing is sent, whatever the sizes;
+//! - a passed expiry moves by the caller's front lifetime when that is longer than the waiter's
+//!   own (`front.lua` `keep_time`), so a stopped head is kept as long as the live waiter behind
+//!   it would be.
 
 mod support;
 
@@ -33,8 +47,19 @@ fn a_waiter_with_a_long_name_signalled_during_a_node_stall_leaves_at_the_resume(
 /// from the queue once the server answers again.
 fn signalled_during_a_stall(
     s: &Server,
+    cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    extra: &[&str],
+) {
+    signalled_during_a_stall_at(s, cmd, name, &queue_key(name), extra);
+}
+
+/// The same, for a lock whose queue key is `queue` (another prefix).
+fn signalled_during_a_stall_at(
+    s: &Server,
     mut cmd: impl FnMut() -> std::process::Command,
     name: &str,
+    queue: &str,
     extra: &[&str],
 ) {
     let dir = tempfile::tempdir().unwrap();
@@ -43,10 +68,13 @@ fn signalled_during_a_stall(
     let mut kids = Vec::new();
     for i in 1..=2u64 {
         kids.push(waiter(&mut cmd(), name, &file, &i.to_string(), extra));
-        wait_queued(s, name, i);
+        let ok = eventually(Duration::from_secs(30), || {
+            s.cmd::<u64>(&["ZCARD", queue]) == i
+        });
+        assert!(ok, "{i} waiter(s) not queued");
     }
     std::thread::sleep(Duration::from_secs(1));
-    let ids: Vec<String> = s.cmd(&["ZRANGE", &queue_key(name), "0", "-1"]);
+    let ids: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
     let first = kids.remove(0);
     s.pause();
     std::thread::sleep(Duration::from_millis(1500));
@@ -58,7 +86,7 @@ fn signalled_during_a_stall(
     // The server has run what was buffered once it answers.
     let _: String = s.cmd(&["PING"]);
     std::thread::sleep(Duration::from_millis(300));
-    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue_key(name), "0", "-1"]);
+    let queued: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
     let released = Instant::now();
     let o = run(cmd().args(["release", name, "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -266,6 +294,27 @@ fn over_tls_a_waiter_whose_attempt_timed_out_in_a_stall_is_served_after_it() {
     assert!(
         took < Duration::from_secs(15),
         "served {took:?} after the resume: a stray grant held the lock"
+    );
+}
+
+/// A 300-byte `--prefix` (the limit is 512) with a short name: the same loss, since every key
+/// carries the prefix.
+#[test]
+fn a_waiter_with_a_long_prefix_signalled_during_a_node_stall_leaves_at_the_resume() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let prefix = format!("{}:", "p".repeat(299));
+    let queue = format!("{{{prefix}pfx}}\u{1f}queue");
+    signalled_during_a_stall_at(
+        &s,
+        || {
+            let mut c = lockctl_on(&s);
+            c.env("LOCKCTL_PREFIX", &prefix);
+            c
+        },
+        "pfx",
+        &queue,
+        &[],
     );
 }
 
