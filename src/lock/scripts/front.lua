@@ -3,16 +3,17 @@
 -- The waiters now in the first `window` places of `queue` whose expiry in `alive` is further than
 -- their front lifetime from `now_ms` (they heartbeated from further back, less often) get it brought
 -- down to that and are woken on their own channel, so that a live one heartbeats at once and a dead
--- one is dropped within that lifetime (docs/queue.md, "Liveness"). The front lifetime is the
--- caller's `lifetime` or the one the waiter's record keeps (`front`: its own node timeout counted),
--- whichever is longer. `except` (the caller, answering now, or nil) is left alone. A woken waiter's
+-- one is dropped within that lifetime (docs/queue.md, "Liveness"). The front lifetime is the one
+-- the waiter's record keeps (`front`: its own node timeout counted), or the caller's `lifetime` for
+-- a record without it (an older client): not the longer of the two, or a caller with a long node
+-- timeout would keep a stopped waiter ahead of it for its own lifetime. `except` (the caller, answering now, or nil) is left alone. A woken waiter's
 -- score ends in a quarter of a millisecond until its own heartbeat makes it whole again: it is
 -- pending, and the waiters behind it are told to beat at the front's pace meanwhile (pending_ahead).
 local function clamp_front(queue, alive, waiters, window, now_ms, lifetime, prefix, except)
   for _, w in ipairs(redis.call('ZRANGE', queue, 0, window - 1)) do
     local ok, rec = pcall(cjson.decode, redis.call('HGET', waiters, w) or '')
-    local own = ok and type(rec) == 'table' and tonumber(rec.front) or 0
-    local until_ms = now_ms + math.max(lifetime, own)
+    local own = ok and type(rec) == 'table' and tonumber(rec.front) or lifetime
+    local until_ms = now_ms + own
     local expiry = tonumber(redis.call('ZSCORE', alive, w))
     if w ~= except and expiry and expiry > until_ms then
       -- An expiry moved after a stall keeps its mark (keep_time).
@@ -66,7 +67,7 @@ local function keep_time(queue, alive, waiters, seen, now_ms, lifetime, prefix, 
       local beat = tonumber(rec.beat)
       local could_hear = beat and last >= expiry - 2 * beat
       if expiry % 1 ~= 0.5 and not could_hear and listens(prefix, w) then
-        local until_ms = now_ms + math.max(lifetime, tonumber(rec.front) or 0)
+        local until_ms = now_ms + (tonumber(rec.front) or lifetime)
         redis.call('ZADD', alive, 'XX', string.format('%.1f', until_ms + 0.5), w)
         if w ~= except then
           redis.call('PUBLISH', prefix .. '\031' .. w, 'moved')

@@ -44,7 +44,7 @@ for i = 1, #queue, 2 do
     local beat = tonumber(rec.beat)
     if not (beat and last >= expiry - 2 * beat) then
       listed = listens(queue[i])
-      expiry = now_ms + math.max(lifetime, tonumber(rec.front) or 0)
+      expiry = now_ms + (tonumber(rec.front) or lifetime)
     end
   end
   if listed and expiry > now_ms + lifetime then
