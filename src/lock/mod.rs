@@ -498,8 +498,7 @@ impl Engine {
         loop {
             if let Some(signal) = wake.pending_signal() {
                 waiter.finish();
-                self.leave(keys, &place, &all, true);
-                return Err(LockError::Interrupted(signal));
+                return Err(self.interrupted(keys, &place, signal));
             }
             place.check_lapse();
             place.listening = waiter.listening();
@@ -521,7 +520,7 @@ impl Engine {
                                 ttl.as_millis()
                             );
                         }
-                        return Err(LockError::Interrupted(signal));
+                        return Err(LockError::Interrupted(signal, None));
                     }
                     return Ok(grant);
                 }
@@ -587,8 +586,7 @@ impl Engine {
                             return Err(self.refused(keys, refusal));
                         }
                         wait::Verdict::Signal(signal) => {
-                            self.leave(keys, &place, &all, true);
-                            return Err(LockError::Interrupted(signal));
+                            return Err(self.interrupted(keys, &place, signal));
                         }
                     }
                 }
@@ -597,12 +595,32 @@ impl Engine {
     }
 
     /// Takes a waiter that stops waiting out of the queue on the `on` nodes (nothing when it was
-    /// never queued).
-    fn leave(&mut self, keys: &LockKeys, place: &queue::Place, on: &[bool], blind: bool) {
+    /// never queued); returns how many of them it could not reach.
+    fn leave(&mut self, keys: &LockKeys, place: &queue::Place, on: &[bool], blind: bool) -> usize {
         if place.queued || place.sent {
             let front = queue::ALIVE + place.slack;
-            queue::leave(&mut self.nodes, keys, &place.id, on, blind, front);
+            queue::leave(&mut self.nodes, keys, &place.id, on, blind, front)
+        } else {
+            0
         }
+    }
+
+    /// A waiter stopped by `signal`: it leaves the queue without waiting for the answers, and says
+    /// so if a node could not even be sent its leave (a stopped server over TLS, where no
+    /// handshake completes): its entry there goes when its expiry passes.
+    fn interrupted(&mut self, keys: &LockKeys, place: &queue::Place, signal: i32) -> LockError {
+        let all = vec![true; self.nodes.len()];
+        let missed = self.leave(keys, place, &all, true);
+        let kept = (missed > 0).then(|| {
+            let front = queue::ALIVE + place.slack;
+            format!(
+                "its place in the queue could not be withdrawn on {missed} of {} node(s) (no \
+                 connection); it is dropped there within about {} of its last heartbeat",
+                self.nodes.len(),
+                humantime::format_duration(Duration::from_secs(front.as_secs_f64().ceil() as u64))
+            )
+        });
+        LockError::Interrupted(signal, kept)
     }
 
     /// The error for an attempt that was refused at the deadline: unavailable when too few nodes

@@ -724,7 +724,8 @@ impl Node {
     /// connection, one is opened within the node timeout: a stopped server's kernel still accepts it
     /// and keeps what is sent, which the server runs when it resumes. The text goes without its
     /// comment lines ([`compact`]).
-    pub fn send_only(&mut self, source: &str, keys: &[&str], args: &[&str]) {
+    /// True when it went out (the server may still lose it: see [`compact`]).
+    pub fn send_only(&mut self, source: &str, keys: &[&str], args: &[&str]) -> bool {
         if self.conn.is_none() {
             let deadline = Instant::now() + self.budget();
             if let Ok(c) = self.connect_target(deadline) {
@@ -745,6 +746,7 @@ impl Node {
             self.conn = None;
             self.stale = false;
         }
+        sent
     }
 
     fn failure(&mut self, e: &RedisError, what: &str, budget: Duration) -> NodeFailure {

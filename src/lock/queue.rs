@@ -194,7 +194,8 @@ pub fn new_waiter_id() -> String {
 /// Takes waiter `id` out of the queue on the `on` nodes, in parallel. `blind`: send without waiting
 /// for the answers (on a signal, whose exit must not wait for Redis: at most for a connect, within
 /// the node timeout, on a node whose connection an earlier timeout closed).
-/// `front`: a front lifetime with the waiter's slack.
+/// `front`: a front lifetime with the waiter's slack. Returns how many of those nodes it could not
+/// reach (no connection, or no answer when it waits for one).
 pub fn leave(
     nodes: &mut [Node],
     keys: &LockKeys,
@@ -202,7 +203,7 @@ pub fn leave(
     on: &[bool],
     blind: bool,
     front: Duration,
-) {
+) -> usize {
     let key_list = [
         keys.key.as_str(),
         keys.queue.as_str(),
@@ -219,26 +220,20 @@ pub fn leave(
         keys.slot_base.as_str(),
         alive_ms.as_str(),
     ];
-    if blind {
-        // In parallel: a node without a connection opens one first (`Node::send_only`).
-        quorum::each(
-            nodes,
-            |i| on[i],
-            |_, node| node.send_only(super::LEAVE_LUA, &key_list, &args),
-        );
-        return;
-    }
-    quorum::each(
+    // In parallel: a node without a connection opens one first (`Node::send_only`).
+    let went = quorum::each(
         nodes,
         |i| on[i],
         |_, node| {
-            if node.is_stale() {
-                node.send_only(super::LEAVE_LUA, &key_list, &args);
+            if blind || node.is_stale() {
+                node.send_only(super::LEAVE_LUA, &key_list, &args)
             } else {
-                let _ = node.eval("leave the queue", &super::LEAVE, &key_list, &args);
+                node.eval("leave the queue", &super::LEAVE, &key_list, &args)
+                    .is_ok()
             }
         },
     );
+    went.iter().filter(|w| **w == Some(false)).count()
 }
 
 /// One waiter as `status` shows it.
