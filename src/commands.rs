@@ -31,7 +31,7 @@ pub fn wait_policy(args: &WaitArgs) -> (WaitPolicy, Exit) {
 /// by the restart quarantine always, since it is not) and gives its exit status.
 pub fn report(err: &LockError, busy: Exit) -> Exit {
     match err {
-        LockError::Busy { .. } | LockError::Interrupted(_) | LockError::Superseded { .. } => {
+        LockError::Busy { .. } | LockError::Interrupted(..) | LockError::Superseded { .. } => {
             say!("{err}")
         }
         _ => crate::complain!("{err}"),
@@ -95,7 +95,7 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
                 args.wait.ttl.as_millis()
             );
         }
-        return Ok(report(&LockError::Interrupted(signal), busy));
+        return Ok(report(&LockError::Interrupted(signal, None), busy));
     }
     let text = match args.format {
         GrantFormat::Plain => format!("{}\n", grant.token),

@@ -103,9 +103,9 @@ pub enum LockError {
     /// The token does not hold the lock on a quorum.
     #[error("lock '{name}' is not held by this token{}", detail_suffix(.detail))]
     Lost { name: String, detail: String },
-    /// A signal ended the wait before the lock was acquired.
-    #[error("interrupted by signal {0} while waiting; nothing was left in Redis")]
-    Interrupted(i32),
+    /// A signal ended the wait before the lock was acquired; what it could not withdraw, if anything.
+    #[error("interrupted by signal {0} while waiting; {kept}", kept = .1.as_deref().unwrap_or("nothing was left in Redis"))]
+    Interrupted(i32, Option<String>),
 }
 
 fn holder_suffix(holder: &Option<String>, waiting: u64) -> String {
@@ -136,7 +136,7 @@ impl LockError {
             LockError::Unavailable { .. } => Exit::Unavailable,
             LockError::Misconfigured { .. } => Exit::Misconfigured,
             LockError::Lost { .. } => Exit::Lost,
-            LockError::Interrupted(signal) => Exit::from_signal(*signal),
+            LockError::Interrupted(signal, _) => Exit::from_signal(*signal),
         }
     }
 }

@@ -125,7 +125,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     // A signal that came after the grant and before the command starts: do not start it.
     if let Some(signal) = wake.pending_signal() {
         let _ = engine.release(&keys, &grant.token);
-        return Ok(report(&LockError::Interrupted(signal), busy));
+        return Ok(report(&LockError::Interrupted(signal, None), busy));
     }
     let env = grant.env();
     let deadline = grant.started.add(grant.validity);

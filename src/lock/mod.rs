@@ -336,6 +336,8 @@ struct QueueReply {
     waiting: u64,
     /// When this node wants our next heartbeat (`None`: an older reply without one).
     interval: Option<Duration>,
+    /// Come back within this while a waiter ahead is pending here (`front.lua`, `pending_ahead`).
+    hint: Option<Duration>,
 }
 
 /// The engine over a set of nodes.
@@ -496,8 +498,7 @@ impl Engine {
         loop {
             if let Some(signal) = wake.pending_signal() {
                 waiter.finish();
-                self.leave(keys, &place, &all, true);
-                return Err(LockError::Interrupted(signal));
+                return Err(self.interrupted(keys, &place, signal));
             }
             place.check_lapse();
             place.listening = waiter.listening();
@@ -519,7 +520,7 @@ impl Engine {
                                 ttl.as_millis()
                             );
                         }
-                        return Err(LockError::Interrupted(signal));
+                        return Err(LockError::Interrupted(signal, None));
                     }
                     return Ok(grant);
                 }
@@ -577,7 +578,7 @@ impl Engine {
                         reason.push_str(&format!("; {p}"));
                     }
                     let loud = self.refused_by_quarantine(&refusal);
-                    waiter.queued(place.queued, place.is_head(), place.interval);
+                    waiter.queued(place.queued, place.is_head(), place.interval, place.hint);
                     match waiter.wait(&self.nodes, pause, &reason, loud, wake) {
                         wait::Verdict::Retry => {}
                         wait::Verdict::GiveUp => {
@@ -585,8 +586,7 @@ impl Engine {
                             return Err(self.refused(keys, refusal));
                         }
                         wait::Verdict::Signal(signal) => {
-                            self.leave(keys, &place, &all, true);
-                            return Err(LockError::Interrupted(signal));
+                            return Err(self.interrupted(keys, &place, signal));
                         }
                     }
                 }
@@ -595,12 +595,32 @@ impl Engine {
     }
 
     /// Takes a waiter that stops waiting out of the queue on the `on` nodes (nothing when it was
-    /// never queued).
-    fn leave(&mut self, keys: &LockKeys, place: &queue::Place, on: &[bool], blind: bool) {
+    /// never queued); returns how many of them it could not reach.
+    fn leave(&mut self, keys: &LockKeys, place: &queue::Place, on: &[bool], blind: bool) -> usize {
         if place.queued || place.sent {
             let front = queue::ALIVE + place.slack;
-            queue::leave(&mut self.nodes, keys, &place.id, on, blind, front);
+            queue::leave(&mut self.nodes, keys, &place.id, on, blind, front)
+        } else {
+            0
         }
+    }
+
+    /// A waiter stopped by `signal`: it leaves the queue without waiting for the answers, and says
+    /// so if a node could not even be sent its leave (a stopped server over TLS, where no
+    /// handshake completes): its entry there goes when its expiry passes.
+    fn interrupted(&mut self, keys: &LockKeys, place: &queue::Place, signal: i32) -> LockError {
+        let all = vec![true; self.nodes.len()];
+        let missed = self.leave(keys, place, &all, true);
+        let kept = (missed > 0).then(|| {
+            let front = queue::ALIVE + place.slack;
+            format!(
+                "its place in the queue could not be withdrawn on {missed} of {} node(s) (no \
+                 connection); it is dropped there within about {} of its last heartbeat",
+                self.nodes.len(),
+                humantime::format_duration(Duration::from_secs(front.as_secs_f64().ceil() as u64))
+            )
+        });
+        LockError::Interrupted(signal, kept)
     }
 
     /// The error for an attempt that was refused at the deadline: unavailable when too few nodes
@@ -960,6 +980,13 @@ impl Engine {
             .map(|q| q.waiting.saturating_sub(u64::from(q.ticket.is_some())))
             .max()
             .unwrap_or(0);
+        // Any node with a pending waiter ahead needs a script to run when its expiry passes.
+        place.hint = replies
+            .iter()
+            .filter(|q| q.ticket.is_some())
+            .filter_map(|q| q.hint)
+            .min()
+            .map(|h| h.max(queue::HEARTBEAT));
         let tickets: Vec<u64> = replies.iter().filter_map(|q| q.ticket).collect();
         let Some(&max) = tickets.iter().max() else {
             return;
@@ -1429,13 +1456,17 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         Some(Value::Int(x)) => x.to_string(),
         _ => String::new(),
     };
-    let queue = |at: usize, interval: usize| QueueReply {
+    let ms = |i: usize| {
+        int(i)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis)
+    };
+    let queue = |at: usize, interval: usize, hint: usize| QueueReply {
         ticket: text(at).parse().ok(),
         ahead: int(at + 1).unwrap_or(0).max(0) as u64,
         waiting: int(at + 2).unwrap_or(0).max(0) as u64,
-        interval: int(interval)
-            .and_then(|ms| u64::try_from(ms).ok())
-            .map(Duration::from_millis),
+        interval: ms(interval),
+        hint: ms(hint).filter(|h| !h.is_zero()),
     };
     match int(0) {
         Some(1) => {
@@ -1448,13 +1479,13 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
             holder: describe_holders(items.get(11))
                 .or_else(|| describe_holder_note(&text(2), &text(3), &text(4), &text(9))),
             run_id: text(5),
-            queue: queue(6, 10),
+            queue: queue(6, 10, 12),
         }),
         Some(2) => Ok(Round1::Quarantined {
             remaining_ms: int(1).unwrap_or(0).max(0) as u64,
             run_id: text(2),
             uptime_s: int(3).and_then(|u| u64::try_from(u).ok()),
-            queue: queue(4, 7),
+            queue: queue(4, 7, 8),
         }),
         Some(3) => Ok(Round1::Mismatch {
             limit: int(1).unwrap_or(0),

@@ -722,8 +722,10 @@ impl Node {
     /// leave on a signal); the connection then owes replies and serves only further sends of this
     /// kind. The script text goes along (EVAL), since no NOSCRIPT reply would be read. With no
     /// connection, one is opened within the node timeout: a stopped server's kernel still accepts it
-    /// and keeps what is sent, which the server runs when it resumes.
-    pub fn send_only(&mut self, source: &str, keys: &[&str], args: &[&str]) {
+    /// and keeps what is sent, which the server runs when it resumes. The text goes without its
+    /// comment lines ([`compact`]).
+    /// True when it went out (the server may still lose it: see [`compact`]).
+    pub fn send_only(&mut self, source: &str, keys: &[&str], args: &[&str]) -> bool {
         if self.conn.is_none() {
             let deadline = Instant::now() + self.budget();
             if let Ok(c) = self.connect_target(deadline) {
@@ -732,7 +734,7 @@ impl Node {
         }
         let sent = self.conn.as_mut().is_some_and(|conn| {
             let mut cmd = redis::cmd("EVAL");
-            cmd.arg(source).arg(keys.len()).arg(keys).arg(args);
+            cmd.arg(compact(source)).arg(keys.len()).arg(keys).arg(args);
             conn.send_packed_command(&cmd.get_packed_command()).is_ok()
         });
         if sent {
@@ -744,6 +746,7 @@ impl Node {
             self.conn = None;
             self.stale = false;
         }
+        sent
     }
 
     fn failure(&mut self, e: &RedisError, what: &str, budget: Duration) -> NodeFailure {
@@ -836,6 +839,22 @@ pub const ACL_RULES: &str = "~lockctl:* ~{lockctl:* ~{*}?lockctl:* &lockctl:* &{
 
 /// When a node answered but refuses, what to fix; `None` for everything else. These replies come
 /// back the same until someone changes the setup, so they exit 78 rather than 69.
+/// A script's text without its comment lines, for what goes out without waiting. A waiter that
+/// stops during a node's stall leaves behind, on one connection, its last attempt, a rollback and
+/// its leave, and the server runs them when it resumes; the connection is closed by then, and the
+/// server stops with the first reply it cannot write, so only what its first read takes in (16 KB)
+/// runs. With the comments the rollback and the leave came to 16 KB, and the leave was lost.
+fn compact(source: &str) -> String {
+    source
+        .lines()
+        .filter(|l| {
+            let l = l.trim_start();
+            !l.is_empty() && !l.starts_with("--")
+        })
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
+
 fn refusal(e: &RedisError, text: &str) -> Option<String> {
     let code = e.code().unwrap_or("");
     let fix = if e.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
@@ -1289,6 +1308,16 @@ fn open_client(spec: &NodeSpec, tls: &TlsFiles) -> Result<Client, LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a waiter stopped during a stall leaves on one connection (an attempt by EVALSHA with its
+    /// arguments, a rollback, a leave) must fit in the server's first read of it (see `compact`).
+    #[test]
+    fn a_rollback_and_a_leave_fit_in_one_read() {
+        let blind = compact(crate::lock::RELEASE_LUA).len() + compact(crate::lock::LEAVE_LUA).len();
+        assert!(blind + 2048 < 16 * 1024, "{blind} bytes");
+        let kept = compact("-- why\nlocal a = 1 -- a\n\n  -- more\nreturn a\n");
+        assert_eq!(kept, "local a = 1 -- a\nreturn a\n");
+    }
 
     #[test]
     fn a_script_error_names_the_command_on_its_line() {

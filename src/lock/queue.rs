@@ -27,9 +27,12 @@
 //!   and the nodes put it back at that ticket.
 //! - **A node's own stall is not the waiters' death.** A node that was stopped (SIGSTOP, a paused
 //!   VM) sees every expiry pass at once when it resumes. Each node keeps the time of the last script
-//!   that looked at its queue (`seen`); after a gap longer than a front lifetime it moves every
-//!   expiry forward by the gap instead of dropping (except for the waiters that no longer listen,
-//!   which died), so the live ones beat again in time (`front.lua`, `docs/queue.md`). A grant that
+//!   that looked at its queue (`seen`); an expiry that passed since, with no script here in the two
+//!   front heartbeats before it, moves once to a front lifetime from now and its waiter is woken,
+//!   instead of being dropped (except for the waiters that no longer listen, which died), so the
+//!   live ones beat again in time. A waiter woken this way or to the front is pending until it
+//!   beats, and the waiters behind it are told to beat at the front's pace meanwhile, so that a
+//!   stopped one is dropped when its expiry passes (`front.lua`, `docs/queue.md`). A grant that
 //!   is rolled back (it lost, or its reply timed out and the node ran it late) puts the waiter back
 //!   where it stood.
 //! - **Wake only whom the release lets in.** Each waiter listens on a channel of its own; a release,
@@ -114,6 +117,9 @@ pub struct Place {
     /// The heartbeat interval of the last attempt: the shortest any node gave. The nodes keep the
     /// waiter three of their intervals after it, so this bounds the next attempt's start.
     pub interval: Duration,
+    /// Sooner than `interval`: some node has a pending waiter ahead (woken to the front or moved
+    /// after a stall, not heard from since) and wants a script run when its expiry passes.
+    pub hint: Option<Duration>,
     /// How much longer than its interval an attempt may take (two node timeouts): the nodes keep
     /// the waiter this much longer than three intervals, and so does [`Place::check_lapse`].
     pub slack: Duration,
@@ -135,6 +141,7 @@ impl Place {
             sent: false,
             last_try: None,
             interval: HEARTBEAT,
+            hint: None,
             position: None,
             listening: Vec::new(),
         }
@@ -187,7 +194,8 @@ pub fn new_waiter_id() -> String {
 /// Takes waiter `id` out of the queue on the `on` nodes, in parallel. `blind`: send without waiting
 /// for the answers (on a signal, whose exit must not wait for Redis: at most for a connect, within
 /// the node timeout, on a node whose connection an earlier timeout closed).
-/// `front`: a front lifetime with the waiter's slack.
+/// `front`: a front lifetime with the waiter's slack. Returns how many of those nodes it could not
+/// reach (no connection, or no answer when it waits for one).
 pub fn leave(
     nodes: &mut [Node],
     keys: &LockKeys,
@@ -195,7 +203,7 @@ pub fn leave(
     on: &[bool],
     blind: bool,
     front: Duration,
-) {
+) -> usize {
     let key_list = [
         keys.key.as_str(),
         keys.queue.as_str(),
@@ -212,26 +220,20 @@ pub fn leave(
         keys.slot_base.as_str(),
         alive_ms.as_str(),
     ];
-    if blind {
-        // In parallel: a node without a connection opens one first (`Node::send_only`).
-        quorum::each(
-            nodes,
-            |i| on[i],
-            |_, node| node.send_only(super::LEAVE_LUA, &key_list, &args),
-        );
-        return;
-    }
-    quorum::each(
+    // In parallel: a node without a connection opens one first (`Node::send_only`).
+    let went = quorum::each(
         nodes,
         |i| on[i],
         |_, node| {
-            if node.is_stale() {
-                node.send_only(super::LEAVE_LUA, &key_list, &args);
+            if blind || node.is_stale() {
+                node.send_only(super::LEAVE_LUA, &key_list, &args)
             } else {
-                let _ = node.eval("leave the queue", &super::LEAVE, &key_list, &args);
+                node.eval("leave the queue", &super::LEAVE, &key_list, &args)
+                    .is_ok()
             }
         },
     );
+    went.iter().filter(|w| **w == Some(false)).count()
 }
 
 /// One waiter as `status` shows it.

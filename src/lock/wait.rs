@@ -8,7 +8,9 @@
 //! message on its wake channel (retry at once), a signal (give up cleanly), or the end of the sleep.
 //! A waiter behind the head sleeps the heartbeat interval its place earned (see `queue.rs`), less
 //! the time its attempt took, between attempts, each of which keeps its place; at most [`super::queue::HEARTBEAT`] while a subscription
-//! is missing, since a node may then bring its expiry down with a wake it cannot hear. On a single
+//! is missing, since a node may then bring its expiry down with a wake it cannot hear, and at most
+//! a node's hint while a waiter ahead is pending there (woken and not heard from), so that the node
+//! drops a stopped one when its expiry passes. On a single
 //! node the head sleeps until woken or its heartbeat too: the release wakes it on its own channel,
 //! so polling would only cost commands. With several nodes the head's sleep backs off exponentially
 //! with uniform random jitter, up to a heartbeat, since a split vote needs its retries spread out.
@@ -165,6 +167,8 @@ pub(crate) struct Waiter {
     head: bool,
     /// The heartbeat interval the nodes gave at the last attempt (see `queue.rs`).
     interval: Duration,
+    /// Come back sooner: a node has a pending waiter ahead (see `queue.rs`).
+    hint: Option<Duration>,
     key: String,
     deadline: Option<Stamp>,
     started: Stamp,
@@ -202,6 +206,7 @@ impl Waiter {
             queued: false,
             head: true,
             interval: HEARTBEAT,
+            hint: None,
             key: keys.key.clone(),
             deadline,
             started: now,
@@ -222,10 +227,11 @@ impl Waiter {
     }
 
     /// Where the waiter stands since its last attempt, and when it must heartbeat.
-    pub fn queued(&mut self, queued: bool, head: bool, interval: Duration) {
+    pub fn queued(&mut self, queued: bool, head: bool, interval: Duration, hint: Option<Duration>) {
         self.queued = queued;
         self.head = head;
         self.interval = interval;
+        self.hint = hint;
     }
 
     /// Per node: the wake subscription stands.
@@ -281,6 +287,9 @@ impl Waiter {
         } else {
             self.interval.min(HEARTBEAT)
         };
+        // A pending waiter ahead: beat at the pace a node asked for, so that it drops the waiter
+        // when its expiry passes.
+        let interval = self.hint.map_or(interval, |h| interval.min(h));
         // The next heartbeat: an interval from the start of the last attempt, which may have taken
         // up to a node timeout, with a little jitter so that the waiters do not all beat at once
         // (nor in step with anything else that counts whole seconds).

@@ -16,12 +16,14 @@
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
 --         {0, pttl, host, pid, command, run id, ticket, ahead, waiting, note, interval ms,
---          {{slot, host, pid, command, note}, ...}}
+--          {{slot, host, pid, command, note}, ...}, hint ms}
 --                                                no slot for us (pttl: the soonest a slot frees), or
 --                                                live waiters are queued ahead (ticket '' when the
 --                                                caller is not queued; interval: when to heartbeat;
---                                                the last: every holder of a semaphore, N > 1)
---         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms}
+--                                                then every holder of a semaphore, N > 1; hint:
+--                                                come back within it, a waiter ahead is pending,
+--                                                0 = none)
+--         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms, hint ms}
 --                                                this node started too recently to vote
 --         {3, the limit in use, host, pid, command, run id}
 --                                                the name is used with another limit
@@ -126,7 +128,7 @@ local function new_ticket()
   return string.format('%.0f', n)
 end
 -- After a stall of this node the expiries move forward instead (front.lua).
-keep_time(KEYS[5], KEYS[6], KEYS[10], now_ms, wake)
+keep_time(KEYS[5], KEYS[6], KEYS[7], KEYS[10], now_ms, front_ms, wake, id)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now_ms)
 if #dead > 0 then
   redis.call('ZREM', KEYS[5], unpack(dead))
@@ -248,7 +250,8 @@ if ahead >= free or not pick or quarantined then
       end
       redis.call('ZADD', KEYS[5], ticket, id)
       redis.call('HSET', KEYS[7], id, cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6],
-        note = note, since_ms = now_ms, ticket = ticket, limit = limit, front = front_ms}))
+        note = note, since_ms = now_ms, ticket = ticket, limit = limit, front = front_ms,
+        beat = alive_ms / 3}))
       ahead = redis.call('ZRANK', KEYS[5], id)
     else
       ticket = redis.call('ZSCORE', KEYS[5], id)
@@ -266,6 +269,11 @@ if ahead >= free or not pick or quarantined then
     local keep = math.max(tonumber(last[2]) - now_ms, 0) + front_ms
     for _, i in ipairs({5, 6, 7, 8, 10}) do
       redis.call('PEXPIRE', KEYS[i], keep)
+    end
+    if not queued then
+      -- The enqueue that created the queue looked at it too: keep_time, run before, had no queue
+      -- to keep the time by, and a stall right after would otherwise find no `seen`.
+      redis.call('SET', KEYS[10], now_ms, 'NX', 'PX', keep)
     end
     if limit > 1 and redis.call('PTTL', KEYS[4]) < keep then
       -- The limit outlives the waiters' heartbeats too, so a client with another limit is told.
@@ -286,11 +294,17 @@ if ahead >= free or not pick or quarantined then
       end
     end
   end
+  -- Come back at the front's pace while a waiter ahead is pending (front.lua): 0 = no hint.
+  local hint = 0
+  if ticket ~= '' and interval > alive_ms / 3 and pending_ahead(KEYS[5], KEYS[6], window, ahead) then
+    hint = alive_ms / 3
+  end
   if quarantined then
     table.insert(quarantined, ticket)
     table.insert(quarantined, ahead)
     table.insert(quarantined, waiting)
     table.insert(quarantined, interval)
+    table.insert(quarantined, hint)
     return quarantined
   end
   -- A semaphore's busy message names every holder.
@@ -303,10 +317,11 @@ if ahead >= free or not pick or quarantined then
   end
   local h = busy_token and holder_of(busy_slot or 1, busy_token)
   if not h then
-    return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, '', interval, holders}
+    return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, '', interval, holders,
+      hint}
   end
   return {0, busy_pttl, h[2] or '', h[3] or '', h[4] or '', run_id(), ticket, ahead, waiting,
-    h[6] or '', interval, holders}
+    h[6] or '', interval, holders, hint}
 end
 
 -- Granted: the caller leaves the queue; the last one out takes the queue's keys along. Its place is

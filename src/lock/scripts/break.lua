@@ -48,7 +48,7 @@ if #broken > 0 then
   end
   local t = redis.call('TIME')
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
-  keep_time(KEYS[4], KEYS[5], KEYS[7], now_ms, ARGV[4])
+  keep_time(KEYS[4], KEYS[5], KEYS[6], KEYS[7], now_ms, tonumber(ARGV[5]), ARGV[4])
   local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms)
   if #dead > 0 then
     redis.call('ZREM', KEYS[4], unpack(dead))

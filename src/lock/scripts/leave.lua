@@ -19,7 +19,7 @@ end
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 -- Nobody is dropped here, but the time is kept: after a stall the expiries move first (front.lua).
-keep_time(KEYS[2], KEYS[3], KEYS[7], now_ms, ARGV[2])
+keep_time(KEYS[2], KEYS[3], KEYS[4], KEYS[7], now_ms, tonumber(ARGV[4]), ARGV[2])
 local limit = tonumber(redis.call('GET', KEYS[6]) or '') or 1
 if rank <= limit then
   clamp_front(KEYS[2], KEYS[3], KEYS[4], limit + 1, now_ms, tonumber(ARGV[4]), ARGV[2])

@@ -64,7 +64,7 @@ for _, p in ipairs(places) do
     end
   end
 end
-keep_time(KEYS[4], KEYS[5], KEYS[7], now_ms, ARGV[5])
+keep_time(KEYS[4], KEYS[5], KEYS[6], KEYS[7], now_ms, tonumber(ARGV[6]), ARGV[5])
 local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms)
 if #dead > 0 then
   redis.call('ZREM', KEYS[4], unpack(dead))

@@ -12,8 +12,8 @@
 -- died stops being listed at once, although its entry stays until it reaches the front (acquire.lua
 -- brings its expiry down there) or its expiry passes. A waiter whose expiry passed since the last
 -- script that looked at the queue (`seen`: this node may have stalled) is shown as the next script
--- will keep it (front.lua, keep_time): its expiry moved forward by the gap, once, if it still
--- listens.
+-- will keep it (front.lua, keep_time): moved to a front lifetime from now, once, if it still
+-- listens and no script ran here within two of its front heartbeats before that expiry.
 local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
 local limit = tonumber(redis.call('GET', KEYS[4]) or '')
 local slots = {}
@@ -38,9 +38,14 @@ local queue = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
 for i = 1, #queue, 2 do
   local expiry = tonumber(redis.call('ZSCORE', KEYS[6], queue[i]))
   local listed = expiry and expiry > now_ms
-  if not listed and expiry and last and expiry > last and expiry % 1 == 0 then
-    listed = listens(queue[i])
-    expiry = expiry + now_ms - last
+  if not listed and expiry and last and expiry > last and expiry % 1 ~= 0.5 then
+    local ok, rec = pcall(cjson.decode, redis.call('HGET', KEYS[7], queue[i]) or '')
+    rec = ok and type(rec) == 'table' and rec or {}
+    local beat = tonumber(rec.beat)
+    if not (beat and last >= expiry - 2 * beat) then
+      listed = listens(queue[i])
+      expiry = now_ms + (tonumber(rec.front) or lifetime)
+    end
   end
   if listed and expiry > now_ms + lifetime then
     listed = listens(queue[i])
