@@ -160,6 +160,47 @@ fn no_wait_never_jumps_the_queue_on_redlock() {
     no_wait_case(&all, || s.lockctl());
 }
 
+/// A Redlock grant won on a quorum while one node refused it (another holder's key stands there):
+/// that node queued the waiter in the same call, and the grant takes it out of that queue before
+/// lockctl exits, or the next release there would wake it instead of the next waiter, and every
+/// waiter behind it would wait until its entry expired.
+#[test]
+fn a_grant_on_redlock_leaves_the_queue_of_a_node_that_refused_it() {
+    let s = Servers::start(3);
+    let _: () = s.0[2].cmd(&["SET", "lockctl:gq", "someone-else", "PX", "60000"]);
+    let o = run(s
+        .lockctl()
+        .args(["acquire", "gq", "--ttl", "60s", "-w", "10s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let left = queues(&[&s.0[2]], "gq");
+    assert!(
+        left[0].is_empty(),
+        "the granted waiter is still queued on the node that refused it: {left:?}"
+    );
+    for node in &s.0[..2] {
+        assert_eq!(node.cmd::<u64>(&["ZCARD", &queue_key("gq")]), 0);
+    }
+}
+
+/// `-n` and `-w 0` make one attempt and never queue (docs/queue.md): refused by a held lock, each
+/// costs the node one script call, not an enqueue and a leave.
+#[test]
+fn no_wait_makes_one_attempt_and_never_queues() {
+    let s = Server::start();
+    let _token = hold(&mut lockctl_on(&s), "once");
+    for flags in [&["-n"][..], &["-w", "0"]] {
+        let before = script_calls(&s);
+        let o = run(lockctl_on(&s).args(["acquire", "once"]).args(flags));
+        assert_eq!(code(&o), 75, "{flags:?}: {}", stderr(&o));
+        assert_eq!(
+            script_calls(&s) - before,
+            1,
+            "{flags:?}: more than one attempt, or queued and then left"
+        );
+    }
+    assert!(queues(&[&s], "once")[0].is_empty());
+}
+
 /// A waiter in the middle of the queue dies (`sig` SIGKILL) or stops (SIGSTOP): the one behind it
 /// gets the lock within the documented bound (heartbeat expiry 3 s + heartbeat 1 s), bounded here
 /// generously; a waiter that never left would hold it up forever.
