@@ -233,6 +233,49 @@ fn a_mixed_redlock_failure_is_78_only_when_refusals_alone_prevent_a_quorum() {
     );
 }
 
+/// A refusal comes back the same until someone changes the setup, so a client that may wait does
+/// not: `acquire -w` and `exec -w` stop at the first refused attempt with 78, long before their
+/// deadline (bounded here generously), on one node and when refusals leave Redlock no quorum.
+#[test]
+fn a_waiting_client_stops_at_a_refusal_instead_of_waiting_for_its_deadline() {
+    let s = Server::start_tcp();
+    let () = s.cmd(&["CONFIG", "SET", "requirepass", ADMIN_PW]);
+    let wrong = format!("redis://:WrongPassw0rd@127.0.0.1:{}", s.port.unwrap());
+    let refusing = Server::with_args(&["--rename-command", "EVALSHA", ""]);
+    let ok = Server::start();
+    let redlock = [wrong.clone(), refusing.url(), ok.url()].join(",");
+    for urls in [&wrong, &redlock] {
+        for args in [
+            &["acquire", "job", "-w", "30s"][..],
+            &[
+                "exec",
+                "job",
+                "-w",
+                "120s",
+                "--",
+                "sh",
+                "-c",
+                "echo child-ran",
+            ],
+        ] {
+            let started = std::time::Instant::now();
+            let o = run(lockctl().env("LOCKCTL_REDIS", urls).args(args));
+            let took = started.elapsed();
+            assert_eq!(code(&o), 78, "{args:?} on {urls}: {}", stderr(&o));
+            assert!(
+                took < std::time::Duration::from_secs(15),
+                "{args:?} on {urls} waited {took:?} for a refusal to go away"
+            );
+            assert!(!stdout(&o).contains("child-ran"));
+        }
+    }
+    assert_eq!(
+        ok.get("lockctl:job"),
+        None,
+        "the refused attempt was rolled back"
+    );
+}
+
 #[test]
 fn a_node_that_does_not_answer_stays_69() {
     let mut s = Server::start();
