@@ -431,6 +431,31 @@ fn quarantine_keeps_restarted_nodes_from_voting() {
     }
 }
 
+/// The quarantine is named when it alone stands between an attempt and a quorum, also with another
+/// node down: node 0 grants, node 1 (restarted empty) is in quarantine, node 2 does not answer. One
+/// vote won and one held back make two of three, so the refusal is the quarantine's, not "busy".
+#[test]
+fn a_quarantine_that_alone_blocks_the_quorum_is_named_with_a_node_down() {
+    let mut servers = Servers::start(3);
+    wait_out_quarantine(&servers, 5);
+    servers[1].restart_empty();
+    servers[2].kill();
+    let mut c = servers.lockctl();
+    c.env_remove("LOCKCTL_QUARANTINE");
+    let o = run(c.args(["acquire", "qd", "-n", "--quarantine", "5s"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert!(
+        err.contains("not acquired, because of the restart quarantine"),
+        "{err}"
+    );
+    assert_eq!(
+        servers[0].get(&key("qd")),
+        None,
+        "the lone grant was rolled back"
+    );
+}
+
 #[test]
 fn renew_needs_a_quorum() {
     let servers = Servers::start(5);
