@@ -456,6 +456,30 @@ fn a_quarantine_that_alone_blocks_the_quorum_is_named_with_a_node_down() {
     );
 }
 
+/// With four nodes, two in quarantine leave no quorum (three) possible among the others, whatever
+/// they answer: the refusal is the quarantine's even though both others are held by a holder that
+/// the restart may have cost its lock.
+#[test]
+fn a_quarantine_that_leaves_no_quorum_is_named_though_the_others_are_busy() {
+    let mut servers = Servers::start(4);
+    // Taken on all four with the quarantine off: this test has just started the servers.
+    let a = acquire_json(&mut servers.lockctl(), "q4", &["--ttl", "30s"]);
+    servers[2].restart_empty();
+    servers[3].restart_empty();
+    let mut c = servers.lockctl();
+    c.env_remove("LOCKCTL_QUARANTINE");
+    let o = run(c.args(["acquire", "q4", "-n", "--ttl", "30s"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert!(
+        err.contains("not acquired, because of the restart quarantine"),
+        "{err}"
+    );
+    for i in [0, 1] {
+        assert_eq!(servers[i].get(&key("q4")), Some(token(&a)));
+    }
+}
+
 #[test]
 fn renew_needs_a_quorum() {
     let servers = Servers::start(5);
