@@ -480,6 +480,30 @@ fn a_quarantine_that_leaves_no_quorum_is_named_though_the_others_are_busy() {
     }
 }
 
+/// The converse: a quarantine that does not stand in the way is not blamed. Five nodes hold the lock;
+/// two restarted empty are in quarantine, but the three that vote are busy and would refuse a
+/// quorum whatever the two said: busy, held by the holder.
+#[test]
+fn a_quarantine_that_changes_nothing_is_not_blamed() {
+    let mut servers = Servers::start(5);
+    // Taken on all five with the quarantine off: this test has just started the servers.
+    let a = acquire_json(&mut servers.lockctl(), "q5", &["--ttl", "30s"]);
+    servers[3].restart_empty();
+    servers[4].restart_empty();
+    let mut c = servers.lockctl();
+    c.env_remove("LOCKCTL_QUARANTINE");
+    let o = run(c.args(["acquire", "q5", "-n", "--ttl", "30s"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert!(
+        err.contains("is busy") && !err.contains("because of the restart quarantine"),
+        "{err}"
+    );
+    for i in 0..3 {
+        assert_eq!(servers[i].get(&key("q5")), Some(token(&a)));
+    }
+}
+
 #[test]
 fn renew_needs_a_quorum() {
     let servers = Servers::start(5);
