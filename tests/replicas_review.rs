@@ -393,3 +393,34 @@ fn a_server_without_info_refuses_and_keeps_no_lock() {
         );
     }
 }
+
+/// `?replicas=N` below the replicas in sync still waits for N of them: a master with two replicas,
+/// both stopped (still listed in sync), must not count a grant that `?replicas=1` asked one of them
+/// to acknowledge. None can, so the grant is unavailable (69) and rolled back.
+#[test]
+fn fewer_replicas_asked_than_in_sync_are_still_waited_for() {
+    let master = Server::start_tcp();
+    let replicas = [replica_of(&master), replica_of(&master)];
+    for r in &replicas {
+        r.pause();
+    }
+    let url = format!("{}?replicas=1", master.url());
+    let o = run(lockctl()
+        .args(["-r", &url, "--node-timeout", "1s"])
+        .args(["acquire", "asked", "-n"]));
+    for r in &replicas {
+        r.resume();
+    }
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("only 0 of 1 replica(s) acknowledged"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || master
+            .get("lockctl:asked")
+            .is_none()),
+        "the unacknowledged grant was left in place"
+    );
+}
