@@ -185,3 +185,37 @@ fn one_node_timeout_bounds_connect_auth_select_and_the_command() {
         assert!(took < Duration::from_millis(1900), "{host}: took {took:?}");
     }
 }
+
+/// A call that gets no answer says which bound ended it: a holder's renewal is bounded by what is
+/// left of its lease when that is shorter than the node timeout, and says so with the time it had;
+/// a release after the lease is bounded by the node timeout alone.
+#[test]
+fn a_call_without_an_answer_names_the_bound_that_ended_it() {
+    let s = Server::start();
+    let child = lockctl_on(&s)
+        .args(["-v", "exec", "bound", "--ttl", "3s", "--node-timeout", "2s"])
+        .args(["--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || s.get("lockctl:bound").is_some()),
+        "never granted"
+    );
+    s.pause();
+    let o = wait_output(child, Duration::from_secs(60));
+    s.resume();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 76, "{err}");
+    let renew = err.lines().find(|l| l.contains("no answer to renew"));
+    assert!(
+        renew.is_some_and(|l| l.contains("within the time left on the lease (")),
+        "{err}"
+    );
+    let release = err.lines().find(|l| l.contains("no answer to release"));
+    assert!(
+        release.is_some_and(|l| l.contains("within the node timeout (2s)")),
+        "{err}"
+    );
+}
