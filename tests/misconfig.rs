@@ -135,6 +135,11 @@ fn acl_without_a_needed_command_exits_78_naming_it() {
         let err = stderr(&o);
         assert_eq!(code(&o), 78, "{err}");
         assert!(err.contains("TIME") && err.contains("+time"), "{err}");
+        // The command is named right after the refusal's text, before the fix.
+        assert!(
+            err.contains("[the command the script could not run: TIME] (the ACL user lacks"),
+            "{err}"
+        );
     }
     doctor_fails(&url, "TIME");
     let mut c = admin(&s);
