@@ -502,6 +502,31 @@ fn notes_show_in_status_list_wait_lines_and_busy_messages() {
     );
 }
 
+/// Wait lines give each waiter its place: the second of two is told `position 2 of 2`, the first
+/// `position 1`.
+#[test]
+fn wait_lines_give_each_waiter_its_place() {
+    let s = Server::start();
+    let _token = hold(&mut lockctl_on(&s), "placed");
+    let first = acquirer(&mut lockctl_on(&s), "placed", &["-w", "3s"]);
+    wait_queued(&[&s], "placed", 1);
+    let second = acquirer(&mut lockctl_on(&s), "placed", &["-w", "2s"]);
+    let second = wait_output(second, Duration::from_secs(60));
+    let first = wait_output(first, Duration::from_secs(60));
+    assert_eq!(code(&second), 75, "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("position 2 of 2"),
+        "wait line: {}",
+        stderr(&second)
+    );
+    assert_eq!(code(&first), 75, "{}", stderr(&first));
+    assert!(
+        stderr(&first).contains("position 1 of"),
+        "wait line: {}",
+        stderr(&first)
+    );
+}
+
 #[test]
 fn a_bad_note_is_refused_before_redis_is_touched() {
     let s = Server::start();
