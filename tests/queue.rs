@@ -519,6 +519,12 @@ fn wait_lines_give_each_waiter_its_place() {
         "wait line: {}",
         stderr(&second)
     );
+    // Its busy message counts the other waiter.
+    assert!(
+        stderr(&second).contains("; 1 waiting)"),
+        "busy message: {}",
+        stderr(&second)
+    );
     assert_eq!(code(&first), 75, "{}", stderr(&first));
     assert!(
         stderr(&first).contains("position 1 of"),
