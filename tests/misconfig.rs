@@ -190,7 +190,13 @@ fn a_replica_exits_78_and_names_the_fix() {
         "the replica never synced"
     );
     let url = replica.url();
-    refused_everywhere(&url, &["replica", "use the master", "redis+sentinel://"]);
+    // The write's READONLY reply is the server's answer: lockctl checks the server and names the
+    // master it follows.
+    let follows = format!("a replica of 127.0.0.1:{}", master.port.unwrap());
+    refused_everywhere(
+        &url,
+        &["replica", "use the master", "redis+sentinel://", &follows],
+    );
     doctor_fails(&url, "replica");
     // The master works, and counts its replica for the grant.
     let o = run(lockctl_on(&master).args(["-v", "acquire", "job", "-n"]));
