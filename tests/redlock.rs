@@ -504,6 +504,44 @@ fn a_quarantine_that_changes_nothing_is_not_blamed() {
     }
 }
 
+/// The connections `s` has accepted so far (one more for the reading itself).
+fn connections_received(s: &Server) -> u64 {
+    let info: String = s.cmd(&["INFO", "stats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// A failed attempt's rollback to a node whose reply timed out goes out on that node's connection,
+/// behind the attempt, without waiting: the stopped server runs both in that order when it resumes,
+/// so no key of the attempt outlives it there. A new connection would give no such order, and would
+/// cost the caller another node timeout.
+#[test]
+fn the_rollback_to_a_node_that_timed_out_follows_the_attempt_on_its_connection() {
+    let servers = Servers::start(3);
+    let _: () = servers[0].cmd(&["SET", &key("late"), "someone-else", "PX", "60000"]);
+    let before = connections_received(&servers[2]);
+    servers[2].pause();
+    let o = run(servers
+        .lockctl()
+        .args(["--node-timeout", "300ms", "acquire", "late", "-n"]));
+    servers[2].resume();
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    // lockctl's one connection, and the one that reads this.
+    assert_eq!(
+        connections_received(&servers[2]) - before,
+        2,
+        "the rollback opened a connection of its own"
+    );
+    assert_eq!(servers[1].get(&key("late")), None);
+    assert!(
+        eventually(Duration::from_secs(10), || servers[2]
+            .get(&key("late"))
+            .is_none()),
+        "the attempt's key outlived its rollback on the node that was stopped"
+    );
+}
+
 #[test]
 fn renew_needs_a_quorum() {
     let servers = Servers::start(5);
