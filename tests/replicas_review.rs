@@ -424,3 +424,29 @@ fn fewer_replicas_asked_than_in_sync_are_still_waited_for() {
         "the unacknowledged grant was left in place"
     );
 }
+
+/// A replica still waiting for its first full copy cannot acknowledge anything yet, so it is not
+/// counted: the master (diskless sync after a 60 s delay, so the replica stays in `wait_bgsave`)
+/// grants at once, without a `WAIT` that could only time out.
+#[test]
+fn a_replica_still_syncing_is_not_waited_for() {
+    let master = Server::tcp_with_args(&["--repl-diskless-sync", "yes"]);
+    let _: String = master.cmd(&["CONFIG", "SET", "repl-diskless-sync-delay", "60"]);
+    let port = master.port.unwrap().to_string();
+    let _replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let info: String = master.cmd(&["INFO", "replication"]);
+            info.contains("slave0:") && !info.contains("state=online")
+        }),
+        "the replica never asked for its copy"
+    );
+    let o =
+        run(lockctl_on(&master).args(["-v", "acquire", "syncing", "-n", "--node-timeout", "2s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        online(&master),
+        0,
+        "the replica got its copy during the test"
+    );
+}
