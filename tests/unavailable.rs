@@ -219,3 +219,33 @@ fn a_call_without_an_answer_names_the_bound_that_ended_it() {
         "{err}"
     );
 }
+
+/// A connection the server closed between two calls (`CLIENT KILL`, a restart) is opened again at
+/// once and the command resent on it: the holder's next renewal goes through on its first try.
+#[test]
+fn a_dropped_connection_is_reopened_at_once() {
+    let s = Server::start();
+    let child = lockctl_on(&s)
+        .args(["-v", "exec", "dropped", "--ttl", "3s"])
+        .args(["--", "sleep", "2.5"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || s
+            .get("lockctl:dropped")
+            .is_some()),
+        "never granted"
+    );
+    let killed: u64 = s.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    let o = wait_output(child, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(killed >= 1, "lockctl's connection was not killed");
+    assert!(err.contains("renewed '"), "{err}");
+    assert!(
+        !err.contains("renewal failed"),
+        "a renewal failed on the dropped connection: {err}"
+    );
+}
