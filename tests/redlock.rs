@@ -1285,10 +1285,11 @@ fn waiters_sleep_through_a_quarantine_instead_of_storming() {
     let scripts = calls(&servers[0], "evalsha") + calls(&servers[0], "eval");
     let publishes = calls(&servers[0], "publish");
     eprintln!("node 0: {scripts} script calls, {publishes} PUBLISH");
-    // A handful per waiter: the first attempt, the one at the deadline, and a few for a slow start.
+    // A handful per waiter: the first attempt, the one at the deadline, the rollbacks on node 0 and
+    // a few for a slow start: 31 to 41 in all over ten runs, on this code and the one before it.
     // Generous: the storm made hundreds per waiter.
     assert!(
-        scripts <= 4 * 10,
+        scripts <= 4 * 15,
         "{scripts} script calls on the voting node"
     );
     assert!(
