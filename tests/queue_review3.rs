@@ -8,7 +8,8 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use support::queue::{
-    all_succeed, hold, in_order_every_round, order, queue_key, wait_queued, waiter,
+    all_succeed, hold, in_order_every_round, order, queue_key, signalled_during_a_stall,
+    wait_queued, waiter,
 };
 use support::*;
 
@@ -155,46 +156,11 @@ fn a_stall_just_shorter_than_a_lifetime_keeps_the_arrival_order() {
 fn a_waiter_signalled_during_a_node_stall_leaves_at_the_resume() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("order");
-    let token = hold(&mut lockctl_on(&s), "term");
-    let mut kids = Vec::new();
-    for i in 1..=2u64 {
-        kids.push(waiter(
-            &mut lockctl_on(&s),
-            "term",
-            &file,
-            &i.to_string(),
-            &[],
-        ));
-        wait_queued(&s, "term", i);
-    }
-    std::thread::sleep(Duration::from_secs(1));
-    let ids: Vec<String> = s.cmd(&["ZRANGE", &queue_key("term"), "0", "-1"]);
-    let first = kids.remove(0);
-    s.pause();
-    std::thread::sleep(Duration::from_millis(1500));
-    kill(first.id() as i32, libc::SIGTERM);
-    let o = wait_output(first, Duration::from_secs(10));
-    eprintln!("the signalled waiter: {:?}", o.status);
-    std::thread::sleep(Duration::from_millis(1000));
-    s.resume();
-    // The server has run what was buffered once it answers.
-    let _: String = s.cmd(&["PING"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue_key("term"), "0", "-1"]);
-    let released = Instant::now();
-    let o = run(lockctl_on(&s).args(["release", "term", "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let second = kids.remove(0);
-    let o = wait_output(second, Duration::from_secs(60));
-    let took = released.elapsed();
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    eprintln!("the next waiter was served {took:?} after the release; queue at the release {queued:?} of {ids:?}");
+    let (said, queued) =
+        signalled_during_a_stall(&s, || lockctl_on(&s), "term", &queue_key("term"), &[]);
     assert!(
-        !queued.contains(&ids[0]),
-        "the signalled waiter was still queued after the resume: {queued:?} of {ids:?} (the next \
-         one served {took:?} after the release)"
+        !queued,
+        "the signalled waiter was still queued after the resume; it said: {said}"
     );
 }
 

@@ -21,7 +21,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::queue::{hold, queue_key, wait_queued, waiter};
+use support::queue::{hold, queue_key, signalled_during_a_stall, wait_queued, waiter};
+use support::tls::{Pki, TlsServer};
 use support::*;
 
 /// Docs (queue.md, "What it does not cover"): a waiter signalled while its node is stopped leaves
@@ -40,73 +41,23 @@ fn a_waiter_with_a_long_name_signalled_during_a_node_stall_leaves_at_the_resume(
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
     let note = "x".repeat(500);
-    signalled_during_a_stall(&s, || lockctl_on(&s), &"n".repeat(480), &["--note", &note]);
+    signalled_during_a_stall_of(&s, || lockctl_on(&s), &"n".repeat(480), &["--note", &note]);
 }
 
 /// Two waiters queue behind a holder (`cmd` makes a lockctl for `s`); the node is stopped, the
 /// first waiter is signalled during the stop, and the node resumes: the first waiter must be gone
 /// from the queue once the server answers again.
-fn signalled_during_a_stall(
+fn signalled_during_a_stall_of(
     s: &Server,
     cmd: impl FnMut() -> std::process::Command,
     name: &str,
     extra: &[&str],
 ) {
-    let (said, queued) = signalled_during_a_stall_at(s, cmd, name, &queue_key(name), extra);
+    let (said, queued) = signalled_during_a_stall(s, cmd, name, &queue_key(name), extra);
     assert!(
         !queued,
         "the signalled waiter was still queued after the resume; it said: {said}"
     );
-}
-
-/// The same, for a lock whose queue key is `queue` (another prefix).
-fn signalled_during_a_stall_at(
-    s: &Server,
-    mut cmd: impl FnMut() -> std::process::Command,
-    name: &str,
-    queue: &str,
-    extra: &[&str],
-) -> (String, bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("order");
-    let token = hold(&mut cmd(), name);
-    let mut kids = Vec::new();
-    for i in 1..=2u64 {
-        kids.push(waiter(&mut cmd(), name, &file, &i.to_string(), extra));
-        let ok = eventually(Duration::from_secs(30), || {
-            s.cmd::<u64>(&["ZCARD", queue]) == i
-        });
-        assert!(ok, "{i} waiter(s) not queued");
-    }
-    std::thread::sleep(Duration::from_secs(1));
-    let ids: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
-    let first = kids.remove(0);
-    s.pause();
-    std::thread::sleep(Duration::from_millis(1500));
-    kill(first.id() as i32, libc::SIGTERM);
-    let o = wait_output(first, Duration::from_secs(10));
-    let said = stderr(&o);
-    eprintln!("the signalled waiter: {:?}: {said}", o.status);
-    std::thread::sleep(Duration::from_millis(1000));
-    s.resume();
-    // The server has run what was buffered once it answers.
-    let _: String = s.cmd(&["PING"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let queued: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
-    let released = Instant::now();
-    let o = run(cmd().args(["release", name, "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let second = kids.remove(0);
-    let o = wait_output(second, Duration::from_secs(60));
-    let took = released.elapsed();
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    eprintln!("the next waiter was served {took:?} after the release; queue at the release {queued:?} of {ids:?}");
-    // Within a front lifetime and a heartbeat in any case; 30 s is far beyond both.
-    assert!(
-        took < Duration::from_secs(30),
-        "the next one served {took:?} after the release"
-    );
-    (said, queued.contains(&ids[0]))
 }
 
 /// A waiter's attempt that times out during a stall is run by the server at the resume and may be
@@ -117,12 +68,21 @@ fn signalled_during_a_stall_at(
 fn served_after_a_stall_with_a_lease_ending_in_it(name: &str) -> Duration {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
+    served_after_a_stall_on(&s, || lockctl_on(&s), name)
+}
+
+/// The same staging on server `s`, with `cmd` making a lockctl for it.
+fn served_after_a_stall_on(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+) -> Duration {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
-    let o = run(lockctl_on(&s).args(["acquire", name, "--ttl", "3s"]));
+    let o = run(cmd().args(["acquire", name, "--ttl", "3s"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let w = waiter(&mut lockctl_on(&s), name, &file, "1", &[]);
-    wait_queued(&s, name, 1);
+    let w = waiter(&mut cmd(), name, &file, "1", &[]);
+    wait_queued(s, name, 1);
     s.pause();
     std::thread::sleep(Duration::from_secs(5));
     s.resume();
@@ -162,146 +122,30 @@ fn a_waiter_with_a_long_name_whose_attempt_timed_out_in_a_stall_is_served_after_
     );
 }
 
-/// Runs `openssl` in `dir`; the TLS test needs it (as `tests/security.rs` does).
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl is required by the TLS test");
-    assert!(
-        out.status.success(),
-        "openssl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A throwaway CA and a server certificate for 127.0.0.1, in `dir`.
-fn server_pki(dir: &std::path::Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut args = vec![
-        "req",
-        "-x509",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=review ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-    ];
-    args.extend(ec);
-    args.extend([
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    openssl(dir, &args);
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-         keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    let mut args = vec![
-        "req",
-        "-new",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ];
-    args.extend(ec);
-    openssl(dir, &args);
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            "server.crt",
-            "-extfile",
-            "server.ext",
-        ],
-    );
-}
-
-/// The same staging as the control above, over TLS, with a short name: the attempt and the
-/// rollback go out as two writes, so two TLS records, and the server's first read of the closed
-/// connection decrypts one record (`SSL_read`), whatever their size. The rollback is lost and a
-/// grant nobody holds keeps the lock for the waiter's 30 s TTL.
-/// A server speaking TLS on a loopback port (its unix socket, for the test's own reads, stays
-/// plain), with its certificates in `pki`; returns it and the port.
-fn tls_server(pki: &std::path::Path) -> (Server, u16) {
-    server_pki(pki);
-    let port = free_port();
-    let arg = |f: &str| pki.join(f).display().to_string();
+/// A server speaking TLS on a loopback port with a throwaway CA (its unix socket, for the test's own
+/// reads, stays plain), and the CA, which must outlive it.
+fn tls_server() -> (TlsServer, Pki) {
+    let pki = Pki::new("IP:127.0.0.1");
     // Never restarted: the quarantine is off for this server the test started itself.
-    let s = Server::with_args(&[
-        "--tls-port",
-        &port.to_string(),
-        "--tls-cert-file",
-        &arg("server.crt"),
-        "--tls-key-file",
-        &arg("server.key"),
-        "--tls-ca-cert-file",
-        &arg("ca.crt"),
-        "--tls-auth-clients",
-        "no",
-    ]);
-    (s, port)
+    (TlsServer::start(&pki, false), pki)
 }
 
-/// A lockctl for the TLS server on `port` with the CA in `pki`.
-fn lockctl_tls(pki: &std::path::Path, port: u16) -> std::process::Command {
+/// A lockctl for `tls` with the CA in `pki`.
+fn lockctl_tls(tls: &TlsServer, pki: &Pki) -> std::process::Command {
     let mut c = lockctl();
-    c.env("LOCKCTL_REDIS", format!("rediss://127.0.0.1:{port}"))
-        .env("LOCKCTL_TLS_CA", pki.join("ca.crt"));
+    c.env("LOCKCTL_REDIS", tls.url("127.0.0.1"))
+        .env("LOCKCTL_TLS_CA", pki.path("ca.crt"));
     c
 }
 
 /// Control over TLS: the attempt that timed out in the stall is rolled back at the resume.
 #[test]
 fn over_tls_a_waiter_whose_attempt_timed_out_in_a_stall_is_served_after_it() {
-    let pki = tempfile::tempdir().unwrap();
-    let (s, port) = tls_server(pki.path());
-    let tls = || lockctl_tls(pki.path(), port);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("order");
-    let o = run(tls().args(["acquire", "tls", "--ttl", "3s"]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let w = waiter(&mut tls(), "tls", &file, "1", &[]);
-    wait_queued(&s, "tls", 1);
-    s.pause();
-    std::thread::sleep(Duration::from_secs(5));
-    s.resume();
-    let resumed = Instant::now();
-    let o = wait_output(w, Duration::from_secs(60));
-    let took = resumed.elapsed();
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    eprintln!("served {took:?} after the resume over TLS");
+    let (tls, pki) = tls_server();
+    let took = served_after_a_stall_on(&tls.server, || lockctl_tls(&tls, &pki), "tls");
     assert!(
         took < Duration::from_secs(15),
-        "served {took:?} after the resume: a stray grant held the lock"
+        "served {took:?} after the resume over TLS: a stray grant held the lock"
     );
 }
 
@@ -314,7 +158,7 @@ fn a_waiter_with_a_long_prefix_signalled_during_a_node_stall_leaves_at_the_resum
     let s = Server::start();
     let prefix = format!("{}:", "p".repeat(299));
     let queue = format!("{{{prefix}pfx}}\u{1f}queue");
-    let (said, queued) = signalled_during_a_stall_at(
+    let (said, queued) = signalled_during_a_stall(
         &s,
         || {
             let mut c = lockctl_on(&s);
@@ -340,11 +184,10 @@ fn a_waiter_with_a_long_prefix_signalled_during_a_node_stall_leaves_at_the_resum
 /// goes with its expiry (docs/queue.md, "What it does not cover").
 #[test]
 fn over_tls_a_waiter_signalled_during_a_node_stall_says_its_place_stays_until_it_expires() {
-    let pki = tempfile::tempdir().unwrap();
-    let (s, port) = tls_server(pki.path());
-    let (said, _) = signalled_during_a_stall_at(
-        &s,
-        || lockctl_tls(pki.path(), port),
+    let (tls, pki) = tls_server();
+    let (said, _) = signalled_during_a_stall(
+        &tls.server,
+        || lockctl_tls(&tls, &pki),
         "tlsterm",
         &queue_key("tlsterm"),
         &[],
@@ -363,7 +206,7 @@ fn over_tls_a_waiter_signalled_during_a_node_stall_says_its_place_stays_until_it
 fn a_waiter_with_a_300_byte_name_signalled_during_a_node_stall_leaves_at_the_resume() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
-    signalled_during_a_stall(&s, || lockctl_on(&s), &"m".repeat(300), &[]);
+    signalled_during_a_stall_of(&s, || lockctl_on(&s), &"m".repeat(300), &[]);
 }
 
 /// Docs (queue.md, "Liveness" and "A node that stalls"): a stopped waiter delays the next one by

@@ -598,7 +598,7 @@ impl Engine {
     /// never queued); returns how many of them it could not reach.
     fn leave(&mut self, keys: &LockKeys, place: &queue::Place, on: &[bool], blind: bool) -> usize {
         if place.queued || place.sent {
-            let front = queue::ALIVE + place.slack;
+            let front = self.front_lifetime();
             queue::leave(&mut self.nodes, keys, &place.id, on, blind, front)
         } else {
             0
@@ -612,7 +612,7 @@ impl Engine {
         let all = vec![true; self.nodes.len()];
         let missed = self.leave(keys, place, &all, true);
         let kept = (missed > 0).then(|| {
-            let front = queue::ALIVE + place.slack;
+            let front = self.front_lifetime();
             format!(
                 "its place in the queue could not be withdrawn on {missed} of {} node(s) (no \
                  connection); it is dropped there within about {} of its last heartbeat",

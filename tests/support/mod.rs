@@ -7,6 +7,7 @@
 
 pub mod proxy;
 pub mod queue;
+pub mod tls;
 pub mod topology;
 pub mod watchers;
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{code, eventually, kill, run, stderr, stdout, wait_output, Server};
 
@@ -98,4 +98,58 @@ pub fn in_order_every_round(n: usize, want: &[&str], mut round: impl FnMut(usize
         orders.iter().all(|o| o.as_slice() == want),
         "served out of arrival order: {orders:?}"
     );
+}
+
+/// Two waiters queue behind a holder on `s` (`cmd` makes a lockctl for it; `queue` is the lock's
+/// queue key, which depends on the prefix); the node is stopped, the first waiter is SIGTERMed
+/// during the stop, the node resumes, and the holder releases once the server has run what was
+/// buffered. Returns what the signalled waiter said and whether it was still queued at the release;
+/// the next waiter must have been served within 30 s (a front lifetime and a heartbeat in any case).
+pub fn signalled_during_a_stall(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    queue: &str,
+    extra: &[&str],
+) -> (String, bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut cmd(), name);
+    let mut kids = Vec::new();
+    for i in 1..=2u64 {
+        kids.push(waiter(&mut cmd(), name, &file, &i.to_string(), extra));
+        let ok = eventually(Duration::from_secs(30), || {
+            s.cmd::<u64>(&["ZCARD", queue]) == i
+        });
+        assert!(ok, "{i} waiter(s) not queued");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let ids: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
+    let first = kids.remove(0);
+    s.pause();
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(first.id() as i32, libc::SIGTERM);
+    let o = wait_output(first, Duration::from_secs(10));
+    let said = stderr(&o);
+    eprintln!("the signalled waiter: {:?}: {said}", o.status);
+    std::thread::sleep(Duration::from_millis(1000));
+    s.resume();
+    // The server has run what was buffered once it answers.
+    let _: String = s.cmd(&["PING"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let queued: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
+    let released = Instant::now();
+    let o = run(cmd().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let second = kids.remove(0);
+    let o = wait_output(second, Duration::from_secs(60));
+    let took = released.elapsed();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    eprintln!("the next waiter was served {took:?} after the release; queue at the release {queued:?} of {ids:?}");
+    // Within a front lifetime and a heartbeat in any case; 30 s is far beyond both.
+    assert!(
+        took < Duration::from_secs(30),
+        "the next one served {took:?} after the release"
+    );
+    (said, queued.contains(&ids[0]))
 }
