@@ -456,19 +456,29 @@ fn a_quarantine_that_alone_blocks_the_quorum_is_named_with_a_node_down() {
     );
 }
 
+/// `n` nodes; lock `name` taken on all of them (with the quarantine off: the test has just started
+/// the servers), the last two restarted empty, then a second client's `acquire -n` with the default
+/// quarantine. Returns the servers, the first grant and the second client's output.
+fn held_then_the_last_two_restarted(
+    n: usize,
+    name: &str,
+) -> (Servers, serde_json::Value, std::process::Output) {
+    let mut servers = Servers::start(n);
+    let a = acquire_json(&mut servers.lockctl(), name, &["--ttl", "30s"]);
+    servers[n - 2].restart_empty();
+    servers[n - 1].restart_empty();
+    let mut c = servers.lockctl();
+    c.env_remove("LOCKCTL_QUARANTINE");
+    let o = run(c.args(["acquire", name, "-n", "--ttl", "30s"]));
+    (servers, a, o)
+}
+
 /// With four nodes, two in quarantine leave no quorum (three) possible among the others, whatever
 /// they answer: the refusal is the quarantine's even though both others are held by a holder that
 /// the restart may have cost its lock.
 #[test]
 fn a_quarantine_that_leaves_no_quorum_is_named_though_the_others_are_busy() {
-    let mut servers = Servers::start(4);
-    // Taken on all four with the quarantine off: this test has just started the servers.
-    let a = acquire_json(&mut servers.lockctl(), "q4", &["--ttl", "30s"]);
-    servers[2].restart_empty();
-    servers[3].restart_empty();
-    let mut c = servers.lockctl();
-    c.env_remove("LOCKCTL_QUARANTINE");
-    let o = run(c.args(["acquire", "q4", "-n", "--ttl", "30s"]));
+    let (servers, a, o) = held_then_the_last_two_restarted(4, "q4");
     let err = stderr(&o);
     assert_eq!(code(&o), 75, "{err}");
     assert!(
@@ -485,14 +495,7 @@ fn a_quarantine_that_leaves_no_quorum_is_named_though_the_others_are_busy() {
 /// quorum whatever the two said: busy, held by the holder.
 #[test]
 fn a_quarantine_that_changes_nothing_is_not_blamed() {
-    let mut servers = Servers::start(5);
-    // Taken on all five with the quarantine off: this test has just started the servers.
-    let a = acquire_json(&mut servers.lockctl(), "q5", &["--ttl", "30s"]);
-    servers[3].restart_empty();
-    servers[4].restart_empty();
-    let mut c = servers.lockctl();
-    c.env_remove("LOCKCTL_QUARANTINE");
-    let o = run(c.args(["acquire", "q5", "-n", "--ttl", "30s"]));
+    let (servers, a, o) = held_then_the_last_two_restarted(5, "q5");
     let err = stderr(&o);
     assert_eq!(code(&o), 75, "{err}");
     assert!(
