@@ -112,7 +112,10 @@ pub(crate) const RELEASE_LUA: &str = concat!(
     include_str!("scripts/release.lua")
 );
 pub(crate) const RENEW_LUA: &str = include_str!("scripts/renew.lua");
-pub(crate) const STATUS_LUA: &str = include_str!("scripts/status.lua");
+pub(crate) const STATUS_LUA: &str = concat!(
+    include_str!("scripts/front.lua"),
+    include_str!("scripts/status.lua")
+);
 pub(crate) const BREAK_LUA: &str = concat!(
     include_str!("scripts/front.lua"),
     include_str!("scripts/break.lua")

@@ -837,8 +837,6 @@ pub const ACL_RULES: &str = "~lockctl:* ~{lockctl:* ~{*}?lockctl:* &lockctl:* &{
     +config|get +exists +hget +hdel +zadd +zrem +zrange +zrangebyscore +zrank +zscore +zcount +zcard \
     +pubsub|numsub";
 
-/// When a node answered but refuses, what to fix; `None` for everything else. These replies come
-/// back the same until someone changes the setup, so they exit 78 rather than 69.
 /// A script's text without its comment lines, for what goes out without waiting. A waiter that
 /// stops during a node's stall leaves behind, on one connection, its last attempt, a rollback and
 /// its leave, and the server runs them when it resumes; the connection is closed by then, and the
@@ -855,6 +853,8 @@ fn compact(source: &str) -> String {
         .collect()
 }
 
+/// When a node answered but refuses, what to fix; `None` for everything else. These replies come
+/// back the same until someone changes the setup, so they exit 78 rather than 69.
 fn refusal(e: &RedisError, text: &str) -> Option<String> {
     let code = e.code().unwrap_or("");
     let fix = if e.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
@@ -1311,6 +1311,8 @@ mod tests {
 
     /// What a waiter stopped during a stall leaves on one connection (an attempt by EVALSHA with its
     /// arguments, a rollback, a leave) must fit in the server's first read of it (see `compact`).
+    /// The scripts leave 2 KB for the keys and arguments: enough for names and prefixes of up to
+    /// about 200 bytes; longer ones lose the leave (`tests/queue_review5.rs`, ignored).
     #[test]
     fn a_rollback_and_a_leave_fit_in_one_read() {
         let blind = compact(crate::lock::RELEASE_LUA).len() + compact(crate::lock::LEAVE_LUA).len();

@@ -1,5 +1,6 @@
--- Put before the scripts that read and change the queue (acquire, release, leave, break): a script
--- cannot call another, so the functions they share are prepended to each (src/lock/mod.rs).
+-- Put before the scripts that read and change the queue (acquire, release, leave, break) and before
+-- status, which shows it as they will leave it: a script cannot call another, so the functions they
+-- share are prepended to each (src/lock/mod.rs).
 -- The waiters now in the first `window` places of `queue` whose expiry in `alive` is further than
 -- their front lifetime from `now_ms` (they heartbeated from further back, less often) get it brought
 -- down to that and are woken on their own channel, so that a live one heartbeats at once and a dead
@@ -42,6 +43,19 @@ local function listens(prefix, w)
   local subs = redis.pcall('PUBSUB', 'NUMSUB', prefix .. '\031' .. w)
   return type(subs) ~= 'table' or subs.err ~= nil or subs[2] > 0
 end
+-- Where waiter `w`, whose expiry passed since this node's last look at the queue (`last`), stands
+-- after what may have been a stall of the node (keep_time, below): a front lifetime from now, or
+-- nil when it is to be dropped.
+local function moved_expiry(waiters, w, expiry, last, now_ms, lifetime, prefix)
+  local ok, rec = pcall(cjson.decode, redis.call('HGET', waiters, w) or '')
+  rec = ok and type(rec) == 'table' and rec or {}
+  local beat = tonumber(rec.beat)
+  local could_hear = beat and last >= expiry - 2 * beat
+  if expiry % 1 ~= 0.5 and not could_hear and listens(prefix, w) then
+    return now_ms + (tonumber(rec.front) or lifetime)
+  end
+  return nil
+end
 -- The node's own stall (SIGSTOP of the server, a paused VM): `seen` keeps the server time of the
 -- last script that looked at the queue, with the queue's TTL. A waiter whose expiry passed since then
 -- may have been kept from beating by this node, not by its own death: nothing ran here to hear it.
@@ -61,13 +75,9 @@ local function keep_time(queue, alive, waiters, seen, now_ms, lifetime, prefix, 
   if last and now_ms > last then
     local due = redis.call('ZRANGEBYSCORE', alive, '(' .. last, now_ms, 'WITHSCORES')
     for i = 1, #due, 2 do
-      local w, expiry = due[i], tonumber(due[i + 1])
-      local ok, rec = pcall(cjson.decode, redis.call('HGET', waiters, w) or '')
-      rec = ok and type(rec) == 'table' and rec or {}
-      local beat = tonumber(rec.beat)
-      local could_hear = beat and last >= expiry - 2 * beat
-      if expiry % 1 ~= 0.5 and not could_hear and listens(prefix, w) then
-        local until_ms = now_ms + (tonumber(rec.front) or lifetime)
+      local w = due[i]
+      local until_ms = moved_expiry(waiters, w, tonumber(due[i + 1]), last, now_ms, lifetime, prefix)
+      if until_ms then
         redis.call('ZADD', alive, 'XX', string.format('%.1f', until_ms + 0.5), w)
         if w ~= except then
           redis.call('PUBLISH', prefix .. '\031' .. w, 'moved')

@@ -12,7 +12,7 @@
 -- died stops being listed at once, although its entry stays until it reaches the front (acquire.lua
 -- brings its expiry down there) or its expiry passes. A waiter whose expiry passed since the last
 -- script that looked at the queue (`seen`: this node may have stalled) is shown as the next script
--- will keep it (front.lua, keep_time): moved to a front lifetime from now, once, if it still
+-- will keep it (front.lua, keep_time, moved_expiry): moved to a front lifetime from now, once, if it still
 -- listens and no script ran here within two of its front heartbeats before that expiry.
 local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
 local limit = tonumber(redis.call('GET', KEYS[4]) or '')
@@ -28,27 +28,19 @@ local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local lifetime = tonumber(ARGV[4])
 local last = tonumber(redis.call('GET', KEYS[8]) or '')
-local function listens(w)
-  -- An ACL user without `+pubsub|numsub` gets the error back, and the waiter is listed.
-  local subs = redis.pcall('PUBSUB', 'NUMSUB', ARGV[3] .. '\031' .. w)
-  return type(subs) ~= 'table' or subs.err ~= nil or subs[2] > 0
-end
 local waiters = {}
 local queue = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
 for i = 1, #queue, 2 do
   local expiry = tonumber(redis.call('ZSCORE', KEYS[6], queue[i]))
   local listed = expiry and expiry > now_ms
-  if not listed and expiry and last and expiry > last and expiry % 1 ~= 0.5 then
-    local ok, rec = pcall(cjson.decode, redis.call('HGET', KEYS[7], queue[i]) or '')
-    rec = ok and type(rec) == 'table' and rec or {}
-    local beat = tonumber(rec.beat)
-    if not (beat and last >= expiry - 2 * beat) then
-      listed = listens(queue[i])
-      expiry = now_ms + (tonumber(rec.front) or lifetime)
+  if not listed and expiry and last and expiry > last then
+    local moved = moved_expiry(KEYS[7], queue[i], expiry, last, now_ms, lifetime, ARGV[3])
+    if moved then
+      listed, expiry = true, moved
     end
   end
   if listed and expiry > now_ms + lifetime then
-    listed = listens(queue[i])
+    listed = listens(ARGV[3], queue[i])
   end
   if listed then
     table.insert(waiters, queue[i])
