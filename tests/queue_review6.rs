@@ -3,12 +3,13 @@
 //! `node.rs` `send_only`). Real servers, real signals, loopback TCP.
 //!
 //! What breaks:
-//! - a node killed -9 over TCP while the waiter keeps its connection: `send_only` writes the leave
-//!   into the socket's send buffer, which succeeds (the peer's FIN only closes its side; the RST
-//!   comes after the write), so the leave counts as sent, though no server will ever run it, and
-//!   the waiter says "nothing was left in Redis" of a place it could not withdraw. The killed
-//!   node kept the entry in its AOF and has it again when it restarts (Redlock 3, one node
-//!   killed; with one node the waiter's own heartbeat often finds the dead node first).
+//! - a node killed -9 over TCP while the waiter keeps its connection: `send_only` (`node.rs:738`)
+//!   counts the leave as sent once it is written into the socket's send buffer, which succeeds
+//!   (the peer's FIN closes only its side; the RST comes after the write), so `interrupted`
+//!   (`mod.rs:613`) finds nothing missed and the waiter says "nothing was left in Redis". The
+//!   killed node kept the entry in its AOF and has it again when it restarts (one node, and
+//!   Redlock 3 with one node killed). Over a unix socket the write fails (EPIPE) and the waiter
+//!   says so (3 of 3 by hand).
 
 mod support;
 
