@@ -6,7 +6,7 @@
 //! - a node killed -9 over TCP while the waiter keeps its connection: `send_only` (`node.rs:738`)
 //!   counts the leave as sent once it is written into the socket's send buffer, which succeeds
 //!   (the peer's FIN closes only its side; the RST comes after the write), so `interrupted`
-//!   (`mod.rs:613`) finds nothing missed and the waiter says "nothing was left in Redis". The
+//!   (`mod.rs:616`) finds nothing missed and the waiter says "nothing was left in Redis". The
 //!   killed node kept the entry in its AOF and has it again when it restarts (one node, and
 //!   Redlock 3 with one node killed). Over a unix socket the write fails (EPIPE) and the waiter
 //!   says so (3 of 3 by hand).
