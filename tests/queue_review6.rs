@@ -56,8 +56,6 @@ fn signalled_after_a_kill(servers: &mut [Server], victim: usize, name: &str) -> 
         });
         assert!(ok, "the waiter did not queue");
     }
-    // Right after a heartbeat, so that the next one (a second later at the front) does not see
-    // the dead node before the signal.
     std::thread::sleep(Duration::from_millis(1200));
     // The waiter is held still across the kill, so that the signal, not the dead node's closed
     // connection, is what it sees first when it runs again.
