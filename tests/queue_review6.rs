@@ -74,9 +74,13 @@ fn signalled_after_a_kill(servers: &mut [Server], victim: usize, name: &str) -> 
     (code(&o), said)
 }
 
-/// Docs (CONTRACT, signals; `mod.rs` `interrupted`): a signalled waiter says when its place could
-/// not be withdrawn on a node. A node killed -9 over TCP, with the waiter's connection still open,
-/// takes the leave into the dead socket's buffer: nothing will run it, yet nothing is said.
+/// Docs (CONTRACT, signals; `mod.rs` `interrupted`): a signalled waiter says what it knows of its
+/// leave. A node killed -9 over TCP, with the waiter's connection still open, takes the leave into
+/// the dead socket's buffer: nothing will run it, yet the waiter said "nothing was left in Redis"
+/// (3 of 3 runs of five rounds). The leave goes out without waiting for the answers, so the waiter
+/// cannot tell which node missed it; it now says its place was given up unconfirmed (or, where the
+/// write itself failed, on how many nodes it could not be withdrawn), and never that nothing was
+/// left.
 #[test]
 fn a_waiter_signalled_after_its_only_node_was_killed_says_its_place_was_not_withdrawn() {
     // The quarantine is off for this server the test started itself; no lockctl runs after its
@@ -88,7 +92,9 @@ fn a_waiter_signalled_after_its_only_node_was_killed_says_its_place_was_not_with
         let (code, said) = signalled_after_a_kill(&mut servers, 0, &format!("r6-one-{round}"));
         assert_eq!(code, 143, "{said}");
         assert!(
-            said.contains("could not be withdrawn on 1 of 1 node(s)"),
+            !said.contains("nothing was left")
+                && (said.contains("given up without waiting for the answer")
+                    || said.contains("could not be withdrawn on 1 of 1 node(s)")),
             "round {round}: the leave never reached the killed node, but the waiter did not say \
              so: {said}"
         );
@@ -106,7 +112,9 @@ fn a_redlock_waiter_signalled_after_a_node_was_killed_says_its_place_was_not_wit
         let (code, said) = signalled_after_a_kill(&mut servers, 1, &name);
         assert_eq!(code, 143, "{said}");
         assert!(
-            said.contains("could not be withdrawn on 1 of 3 node(s)"),
+            !said.contains("nothing was left")
+                && (said.contains("given up without waiting for the answer")
+                    || said.contains("could not be withdrawn on 1 of 3 node(s)")),
             "round {round}: the leave never reached the killed node, but the waiter did not say \
              so: {said}"
         );

@@ -608,22 +608,37 @@ impl Engine {
         }
     }
 
-    /// A waiter stopped by `signal`: it leaves the queue without waiting for the answers, and says
-    /// so if a node could not even be sent its leave (a stopped server over TLS, where no
-    /// handshake completes): its entry there goes when its expiry passes.
+    /// A waiter stopped by `signal`: it leaves the queue without waiting for the answers (its exit
+    /// must not wait for Redis), so it cannot know that every node got the leave: a node killed -9
+    /// over TCP takes it into a dead socket's buffer. It says what it knows: nothing was left when
+    /// it never queued; otherwise on how many nodes its place could not even be sent (no
+    /// connection: a stopped server over TLS, where no handshake completes) and that the rest went
+    /// unconfirmed; a node that did not get it drops the entry when its expiry passes.
     fn interrupted(&mut self, keys: &LockKeys, place: &queue::Place, signal: i32) -> LockError {
+        if !(place.queued || place.sent) {
+            return LockError::Interrupted(signal, None);
+        }
         let all = vec![true; self.nodes.len()];
         let missed = self.leave(keys, place, &all, true);
-        let kept = (missed > 0).then(|| {
-            let front = self.front_lifetime();
+        let within = humantime::format_duration(Duration::from_secs(
+            self.front_lifetime().as_secs_f64().ceil() as u64,
+        ));
+        let given_up = if missed > 0 {
             format!(
                 "its place in the queue could not be withdrawn on {missed} of {} node(s) (no \
-                 connection); it is dropped there within about {} of its last heartbeat",
-                self.nodes.len(),
-                humantime::format_duration(Duration::from_secs(front.as_secs_f64().ceil() as u64))
+                 connection)",
+                self.nodes.len()
             )
-        });
-        LockError::Interrupted(signal, kept)
+        } else {
+            "its place in the queue was given up without waiting for the answer".to_string()
+        };
+        LockError::Interrupted(
+            signal,
+            Some(format!(
+                "{given_up}; a node that did not get it (one that died meanwhile) drops it within \
+                 about {within} of its last heartbeat"
+            )),
+        )
     }
 
     /// The error for an attempt that was refused at the deadline: unavailable when too few nodes
