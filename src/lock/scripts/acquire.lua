@@ -134,6 +134,10 @@ if #dead > 0 then
   redis.call('ZREM', KEYS[5], unpack(dead))
   redis.call('ZREM', KEYS[6], unpack(dead))
   redis.call('HDEL', KEYS[7], unpack(dead))
+  if redis.call('ZCARD', KEYS[5]) == 0 then
+    -- Nobody waits any more: the rest goes now, not at the end of the keys' floor.
+    redis.call('DEL', KEYS[8], KEYS[10])
+  end
 end
 
 -- Limit: every client of a name must use the same N, holder or waiter. The `limit` key records it
@@ -264,9 +268,14 @@ if ahead >= free or not pick or quarantined then
       interval = math.min(interval, alive_ms / 3)
     end
     redis.call('ZADD', KEYS[6], now_ms + 3 * interval + slack, id)
-    -- The queue's keys outlive the longest expiry by a front lifetime, and go with the last waiter.
+    -- The queue's keys outlive the longest expiry by a front lifetime (`live`), and never less than
+    -- a waiter far back lives (three of the longest intervals and the slack) and a front lifetime:
+    -- Redis expires them by the wall clock, also while this node is stopped, and a stall that
+    -- outlived them would lose the order (docs/queue.md, "A node that stalls"). They go with the
+    -- last waiter, or when a script drops it.
     local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
-    local keep = math.max(tonumber(last[2]) - now_ms, 0) + front_ms
+    local live = math.max(tonumber(last[2]) - now_ms, 0) + front_ms
+    local keep = math.max(live, 3 * longest + slack + front_ms)
     for _, i in ipairs({5, 6, 7, 8, 10}) do
       redis.call('PEXPIRE', KEYS[i], keep)
     end
@@ -275,9 +284,10 @@ if ahead >= free or not pick or quarantined then
       -- to keep the time by, and a stall right after would otherwise find no `seen`.
       redis.call('SET', KEYS[10], now_ms, 'NX', 'PX', keep)
     end
-    if limit > 1 and redis.call('PTTL', KEYS[4]) < keep then
-      -- The limit outlives the waiters' heartbeats too, so a client with another limit is told.
-      redis.call('SET', KEYS[4], limit, 'PX', keep)
+    if limit > 1 and redis.call('PTTL', KEYS[4]) < live then
+      -- The limit outlives the waiters' heartbeats too, so a client with another limit is told
+      -- (not the floor: after a stall the waiters' records still say it).
+      redis.call('SET', KEYS[4], limit, 'PX', live)
     end
   else
     ticket = ''

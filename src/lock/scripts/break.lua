@@ -54,6 +54,10 @@ if #broken > 0 then
     redis.call('ZREM', KEYS[4], unpack(dead))
     redis.call('ZREM', KEYS[5], unpack(dead))
     redis.call('HDEL', KEYS[6], unpack(dead))
+    if redis.call('ZCARD', KEYS[4]) == 0 then
+      -- Nobody waits any more: `seen` goes now, not at the end of the keys' floor (acquire.lua).
+      redis.call('DEL', KEYS[7])
+    end
     clamp_front(KEYS[4], KEYS[5], KEYS[6], (limit or 1) + 1, now_ms, tonumber(ARGV[5]), ARGV[4])
   end
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do

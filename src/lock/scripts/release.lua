@@ -70,6 +70,10 @@ if #dead > 0 then
   redis.call('ZREM', KEYS[4], unpack(dead))
   redis.call('ZREM', KEYS[5], unpack(dead))
   redis.call('HDEL', KEYS[6], unpack(dead))
+  if redis.call('ZCARD', KEYS[4]) == 0 then
+    -- Nobody waits any more: `seen` goes now, not at the end of the keys' floor (acquire.lua).
+    redis.call('DEL', KEYS[7])
+  end
   clamp_front(KEYS[4], KEYS[5], KEYS[6], (n or 1) + 1, now_ms, tonumber(ARGV[6]), ARGV[5])
 end
 for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
