@@ -68,22 +68,123 @@ fn a_ten_second_stall_keeps_the_arrival_order() {
     in_order_every_round(6, &["1", "2", "3"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
         let s = Server::start();
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("order");
-        let name = format!("long{round}");
-        let o = run(lockctl_on(&s).args(["acquire", &name, "--ttl", "3s"]));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-        let kids = support::queue::queue_in_order(&[&s], &name, &file, 3, || lockctl_on(&s));
-        std::thread::sleep(Duration::from_millis(1500));
-        let queue_ttl: i64 = s.cmd(&["PTTL", &queue_key(&name)]);
-        let seen_ttl: i64 = s.cmd(&["PTTL", &seen_key(&name)]);
-        s.pause();
-        std::thread::sleep(Duration::from_secs(10));
-        s.resume();
-        all_succeed(kids);
-        eprintln!("round {round}: queue ttl {queue_ttl} ms, seen ttl {seen_ttl} ms");
-        order(&file)
+        ten_second_stall(&[&s], &format!("long{round}"), round, || lockctl_on(&s))
     });
+}
+
+/// The same on Redlock 3, all nodes stopped together: each node keeps its queue and `seen` through
+/// the stall and decides alone at its resume.
+#[test]
+fn a_ten_second_stall_of_every_node_keeps_the_arrival_order_on_redlock() {
+    in_order_every_round(3, &["1", "2", "3"], |round| {
+        // Never restarted: the quarantine is off for these servers the test started itself.
+        let s = Servers::start(3);
+        let nodes: Vec<&Server> = s.0.iter().collect();
+        ten_second_stall(&nodes, &format!("rlong{round}"), round, || s.lockctl())
+    });
+}
+
+/// A holder with a 3 s lease and three waiters queued in order behind it; every node in `nodes` is
+/// stopped for 10 s (the lease ends during the stall); returns the order the waiters were served in.
+fn ten_second_stall(
+    nodes: &[&Server],
+    name: &str,
+    round: usize,
+    lockctl: impl Fn() -> Command,
+) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(lockctl().args(["acquire", name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let kids = support::queue::queue_in_order(nodes, name, &file, 3, &lockctl);
+    std::thread::sleep(Duration::from_millis(1500));
+    let queue_ttl: i64 = nodes[0].cmd(&["PTTL", &queue_key(name)]);
+    let seen_ttl: i64 = nodes[0].cmd(&["PTTL", &seen_key(name)]);
+    for s in nodes {
+        s.pause();
+    }
+    std::thread::sleep(Duration::from_secs(10));
+    for s in nodes {
+        s.resume();
+    }
+    all_succeed(kids);
+    eprintln!("round {round}: queue ttl {queue_ttl} ms, seen ttl {seen_ttl} ms");
+    order(&file)
+}
+
+/// Docs (queue.md, "Keys" and "A node that stalls"): the queue's keys live at least a far-back
+/// lifetime and a front lifetime after the last heartbeat (95 s with the default node timeout), so
+/// that a stall shorter than that keeps the order; a queue whose waiters all died (SIGKILL: no
+/// leave, and nothing runs a script on it afterwards) must still leave nothing behind after that
+/// bound, and `status` must not list the dead meanwhile. One node and Redlock 3.
+fn an_abandoned_queue_leaves_no_key_after_the_floor(
+    nodes: &[&Server],
+    lockctl: impl Fn() -> Command,
+) {
+    let name = "abandoned";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = support::queue::hold(&mut lockctl(), name);
+    let kids = support::queue::queue_in_order(nodes, name, &file, 3, &lockctl);
+    // Each waiter's attempt after it subscribed (its last heartbeat here).
+    std::thread::sleep(Duration::from_secs(1));
+    for k in &kids {
+        kill(k.id() as i32, libc::SIGKILL);
+    }
+    let killed = Instant::now();
+    for k in kids {
+        support::queue::finish_off(k);
+    }
+    // The release runs a script on the queue while the dead waiters' expiries are still ahead:
+    // nothing is dropped, and nothing runs on the queue after it.
+    let o = run(lockctl().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for s in nodes {
+        let ttl: i64 = s.cmd(&["PTTL", &queue_key(name)]);
+        // Set at the waiters' last heartbeats: 90 s, 1 s of slack and a 4 s front lifetime.
+        assert!(
+            ttl > 60_000 && ttl <= 95_000,
+            "the queue's TTL after the kill: {ttl} ms"
+        );
+    }
+    // Their expiries pass within 7 s of their last heartbeats (the third waiter's interval is
+    // 2 s), and their subscriptions ended with them.
+    std::thread::sleep(Duration::from_secs(9));
+    let o = run(lockctl().args(["status", name, "--format", "json"]));
+    let st: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("status json");
+    assert_eq!(st["waiters"], serde_json::json!([]), "{st}");
+    let bound = Duration::from_secs(95);
+    let gone = eventually(Duration::from_secs(130), || {
+        nodes
+            .iter()
+            .all(|s| s.keys().iter().all(|k| k.ends_with("\u{1f}fence")))
+    });
+    let took = killed.elapsed();
+    let left: Vec<Vec<String>> = nodes.iter().map(|s| s.keys()).collect();
+    assert!(
+        gone,
+        "keys left 130 s after the waiters were killed: {left:?}"
+    );
+    eprintln!("the abandoned queue's keys were gone {took:?} after the kill");
+    assert!(
+        took <= bound + Duration::from_secs(10),
+        "the abandoned queue's keys lived {took:?} after the kill (bound: {bound:?} after the last heartbeat)"
+    );
+}
+
+#[test]
+fn an_abandoned_queue_leaves_no_key_after_the_floor_on_one_node() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    an_abandoned_queue_leaves_no_key_after_the_floor(&[&s], || lockctl_on(&s));
+}
+
+#[test]
+fn an_abandoned_queue_leaves_no_key_after_the_floor_on_redlock() {
+    // Never restarted: the quarantine is off for these servers the test started itself.
+    let s = Servers::start(3);
+    let nodes: Vec<&Server> = s.0.iter().collect();
+    an_abandoned_queue_leaves_no_key_after_the_floor(&nodes, || s.lockctl());
 }
 
 /// Docs (queue.md, "Liveness"): a dead waiter delays the next one by at most about 5 s when its
@@ -349,4 +450,60 @@ fn a_moved_head_is_dropped_within_a_front_lifetime_on_redlock() {
     let s = Servers::start(3);
     let nodes: Vec<&Server> = s.0.iter().collect();
     moved_head_dropped_within_a_front_lifetime(&nodes, || s.lockctl());
+}
+
+/// A waiter for `name` queued behind the holder, then SIGKILLed, and given time for its expiry (a
+/// front lifetime, 4 s, from its last heartbeat) to pass: it is dead in the queue, not yet dropped.
+fn a_dead_waiter(s: &Server, name: &str, file: &std::path::Path) {
+    let k = waiter(&mut lockctl_on(s), name, file, "dead", &[]);
+    support::queue::wait_queued(s, name, 1);
+    // Its attempt after it subscribed.
+    std::thread::sleep(Duration::from_secs(1));
+    kill(k.id() as i32, libc::SIGKILL);
+    support::queue::finish_off(k);
+    std::thread::sleep(Duration::from_secs(6));
+}
+
+/// The queue's keys of `name` left on `s` (the lock's own keys and the fence counter aside).
+fn queue_keys_left(s: &Server, name: &str) -> Vec<String> {
+    let prefix = format!("{{lockctl:{name}}}\u{1f}");
+    s.keys()
+        .into_iter()
+        .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string))
+        .filter(|k| !["fence", "holder"].contains(&k.as_str()))
+        .collect()
+}
+
+/// Docs (queue.md, "Keys"): the queue's keys live at least 95 s after the last heartbeat (the
+/// floor), but a script that drops the last waiter does not leave them to that: an attempt with
+/// `-n` on a held lock takes every one along, a release or a break all but the ticket counter
+/// (their scripts are not given it; it goes with its TTL).
+#[test]
+fn a_script_that_drops_the_last_waiter_takes_the_queue_keys_along() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let name = "emptied";
+    let token = support::queue::hold(&mut lockctl_on(&s), name);
+    a_dead_waiter(&s, name, &file);
+    assert!(
+        !queue_keys_left(&s, name).is_empty(),
+        "the dead waiter's keys went early"
+    );
+    let o = run(lockctl_on(&s).args(["acquire", name, "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert_eq!(queue_keys_left(&s, name), Vec::<String>::new(), "after -n");
+
+    a_dead_waiter(&s, name, &file);
+    let o = run(lockctl_on(&s).args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(queue_keys_left(&s, name), ["tickets"], "after the release");
+
+    let _ = support::queue::hold(&mut lockctl_on(&s), name);
+    a_dead_waiter(&s, name, &file);
+    let o = run(lockctl_on(&s).args(["break", name, "--yes"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(queue_keys_left(&s, name), ["tickets"], "after the break");
+    assert!(order(&file).is_empty(), "a killed waiter ran");
 }
