@@ -92,41 +92,57 @@ fn a_sixty_second_stall_of_one_node_keeps_the_arrival_order_on_redlock() {
 /// SIGKILLed; the first slot is released at once (the waiter's expiry is still ahead: it stays
 /// queued), then the waiter's expiry passes (a front lifetime, 4 s, after its last heartbeat) with
 /// no script run on the queue. Returns the second holder's token.
-fn a_semaphore_with_a_dead_waiter(s: &Server, name: &str) -> String {
+fn a_semaphore_with_a_dead_waiter(
+    nodes: &[&Server],
+    name: &str,
+    lockctl: impl Fn() -> Command,
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
     let hold = |who| {
-        let o = run(lockctl_on(s).args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
+        let o = run(lockctl().args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
         assert_eq!(code(&o), 0, "{who}: {}", stderr(&o));
         stdout(&o)
     };
     let first = hold("first");
     let second = hold("second");
-    let w = support::queue::waiter(&mut lockctl_on(s), name, &file, "dead", &["--limit", "2"]);
-    support::queue::wait_queued(s, name, 1);
+    let w = support::queue::waiter(&mut lockctl(), name, &file, "dead", &["--limit", "2"]);
+    for s in nodes {
+        support::queue::wait_queued(s, name, 1);
+    }
     // Its attempt after it subscribed.
     std::thread::sleep(Duration::from_secs(1));
     kill(w.id() as i32, libc::SIGKILL);
     support::queue::finish_off(w);
-    let o = run(lockctl_on(s).args(["release", name, "--token", &first]));
+    let o = run(lockctl().args(["release", name, "--token", &first]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let queued: u64 = s.cmd(&["ZCARD", &queue_key(name)]);
-    assert_eq!(queued, 1, "the dead waiter went before its expiry");
+    for s in nodes {
+        let queued: u64 = s.cmd(&["ZCARD", &queue_key(name)]);
+        assert_eq!(queued, 1, "the dead waiter went before its expiry");
+    }
     std::thread::sleep(Duration::from_secs(6));
     assert!(order(&file).is_empty(), "a killed waiter ran");
     second
 }
 
-/// What is left of `name` on `s` once nothing is held and nobody waits: a plain `acquire -n` must
-/// be granted (exit 0), and `status` must not show a limit.
-fn nothing_held_nobody_waits(s: &Server, name: &str, after: &str) {
+/// What is left of `name` once nothing is held and nobody waits: a plain `acquire -n` must be
+/// granted (exit 0), and `status` must list no waiter.
+fn nothing_held_nobody_waits(
+    nodes: &[&Server],
+    name: &str,
+    after: &str,
+    lockctl: impl Fn() -> Command,
+) {
     let limit_key = format!("{{lockctl:{name}}}\u{1f}limit");
-    let pttl: i64 = s.cmd(&["PTTL", &limit_key]);
-    let o = run(lockctl_on(s).args(["status", name, "--format", "json"]));
+    let pttl: Vec<i64> = nodes.iter().map(|s| s.cmd(&["PTTL", &limit_key])).collect();
+    let o = run(lockctl().args(["status", name, "--format", "json"]));
     let st: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("status json");
-    eprintln!("after {after}: limit key pttl {pttl} ms; status {st}");
+    eprintln!(
+        "after {after}: limit key pttl {pttl:?} ms; status: state {}, limit {}, waiters {}",
+        st["state"], st["limit"], st["waiters"]
+    );
     assert_eq!(st["waiters"], serde_json::json!([]), "{st}");
-    let o = run(lockctl_on(s).args(["acquire", name, "-n", "--ttl", "5s"]));
+    let o = run(lockctl().args(["acquire", name, "-n", "--ttl", "5s"]));
     assert_eq!(
         code(&o),
         0,
@@ -148,10 +164,23 @@ fn the_last_release_forgets_the_limit_when_it_drops_the_last_waiter() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
     let name = "pool_release";
-    let second = a_semaphore_with_a_dead_waiter(&s, name);
+    let second = a_semaphore_with_a_dead_waiter(&[&s], name, || lockctl_on(&s));
     let o = run(lockctl_on(&s).args(["release", name, "--token", &second]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    nothing_held_nobody_waits(&s, name, "the last release");
+    nothing_held_nobody_waits(&[&s], name, "the last release", || lockctl_on(&s));
+}
+
+/// The same on Redlock 3: every node keeps the key.
+#[test]
+fn the_last_release_forgets_the_limit_when_it_drops_the_last_waiter_on_redlock() {
+    // Never restarted: the quarantine is off for these servers the test started itself.
+    let s = Servers::start(3);
+    let nodes: Vec<&Server> = s.0.iter().collect();
+    let name = "rpool_release";
+    let second = a_semaphore_with_a_dead_waiter(&nodes, name, || s.lockctl());
+    let o = run(s.lockctl().args(["release", name, "--token", &second]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    nothing_held_nobody_waits(&nodes, name, "the last release", || s.lockctl());
 }
 
 /// The same through `break` (break.lua:32 checks the queue before break.lua:52 drops the dead).
@@ -160,8 +189,8 @@ fn a_break_forgets_the_limit_when_it_drops_the_last_waiter() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
     let name = "pool_break";
-    let _second = a_semaphore_with_a_dead_waiter(&s, name);
+    let _second = a_semaphore_with_a_dead_waiter(&[&s], name, || lockctl_on(&s));
     let o = run(lockctl_on(&s).args(["break", name, "--yes"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    nothing_held_nobody_waits(&s, name, "the break");
+    nothing_held_nobody_waits(&[&s], name, "the break", || lockctl_on(&s));
 }
