@@ -266,3 +266,46 @@ fn a_plain_attempt_that_drops_the_last_waiter_is_not_refused_by_its_limit() {
     let _second = a_semaphore_with_a_dead_waiter(&[&s], name, true, || lockctl_on(&s));
     nothing_held_nobody_waits(&[&s], name, "the releases", || lockctl_on(&s));
 }
+
+/// Docs (queue.md, "How long a stall is covered"): with the floor, a queue whose only waiter is
+/// stopped outlives a quiet minute, and its first script after it takes the gap for a possible
+/// stall of the node and moves the stopped waiter once; "a newcomer after a quiet spell of up to
+/// 95 s behind a stopped waiter waits about a front lifetime and a heartbeat". Checked with 30 s
+/// as the generous bound, and the stopped waiter, resumed after the newcomer was served, is
+/// served after it.
+#[test]
+fn a_newcomer_after_a_quiet_minute_behind_a_stopped_waiter_is_served_soon() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let name = "quiet";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(lockctl_on(&s).args(["acquire", name, "--ttl", "120s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let token = stdout(&o);
+    let stopped = support::queue::waiter(&mut lockctl_on(&s), name, &file, "stopped", &[]);
+    support::queue::wait_queued(&s, name, 1);
+    std::thread::sleep(Duration::from_secs(1));
+    kill(stopped.id() as i32, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(60));
+    let ttl: i64 = s.cmd(&["PTTL", &queue_key(name)]);
+    let newcomer = support::queue::waiter(&mut lockctl_on(&s), name, &file, "newcomer", &[]);
+    support::queue::wait_queued(&s, name, 2);
+    let released = std::time::Instant::now();
+    let o = run(lockctl_on(&s).args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(newcomer, Duration::from_secs(60));
+    let took = released.elapsed();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    kill(stopped.id() as i32, libc::SIGCONT);
+    let o = wait_output(stopped, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    eprintln!(
+        "queue ttl after the quiet minute {ttl} ms; the newcomer served {took:?} after the release"
+    );
+    assert_eq!(order(&file), ["newcomer", "stopped"]);
+    assert!(
+        took < Duration::from_secs(30),
+        "the newcomer waited {took:?} for a stopped waiter"
+    );
+}
