@@ -309,3 +309,42 @@ fn a_newcomer_after_a_quiet_minute_behind_a_stopped_waiter_is_served_soon() {
         "the newcomer waited {took:?} for a stopped waiter"
     );
 }
+
+/// The same through a leave: a `--limit 2` waiter is stopped, both slots are released meanwhile
+/// (each release keeps the key: a waiter is queued), and the waiter is SIGTERMed as it resumes.
+/// When it ends, nothing is held and nobody waits; the key must not outlive that (leave.lua:16
+/// deletes the queue's other keys, not `limit`). The waiter ends 143 every time; whether its leave
+/// runs before an attempt that takes a slot (whose release then deletes the key) is a race: the key
+/// stayed (58.7-59.0 s left, plain `acquire -n` exit 2) in 7 runs of 13.
+#[test]
+fn a_semaphore_whose_last_waiter_leaves_after_the_last_release_forgets_its_limit() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let name = "pool_leave";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let hold = || {
+        let o = run(lockctl_on(&s).args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        stdout(&o)
+    };
+    let tokens = [hold(), hold()];
+    let w = support::queue::waiter(&mut lockctl_on(&s), name, &file, "late", &["--limit", "2"]);
+    support::queue::wait_queued(&s, name, 1);
+    std::thread::sleep(Duration::from_secs(1));
+    kill(w.id() as i32, libc::SIGSTOP);
+    for t in &tokens {
+        let o = run(lockctl_on(&s).args(["release", name, "--token", t]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    kill(w.id() as i32, libc::SIGTERM);
+    kill(w.id() as i32, libc::SIGCONT);
+    let o = wait_output(w, Duration::from_secs(60));
+    eprintln!(
+        "the waiter: {:?} {}; ran: {:?}",
+        o.status,
+        stderr(&o),
+        order(&file)
+    );
+    nothing_held_nobody_waits(&[&s], name, "the waiter ended", || lockctl_on(&s));
+}
