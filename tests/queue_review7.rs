@@ -315,7 +315,7 @@ fn a_newcomer_after_a_quiet_minute_behind_a_stopped_waiter_is_served_soon() {
 /// When it ends, nothing is held and nobody waits; the key must not outlive that (leave.lua:16
 /// deletes the queue's other keys, not `limit`). The waiter ends 143 every time; whether its leave
 /// runs before an attempt that takes a slot (whose release then deletes the key) is a race: the key
-/// stayed (58.7-59.0 s left, plain `acquire -n` exit 2) in 7 runs of 13.
+/// stayed (58.7-59.0 s left, plain `acquire -n` exit 2) in 8 runs of 14.
 #[test]
 fn a_semaphore_whose_last_waiter_leaves_after_the_last_release_forgets_its_limit() {
     // Never restarted: the quarantine is off for this server the test started itself.
