@@ -45,6 +45,7 @@ fn stall(
 /// Docs (queue.md, "How long a stall is covered"): "a stall of up to about 93 s keeps the order".
 /// The stall tests here held: 94.3-94.5 s left on the keys at the stop, in order in every run.
 #[test]
+#[ignore = "long (70 s), run by hand with --ignored: the 88 s stall on Redlock 3 below runs in every suite, the ten-second stalls of queue_review4.rs hold the rule and its floor is read there (PTTL)"]
 fn a_sixty_second_stall_keeps_the_arrival_order() {
     in_order_every_round(1, &["1", "2", "3"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
@@ -55,6 +56,7 @@ fn a_sixty_second_stall_keeps_the_arrival_order() {
 
 /// The same near the bound: 88 s, with at least 93 s left on the keys at the stop.
 #[test]
+#[ignore = "long (100 s), run by hand with --ignored: the 88 s stall on Redlock 3 below runs in every suite, the ten-second stalls of queue_review4.rs hold the rule and its floor is read there (PTTL)"]
 fn an_eighty_eight_second_stall_keeps_the_arrival_order() {
     in_order_every_round(1, &["1", "2", "3"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
@@ -77,6 +79,7 @@ fn an_eighty_eight_second_stall_of_every_node_keeps_the_arrival_order_on_redlock
 /// Redlock 3, one node stopped for 60 s: the other two keep the order, and the stalled one must not
 /// let a waiter in out of turn at its resume.
 #[test]
+#[ignore = "long (70 s), run by hand with --ignored: the 88 s stall of every node on Redlock 3 runs in every suite"]
 fn a_sixty_second_stall_of_one_node_keeps_the_arrival_order_on_redlock() {
     in_order_every_round(1, &["1", "2", "3"], |round| {
         // Never restarted: the quarantine is off for these servers the test started itself.
@@ -135,15 +138,24 @@ fn a_semaphore_with_a_dead_waiter(
 }
 
 /// What is left of `name` once nothing is held and nobody waits: a plain `acquire -n` must be
-/// granted (exit 0), and `status` must list no waiter.
+/// granted (exit 0), `status` must list no waiter, and no node may keep the `limit` key after that
+/// grant (a plain lock keeps none); with `forgotten`, none may keep it before either (the script
+/// that ended the last use deleted it, as docs/queue.md says, rather than the next attempt).
 fn nothing_held_nobody_waits(
     nodes: &[&Server],
     name: &str,
     after: &str,
+    forgotten: bool,
     lockctl: impl Fn() -> Command,
 ) {
     let limit_key = format!("{{lockctl:{name}}}\u{1f}limit");
     let pttl: Vec<i64> = nodes.iter().map(|s| s.cmd(&["PTTL", &limit_key])).collect();
+    if forgotten {
+        assert!(
+            pttl.iter().all(|&t| t == -2),
+            "after {after} the limit key is still there: pttl {pttl:?} ms"
+        );
+    }
     let o = run(lockctl().args(["status", name, "--format", "json"]));
     let st: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("status json");
     eprintln!(
@@ -157,6 +169,11 @@ fn nothing_held_nobody_waits(
         0,
         "a plain acquire after {after}, with nothing held and nobody waiting: {}",
         stderr(&o)
+    );
+    let pttl: Vec<i64> = nodes.iter().map(|s| s.cmd(&["PTTL", &limit_key])).collect();
+    assert!(
+        pttl.iter().all(|&t| t == -2),
+        "a plain lock's grant left the limit key: pttl {pttl:?} ms"
     );
 }
 
@@ -176,7 +193,7 @@ fn the_last_release_forgets_the_limit_when_it_drops_the_last_waiter() {
     let second = a_semaphore_with_a_dead_waiter(&[&s], name, false, || lockctl_on(&s));
     let o = run(lockctl_on(&s).args(["release", name, "--token", &second]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    nothing_held_nobody_waits(&[&s], name, "the last release", || lockctl_on(&s));
+    nothing_held_nobody_waits(&[&s], name, "the last release", true, || lockctl_on(&s));
 }
 
 /// The same on Redlock 3: every node keeps the key.
@@ -189,7 +206,7 @@ fn the_last_release_forgets_the_limit_when_it_drops_the_last_waiter_on_redlock()
     let second = a_semaphore_with_a_dead_waiter(&nodes, name, false, || s.lockctl());
     let o = run(s.lockctl().args(["release", name, "--token", &second]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    nothing_held_nobody_waits(&nodes, name, "the last release", || s.lockctl());
+    nothing_held_nobody_waits(&nodes, name, "the last release", true, || s.lockctl());
 }
 
 /// The same through `break` (break.lua:32 checks the queue before break.lua:52 drops the dead).
@@ -201,7 +218,7 @@ fn a_break_forgets_the_limit_when_it_drops_the_last_waiter() {
     let _second = a_semaphore_with_a_dead_waiter(&[&s], name, false, || lockctl_on(&s));
     let o = run(lockctl_on(&s).args(["break", name, "--yes"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    nothing_held_nobody_waits(&[&s], name, "the break", || lockctl_on(&s));
+    nothing_held_nobody_waits(&[&s], name, "the break", true, || lockctl_on(&s));
 }
 
 /// Docs (queue.md, "How long a stall is covered"): past the bound "the queue is lost as a restart
@@ -209,6 +226,7 @@ fn a_break_forgets_the_limit_when_it_drops_the_last_waiter() {
 /// a free lock goes to the first of them to arrive". Order is not promised then; mutual exclusion
 /// and every waiter's turn are. A 98 s stop of the only node, with about 94.4 s left on the keys.
 #[test]
+#[ignore = "long (110 s), run by hand with --ignored: past the floor the queue is lost as by a restart without data (queue_review.rs holds that), and the lock key alone keeps the holders apart"]
 fn a_stall_past_the_bound_loses_only_the_order() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
@@ -264,7 +282,7 @@ fn a_plain_attempt_that_drops_the_last_waiter_is_not_refused_by_its_limit() {
     let s = Server::start();
     let name = "pool_attempt";
     let _second = a_semaphore_with_a_dead_waiter(&[&s], name, true, || lockctl_on(&s));
-    nothing_held_nobody_waits(&[&s], name, "the releases", || lockctl_on(&s));
+    nothing_held_nobody_waits(&[&s], name, "the releases", false, || lockctl_on(&s));
 }
 
 /// Docs (queue.md, "How long a stall is covered"): with the floor, a queue whose only waiter is
@@ -274,6 +292,7 @@ fn a_plain_attempt_that_drops_the_last_waiter_is_not_refused_by_its_limit() {
 /// as the generous bound, and the stopped waiter, resumed after the newcomer was served, is
 /// served after it.
 #[test]
+#[ignore = "long (75 s), run by hand with --ignored: the move of a stopped waiter after a quiet spell is the stall rule's (queue_review4.rs), here after the longest quiet spell the floor allows"]
 fn a_newcomer_after_a_quiet_minute_behind_a_stopped_waiter_is_served_soon() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
@@ -346,5 +365,5 @@ fn a_semaphore_whose_last_waiter_leaves_after_the_last_release_forgets_its_limit
         stderr(&o),
         order(&file)
     );
-    nothing_held_nobody_waits(&[&s], name, "the waiter ended", || lockctl_on(&s));
+    nothing_held_nobody_waits(&[&s], name, "the waiter ended", true, || lockctl_on(&s));
 }

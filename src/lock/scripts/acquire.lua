@@ -171,7 +171,12 @@ if recorded and recorded ~= limit then
       return {3, recorded, h[2] or '', h[3] or '', h[4] or '', run_id()}
     end
   end
-  return {3, recorded, '', '', '', run_id()}
+  if redis.call('ZCARD', KEYS[5]) > 0 then
+    return {3, recorded, '', '', '', run_id()}
+  end
+  -- No slot held and nobody waits (the dead were dropped above): a limit left by a release that
+  -- ran before the last waiter was dropped, or by an older client, is forgotten.
+  redis.call('DEL', KEYS[4])
 end
 
 -- Queue: `ahead` counts the live waiters before this caller. A caller with a ticket (Redlock: the

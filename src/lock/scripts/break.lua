@@ -29,15 +29,6 @@ for i = 1, limit or 1 do
   end
 end
 if #broken > 0 then
-  if limit and #left == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
-    local live = false
-    for i = 1, limit do
-      live = live or redis.call('GET', i == 1 and KEYS[1] or ARGV[2] .. i)
-    end
-    if not live then
-      redis.call('DEL', KEYS[3])
-    end
-  end
   redis.call('PUBLISH', ARGV[1], 'broken')
   -- free: the number of free slots.
   local free = 0
@@ -59,6 +50,10 @@ if #broken > 0 then
       redis.call('DEL', KEYS[7])
     end
     clamp_front(KEYS[4], KEYS[5], KEYS[6], (limit or 1) + 1, now_ms, tonumber(ARGV[5]), ARGV[4])
+  end
+  -- Once no slot is held and nobody waits (the dead dropped above included), the limit is forgotten.
+  if limit and free == limit and redis.call('ZCARD', KEYS[4]) == 0 then
+    redis.call('DEL', KEYS[3])
   end
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
     redis.call('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')

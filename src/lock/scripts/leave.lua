@@ -12,8 +12,16 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('ZCARD', KEYS[2]) == 0 then
-  -- The last one out takes the queue's keys along.
+  -- The last one out takes the queue's keys along, and the limit too when no slot is held.
   redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[7])
+  local n = tonumber(redis.call('GET', KEYS[6]) or '')
+  local held = false
+  for i = 1, n or 0 do
+    held = held or redis.call('GET', i == 1 and KEYS[1] or ARGV[3] .. i)
+  end
+  if n and not held then
+    redis.call('DEL', KEYS[6])
+  end
   return 1
 end
 local t = redis.call('TIME')

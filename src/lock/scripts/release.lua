@@ -43,9 +43,6 @@ for i = 1, n or 1 do
     free = free + 1
   end
 end
-if n and free == n and redis.call('ZCARD', KEYS[4]) == 0 then
-  redis.call('DEL', KEYS[3])
-end
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 for _, p in ipairs(places) do
@@ -75,6 +72,10 @@ if #dead > 0 then
     redis.call('DEL', KEYS[7])
   end
   clamp_front(KEYS[4], KEYS[5], KEYS[6], (n or 1) + 1, now_ms, tonumber(ARGV[6]), ARGV[5])
+end
+-- Once no slot is held and nobody waits (the dead dropped above included), the limit is forgotten.
+if n and free == n and redis.call('ZCARD', KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[3])
 end
 for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
   redis.call('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
