@@ -4,9 +4,15 @@
 //! Two real faults: a loopback port nobody listens on (connection refused at once), and a
 //! redis-server stopped with SIGSTOP, which keeps its socket open so that connecting may succeed and
 //! only the reply never comes: only the node timeout ends that wait.
+//! A loopback proxy in front of a real server makes the third: a reply lost with its connection
+//! after the server ran the command, then a connect that fails.
 
 mod support;
 
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -248,4 +254,116 @@ fn a_dropped_connection_is_reopened_at_once() {
         !err.contains("renewal failed"),
         "a renewal failed on the dropped connection: {err}"
     );
+}
+
+/// A loopback proxy in front of `upstream` that makes one fault of each kind, in order: on the first
+/// connection the server's reply to the first `EVAL` is swallowed and the connection closed (the
+/// script ran; its answer never came); the second connection is closed before the client's
+/// handshake is answered (the node unreachable); later connections are relayed. The faults made
+/// are recorded, in order.
+fn cutting_proxy(upstream: u16) -> (u16, Arc<Mutex<Vec<&'static str>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let faults = Arc::new(Mutex::new(Vec::new()));
+    let made = Arc::clone(&faults);
+    std::thread::spawn(move || {
+        for (i, client) in listener.incoming().enumerate() {
+            let Ok(client) = client else { return };
+            match i {
+                0 => cut_after_eval(client, upstream, Arc::clone(&made)),
+                1 => {
+                    made.lock().unwrap().push("closed before the handshake");
+                    drop(client);
+                }
+                _ => relay(client, upstream),
+            }
+        }
+    });
+    (port, faults)
+}
+
+fn cut_after_eval(client: TcpStream, upstream: u16, faults: Arc<Mutex<Vec<&'static str>>>) {
+    let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let arm = Arc::clone(&armed);
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = c_in.read(&mut buf) {
+            seen.extend_from_slice(&buf[..n]);
+            // Set before the command reaches the server, hence before its reply can come back.
+            if seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n") {
+                arm.store(true, Ordering::SeqCst);
+            }
+            if s_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        let (mut s_in, mut c_out) = (server, client);
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = s_in.read(&mut buf) {
+            if armed.load(Ordering::SeqCst) {
+                faults.lock().unwrap().push("reply to EVAL cut");
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+                return;
+            }
+            if c_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = c_out.shutdown(Shutdown::Write);
+    });
+}
+
+fn relay(client: TcpStream, upstream: u16) {
+    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+        return;
+    };
+    for (mut from, mut to) in [
+        (client.try_clone().unwrap(), server.try_clone().unwrap()),
+        (server, client),
+    ] {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(Shutdown::Write);
+        });
+    }
+}
+
+/// A script that ran on a node whose reply was lost with its connection, when the node then cannot
+/// be reached again, may have left its effect: the failed acquire must roll it back there. Here the
+/// acquire script runs, the proxy cuts its reply, the reconnect to resend it fails, and the
+/// rollback's own connection goes through: the key the script set must be gone when `acquire`
+/// exits. Taken as not applied, the node is left out of the rollback and the lock stays held by
+/// nobody for its whole TTL.
+#[test]
+fn a_script_whose_reply_was_cut_is_rolled_back_though_the_node_was_then_unreachable() {
+    let s = Server::start_tcp();
+    let (port, faults) = cutting_proxy(s.port.unwrap());
+    // Database 1: its SELECT makes connecting a round trip, which the proxy's second fault breaks.
+    let url = format!("redis://127.0.0.1:{port}/1");
+    // The quarantine is off: the server was just started by this test and holds nothing.
+    let o = run(lockctl()
+        .args(["-r", &url, "--quarantine", "0", "--node-timeout", "5s"])
+        .args(["acquire", "cut", "--ttl", "120s", "-n"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert_eq!(
+        *faults.lock().unwrap(),
+        ["reply to EVAL cut", "closed before the handshake"],
+        "{err}"
+    );
+    let mut c = s.conn();
+    let () = redis::cmd("SELECT").arg(1).query(&mut c).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    assert!(
+        keys.iter().any(|k| k.ends_with("fence")),
+        "the acquire script never ran (no fencing counter): {keys:?} {err}"
+    );
+    let held: Option<String> = redis::cmd("GET").arg("lockctl:cut").query(&mut c).unwrap();
+    assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
 }
