@@ -300,3 +300,33 @@ fn a_lock_in_a_migrating_slot_is_unavailable_until_the_migration_ends() {
     let held: Option<String> = node(target).cmd(&["GET", key]).unwrap();
     assert_eq!(held.as_deref(), Some(token.as_str()));
 }
+
+/// An `ASK` to a node that cannot be reached is an outage, not a misconfigured cluster: only an
+/// address that is not `host:port` is refused as such. The slot's target is killed while the
+/// source still sends its keys there.
+#[test]
+fn an_ask_to_a_node_that_is_down_is_an_outage() {
+    let mut cluster = Cluster::start();
+    let key = "lockctl:asked";
+    let source = cluster.owner(key);
+    let target = cluster.not_owner(key);
+    let node = |c: &Cluster, port: u16| c.nodes.iter().position(|n| n.port == port).unwrap();
+    let (s, t) = (node(&cluster, source), node(&cluster, target));
+    let slot: i64 = cluster.nodes[s].cmd(&["CLUSTER", "KEYSLOT", key]).unwrap();
+    let target_id: String = cluster.nodes[t].cmd(&["CLUSTER", "MYID"]).unwrap();
+    let () = cluster.nodes[s]
+        .cmd(&[
+            "CLUSTER",
+            "SETSLOT",
+            &slot.to_string(),
+            "MIGRATING",
+            &target_id,
+        ])
+        .unwrap();
+    cluster.nodes[t].kill();
+    let o = run(lockctl_on_url(&node_url(source)).args(["-v", "acquire", "asked", "-n"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert!(err.contains("asks for"), "{err}");
+    assert!(!err.contains("not host:port"), "{err}");
+}
