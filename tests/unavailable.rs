@@ -4,17 +4,18 @@
 //! Two real faults: a loopback port nobody listens on (connection refused at once), and a
 //! redis-server stopped with SIGSTOP, which keeps its socket open so that connecting may succeed and
 //! only the reply never comes: only the node timeout ends that wait.
-//! A loopback proxy in front of a real server makes the third: a reply lost with its connection
-//! after the server ran the command, then a connect that fails.
+//! A loopback proxy in front of a real server makes two more: a reply lost with its connection
+//! after the server ran the command, then a connect that fails; and a TLS reply garbled on the way.
 
 mod support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::tls::{Pki, TlsServer};
 use support::*;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -366,4 +367,90 @@ fn a_script_whose_reply_was_cut_is_rolled_back_though_the_node_was_then_unreacha
     );
     let held: Option<String> = redis::cmd("GET").arg("lockctl:cut").query(&mut c).unwrap();
     assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
+}
+
+/// A loopback proxy in front of `upstream` that relays every connection and garbles the next
+/// `garble` chunks the server sends (one byte inverted in the middle of each), when set. Also counts
+/// the connections it was asked for.
+fn garbling_proxy(upstream: u16) -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (garble, connections) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (left, count) = (Arc::clone(&garble), Arc::clone(&connections));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            count.fetch_add(1, Ordering::SeqCst);
+            let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+            let (mut from, mut to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from, &mut to);
+                let _ = to.shutdown(Shutdown::Write);
+            });
+            let left = Arc::clone(&left);
+            std::thread::spawn(move || {
+                let (mut s_in, mut c_out) = (server, client);
+                let mut buf = [0u8; 16384];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    let take = |k: usize| k.checked_sub(1);
+                    if left
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+                        .is_ok()
+                    {
+                        buf[n / 2] ^= 0xff;
+                    }
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    (port, garble, connections)
+}
+
+/// An I/O error that is not a dropped connection (a TLS record that fails its integrity check,
+/// which rustls reports as invalid data) also ends the connection: it is opened again at once and
+/// the command resent on it, so the holder's renewal goes through on its first try.
+#[test]
+fn a_garbled_tls_reply_is_resent_on_a_new_connection() {
+    let pki = Pki::new("IP:127.0.0.1");
+    let tls = TlsServer::start(&pki, false);
+    let (port, garble, connections) = garbling_proxy(tls.port);
+    let child = lockctl()
+        .args(["-r", &format!("rediss://127.0.0.1:{port}")])
+        .args(["--tls-ca", &pki.arg("ca.crt")])
+        .args(["-v", "exec", "garbled", "--ttl", "3s"])
+        .args(["--", "sleep", "2.5"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || tls
+            .server
+            .get("lockctl:garbled")
+            .is_some()),
+        "never granted"
+    );
+    let before = connections.load(Ordering::SeqCst);
+    garble.store(1, Ordering::SeqCst);
+    let o = wait_output(child, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert_eq!(
+        garble.load(Ordering::SeqCst),
+        0,
+        "nothing was garbled: {err}"
+    );
+    assert!(
+        connections.load(Ordering::SeqCst) > before,
+        "no new connection after the garbled reply: {err}"
+    );
+    assert!(err.contains("renewed '"), "{err}");
+    assert!(
+        !err.contains("renewal failed"),
+        "a renewal failed on the garbled connection: {err}"
+    );
 }
