@@ -257,12 +257,19 @@ fn a_dropped_connection_is_reopened_at_once() {
     );
 }
 
-/// A loopback proxy in front of `upstream` that makes one fault of each kind, in order: on the first
-/// connection the server's reply to the first `EVAL` is swallowed and the connection closed (the
-/// script ran; its answer never came); the second connection is closed before the client's
-/// handshake is answered (the node unreachable); later connections are relayed. The faults made
-/// are recorded, in order.
-fn cutting_proxy(upstream: u16) -> (u16, Arc<Mutex<Vec<&'static str>>>) {
+/// What the proxy of [`faulty_proxy`] does to one connection.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Relays until the client sends a script (`EVAL`, `EVALSHA`), then swallows the server's reply
+    /// to it and closes the connection: the script ran; its answer never came.
+    CutTheScriptsReply,
+    /// Closes the connection before the client's handshake is answered: the node unreachable.
+    Close,
+}
+
+/// A loopback proxy in front of `upstream` that makes `plan`'s faults, one per connection in order,
+/// then relays the later connections. The faults made are recorded, in order.
+fn faulty_proxy(upstream: u16, plan: Vec<Fault>) -> (u16, Arc<Mutex<Vec<&'static str>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let faults = Arc::new(Mutex::new(Vec::new()));
@@ -270,20 +277,20 @@ fn cutting_proxy(upstream: u16) -> (u16, Arc<Mutex<Vec<&'static str>>>) {
     std::thread::spawn(move || {
         for (i, client) in listener.incoming().enumerate() {
             let Ok(client) = client else { return };
-            match i {
-                0 => cut_after_eval(client, upstream, Arc::clone(&made)),
-                1 => {
+            match plan.get(i) {
+                Some(Fault::CutTheScriptsReply) => cut_the_scripts_reply(client, upstream, &made),
+                Some(Fault::Close) => {
                     made.lock().unwrap().push("closed before the handshake");
                     drop(client);
                 }
-                _ => relay(client, upstream),
+                None => relay(client, upstream),
             }
         }
     });
     (port, faults)
 }
 
-fn cut_after_eval(client: TcpStream, upstream: u16, faults: Arc<Mutex<Vec<&'static str>>>) {
+fn cut_the_scripts_reply(client: TcpStream, upstream: u16, faults: &Arc<Mutex<Vec<&'static str>>>) {
     let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
     let armed = Arc::new(AtomicBool::new(false));
     let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -294,7 +301,9 @@ fn cut_after_eval(client: TcpStream, upstream: u16, faults: Arc<Mutex<Vec<&'stat
         while let Ok(n @ 1..) = c_in.read(&mut buf) {
             seen.extend_from_slice(&buf[..n]);
             // Set before the command reaches the server, hence before its reply can come back.
-            if seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n") {
+            if seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
+                || seen.windows(13).any(|w| w == b"$7\r\nEVALSHA\r\n")
+            {
                 arm.store(true, Ordering::SeqCst);
             }
             if s_out.write_all(&buf[..n]).is_err() {
@@ -302,12 +311,13 @@ fn cut_after_eval(client: TcpStream, upstream: u16, faults: Arc<Mutex<Vec<&'stat
             }
         }
     });
+    let faults = Arc::clone(faults);
     std::thread::spawn(move || {
         let (mut s_in, mut c_out) = (server, client);
         let mut buf = [0u8; 16384];
         while let Ok(n @ 1..) = s_in.read(&mut buf) {
             if armed.load(Ordering::SeqCst) {
-                faults.lock().unwrap().push("reply to EVAL cut");
+                faults.lock().unwrap().push("the script's reply cut");
                 let _ = c_out.shutdown(Shutdown::Both);
                 let _ = s_in.shutdown(Shutdown::Both);
                 return;
@@ -318,6 +328,30 @@ fn cut_after_eval(client: TcpStream, upstream: u16, faults: Arc<Mutex<Vec<&'stat
         }
         let _ = c_out.shutdown(Shutdown::Write);
     });
+}
+
+/// `acquire cut -n` in database 1 of `s` through `port`, after the scripts were loaded on `s`
+/// directly (so that the first `EVALSHA` through the proxy runs its script).
+fn acquire_through(s: &Server, port: u16) -> std::process::Output {
+    // The quarantine is off: the server was just started by the test and holds nothing.
+    let warm = run(lockctl()
+        .args(["-r", &s.url(), "--quarantine", "0"])
+        .args(["acquire", "warm", "-n"]));
+    assert_eq!(code(&warm), 0, "{}", stderr(&warm));
+    // Database 1: its SELECT makes connecting a round trip, which a `Close` breaks.
+    let url = format!("redis://127.0.0.1:{port}/1");
+    run(lockctl()
+        .args(["-r", &url, "--quarantine", "0", "--node-timeout", "5s"])
+        .args(["acquire", "cut", "--ttl", "120s", "-n"]))
+}
+
+/// Database 1 of `s`: whether the acquire script ran (a fencing counter), and the lock's value.
+fn cut_lock(s: &Server) -> (bool, Option<String>) {
+    let mut c = s.conn();
+    let () = redis::cmd("SELECT").arg(1).query(&mut c).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    let held = redis::cmd("GET").arg("lockctl:cut").query(&mut c).unwrap();
+    (keys.iter().any(|k| k.ends_with("fence")), held)
 }
 
 fn relay(client: TcpStream, upstream: u16) {
@@ -344,28 +378,38 @@ fn relay(client: TcpStream, upstream: u16) {
 #[test]
 fn a_script_whose_reply_was_cut_is_rolled_back_though_the_node_was_then_unreachable() {
     let s = Server::start_tcp();
-    let (port, faults) = cutting_proxy(s.port.unwrap());
-    // Database 1: its SELECT makes connecting a round trip, which the proxy's second fault breaks.
-    let url = format!("redis://127.0.0.1:{port}/1");
-    // The quarantine is off: the server was just started by this test and holds nothing.
-    let o = run(lockctl()
-        .args(["-r", &url, "--quarantine", "0", "--node-timeout", "5s"])
-        .args(["acquire", "cut", "--ttl", "120s", "-n"]));
+    let plan = vec![Fault::CutTheScriptsReply, Fault::Close];
+    let (port, faults) = faulty_proxy(s.port.unwrap(), plan);
+    let o = acquire_through(&s, port);
     let err = stderr(&o);
     assert_eq!(code(&o), 69, "{err}");
     assert_eq!(
         *faults.lock().unwrap(),
-        ["reply to EVAL cut", "closed before the handshake"],
+        ["the script's reply cut", "closed before the handshake"],
         "{err}"
     );
-    let mut c = s.conn();
-    let () = redis::cmd("SELECT").arg(1).query(&mut c).unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
-    assert!(
-        keys.iter().any(|k| k.ends_with("fence")),
-        "the acquire script never ran (no fencing counter): {keys:?} {err}"
+    let (ran, held) = cut_lock(&s);
+    assert!(ran, "the acquire script never ran: {err}");
+    assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
+}
+
+/// A dropped connection is reopened once: a command whose resend loses its connection too fails
+/// then (and is rolled back), instead of being sent again and again until the node timeout.
+#[test]
+fn a_script_whose_resend_was_cut_too_fails_and_is_rolled_back() {
+    let s = Server::start_tcp();
+    let plan = vec![Fault::CutTheScriptsReply, Fault::CutTheScriptsReply];
+    let (port, faults) = faulty_proxy(s.port.unwrap(), plan);
+    let o = acquire_through(&s, port);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert_eq!(
+        *faults.lock().unwrap(),
+        ["the script's reply cut", "the script's reply cut"],
+        "{err}"
     );
-    let held: Option<String> = redis::cmd("GET").arg("lockctl:cut").query(&mut c).unwrap();
+    let (ran, held) = cut_lock(&s);
+    assert!(ran, "the acquire script never ran: {err}");
     assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
 }
 
