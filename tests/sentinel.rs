@@ -228,19 +228,20 @@ fn a_master_demoted_by_hand_under_a_holder_sends_it_back_to_the_sentinels() {
             ])
             .unwrap();
     }
+    // The child marks its start: the grant, replicas' acknowledgement included, is complete.
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
     let child = with_url(&group.url())
         .args([
-            "-v", "exec", "demoted", "--ttl", "3s", "-n", "--", "sleep", "30",
+            "-v", "exec", "demoted", "--ttl", "3s", "-n", "--", "sh", "-c",
         ])
+        .arg(format!("touch '{}'; exec sleep 30", started.display()))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(30), || group
-            .master
-            .get("lockctl:demoted")
-            .is_some()),
+        eventually(Duration::from_secs(30), || started.exists()),
         "never granted"
     );
     // The first replica becomes a master, and the Sentinels' master its replica.
