@@ -677,6 +677,10 @@ fn assert_quarantine_message(err: &str, s: &Server) {
         !err.contains("restarted"),
         "a first start looks the same: {err}"
     );
+    assert!(
+        !err.contains("node(s) in quarantine"),
+        "one node: no count of nodes: {err}"
+    );
 }
 
 #[test]

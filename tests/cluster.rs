@@ -300,3 +300,59 @@ fn a_lock_in_a_migrating_slot_is_unavailable_until_the_migration_ends() {
     let held: Option<String> = node(target).cmd(&["GET", key]).unwrap();
     assert_eq!(held.as_deref(), Some(token.as_str()));
 }
+
+/// An `ASK` to a node that cannot be reached is an outage, not a misconfigured cluster: only an
+/// address that is not `host:port` is refused as such. The slot's target is killed while the
+/// source still sends its keys there.
+#[test]
+fn an_ask_to_a_node_that_is_down_is_an_outage() {
+    let mut cluster = Cluster::start();
+    let key = "lockctl:asked";
+    let source = cluster.owner(key);
+    let target = cluster.not_owner(key);
+    let node = |c: &Cluster, port: u16| c.nodes.iter().position(|n| n.port == port).unwrap();
+    let (s, t) = (node(&cluster, source), node(&cluster, target));
+    let slot: i64 = cluster.nodes[s].cmd(&["CLUSTER", "KEYSLOT", key]).unwrap();
+    let target_id: String = cluster.nodes[t].cmd(&["CLUSTER", "MYID"]).unwrap();
+    let () = cluster.nodes[s]
+        .cmd(&[
+            "CLUSTER",
+            "SETSLOT",
+            &slot.to_string(),
+            "MIGRATING",
+            &target_id,
+        ])
+        .unwrap();
+    cluster.nodes[t].kill();
+    let o = run(lockctl_on_url(&node_url(source)).args(["-v", "acquire", "asked", "-n"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert!(err.contains("asks for"), "{err}");
+    assert!(!err.contains("not host:port"), "{err}");
+}
+
+/// Redirects that never end (two masters that each say the other owns the slot) are followed only
+/// so far: the call is refused, naming the hops and what to check, instead of going round until the
+/// node timeout.
+#[test]
+fn redirects_in_a_loop_are_refused_after_the_limit() {
+    let cluster = Cluster::start();
+    let key = "lockctl:looping";
+    let (a, b) = (cluster.owner(key), cluster.not_owner(key));
+    let node = |port: u16| cluster.nodes.iter().find(|n| n.port == port).unwrap();
+    let slot: i64 = node(a).cmd(&["CLUSTER", "KEYSLOT", key]).unwrap();
+    let slot = slot.to_string();
+    let id = |port: u16| node(port).cmd::<String>(&["CLUSTER", "MYID"]).unwrap();
+    let (a_id, b_id) = (id(a), id(b));
+    let () = node(a)
+        .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &b_id])
+        .unwrap();
+    let () = node(b)
+        .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &a_id])
+        .unwrap();
+    let o = run(lockctl_on_url(&node_url(a)).args(["-v", "acquire", "looping", "-n"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 78, "{err}");
+    assert!(err.contains("still redirected after"), "{err}");
+    assert!(err.contains("CLUSTER SHARDS"), "{err}");
+}

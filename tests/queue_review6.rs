@@ -10,6 +10,8 @@
 //!   killed node kept the entry in its AOF and has it again when it restarts (one node, and
 //!   Redlock 3 with one node killed). Over a unix socket the write fails (EPIPE) and the waiter
 //!   says so (3 of 3 by hand).
+//! - a waiter whose attempts all went unanswered is not known to be queued anywhere, yet its
+//!   attempt may queue it when the stopped node resumes: its leave must go out all the same.
 
 mod support;
 
@@ -123,4 +125,60 @@ fn a_redlock_waiter_signalled_after_a_node_was_killed_says_its_place_was_not_wit
             assert_eq!(left, 0, "node {i} kept the signalled waiter");
         }
     }
+}
+
+/// A waiter's attempt that got no answer may still queue it when the stopped node resumes, so a
+/// signalled waiter leaves also when no node ever said it was queued. Here its only attempt goes
+/// into a stopped server and times out; the leave follows on the same connection, and the server,
+/// resumed, runs the two in order: nothing of the waiter may be left in its queue. Skipping the
+/// leave because no answer said "queued" leaves the entry until its heartbeat lapses.
+#[test]
+fn a_waiter_signalled_before_any_answer_still_leaves() {
+    use std::io::{BufRead, BufReader, Read};
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let name = "r6-unanswered";
+    let o = run(lockctl_on(&s).args(["acquire", name, "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let before = script_calls(&s);
+    s.pause();
+    let mut cmd = lockctl_on(&s);
+    cmd.args(["-v", "--node-timeout", "2s"]);
+    let mut child = waiting(cmd, name);
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    // Connected: its attempt is on its way (a stopped server's kernel accepts and keeps it).
+    while !said.contains("connected in") {
+        let mut line = String::new();
+        let n = err.read_line(&mut line).unwrap();
+        assert!(n > 0, "the waiter ended before connecting: {said}");
+        said.push_str(&line);
+    }
+    kill(child.id() as i32, libc::SIGTERM);
+    err.read_to_string(&mut said).unwrap();
+    let status = child.wait().unwrap();
+    s.resume();
+    // The attempt, its rollback and the leave came on one connection and run in one go: once the
+    // attempt (`EVALSHA`) and the rollback (`EVAL`) show, the leave has run too.
+    let ran = eventually(Duration::from_secs(30), || {
+        let now = script_calls(&s);
+        now.0 > before.0 && now.1 > before.1
+    });
+    assert!(ran, "the buffered attempt never ran: {said}");
+    assert_eq!(status.code(), Some(143), "{said}");
+    let queued: u64 = s.cmd(&["ZCARD", &queue_key(name)]);
+    assert_eq!(queued, 0, "the signalled waiter stayed queued: {said}");
+}
+
+/// The server's count of `EVALSHA` and `EVAL` calls.
+fn script_calls(s: &Server) -> (u64, u64) {
+    let stats: String = s.cmd(&["INFO", "commandstats"]);
+    let calls = |cmd: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|v| v.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (calls("evalsha"), calls("eval"))
 }

@@ -485,6 +485,10 @@ fn a_quarantine_that_leaves_no_quorum_is_named_though_the_others_are_busy() {
         err.contains("not acquired, because of the restart quarantine"),
         "{err}"
     );
+    assert!(
+        err.contains("(2 of 4 node(s) in quarantine, a quorum needs 3)"),
+        "{err}"
+    );
     for i in [0, 1] {
         assert_eq!(servers[i].get(&key("q4")), Some(token(&a)));
     }

@@ -208,3 +208,87 @@ fn two_urls_for_one_sentinel_group_are_one_vote() {
     );
     assert_eq!(other.get("lockctl:x"), None, "no lock was left");
 }
+
+/// A kept connection to a master that became a replica without Sentinel (`REPLICAOF` by hand, which
+/// leaves its clients connected) gets `READONLY` for the holder's next renewal. That is taken as a
+/// sign to ask the Sentinels again, not as the server's answer: here they still name the demoted
+/// server (their failure detection is slowed to a minute first), so the renewal fails saying so.
+/// Left on the connection, every renewal repeats the bare `READONLY` until the lease ends.
+#[test]
+fn a_master_demoted_by_hand_under_a_holder_sends_it_back_to_the_sentinels() {
+    let group = SentinelGroup::start();
+    for s in &group.sentinels {
+        let () = s
+            .cmd(&[
+                "SENTINEL",
+                "SET",
+                MASTER_NAME,
+                "down-after-milliseconds",
+                "60000",
+            ])
+            .unwrap();
+    }
+    // The child marks its start: the grant, replicas' acknowledgement included, is complete.
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let child = with_url(&group.url())
+        .args([
+            "-v", "exec", "demoted", "--ttl", "3s", "-n", "--", "sh", "-c",
+        ])
+        .arg(format!("touch '{}'; exec sleep 30", started.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || started.exists()),
+        "never granted"
+    );
+    // The first replica becomes a master, and the Sentinels' master its replica.
+    let new = &group.replicas[0];
+    let () = new.cmd(&["REPLICAOF", "NO", "ONE"]);
+    let new_port = new.port.unwrap().to_string();
+    let () = group.master.cmd(&["REPLICAOF", "127.0.0.1", &new_port]);
+    let o = wait_output(child, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 76, "{err}");
+    assert_eq!(
+        group.master_port(),
+        group.master.port,
+        "the Sentinels moved the master: {err}"
+    );
+    assert!(
+        err.contains("the Sentinels name a replica as the master"),
+        "the READONLY renewal did not ask the Sentinels again: {err}"
+    );
+}
+
+/// Only `READONLY` sends a call back to the Sentinels: any other refusal by the master they name is
+/// its answer. An ACL user without `TIME` (which only the scripts run) is refused at once with 78,
+/// naming the command, instead of asking the Sentinels and resending until the node timeout ends.
+#[test]
+fn a_refusal_by_the_named_master_is_its_answer() {
+    let group = SentinelGroup::start();
+    let () = group.master.cmd(&[
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        ">L0ckerPw",
+        "~*",
+        "&*",
+        "+@all",
+        "-time",
+    ]);
+    let url = group
+        .url()
+        .replace("redis+sentinel://", "redis+sentinel://locker:L0ckerPw@");
+    let o = run(with_url(&url).args(["--node-timeout", "3s", "acquire", "job", "-n"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 78, "{err}");
+    assert!(
+        err.contains("[the command the script could not run: TIME]"),
+        "{err}"
+    );
+    assert_eq!(group.master.get("lockctl:job"), None);
+}

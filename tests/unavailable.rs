@@ -4,11 +4,18 @@
 //! Two real faults: a loopback port nobody listens on (connection refused at once), and a
 //! redis-server stopped with SIGSTOP, which keeps its socket open so that connecting may succeed and
 //! only the reply never comes: only the node timeout ends that wait.
+//! A loopback proxy in front of a real server makes two more: a reply lost with its connection
+//! after the server ran the command, then a connect that fails; and a TLS reply garbled on the way.
 
 mod support;
 
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::tls::{Pki, TlsServer};
 use support::*;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -247,5 +254,247 @@ fn a_dropped_connection_is_reopened_at_once() {
     assert!(
         !err.contains("renewal failed"),
         "a renewal failed on the dropped connection: {err}"
+    );
+}
+
+/// What the proxy of [`faulty_proxy`] does to one connection.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Relays until the client sends a script (`EVAL`, `EVALSHA`), then swallows the server's reply
+    /// to it and closes the connection: the script ran; its answer never came.
+    CutTheScriptsReply,
+    /// Closes the connection before the client's handshake is answered: the node unreachable.
+    Close,
+}
+
+/// A loopback proxy in front of `upstream` that makes `plan`'s faults, one per connection in order,
+/// then relays the later connections. The faults made are recorded, in order.
+fn faulty_proxy(upstream: u16, plan: Vec<Fault>) -> (u16, Arc<Mutex<Vec<&'static str>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let faults = Arc::new(Mutex::new(Vec::new()));
+    let made = Arc::clone(&faults);
+    std::thread::spawn(move || {
+        for (i, client) in listener.incoming().enumerate() {
+            let Ok(client) = client else { return };
+            match plan.get(i) {
+                Some(Fault::CutTheScriptsReply) => cut_the_scripts_reply(client, upstream, &made),
+                Some(Fault::Close) => {
+                    made.lock().unwrap().push("closed before the handshake");
+                    drop(client);
+                }
+                None => relay(client, upstream),
+            }
+        }
+    });
+    (port, faults)
+}
+
+fn cut_the_scripts_reply(client: TcpStream, upstream: u16, faults: &Arc<Mutex<Vec<&'static str>>>) {
+    let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let arm = Arc::clone(&armed);
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = c_in.read(&mut buf) {
+            seen.extend_from_slice(&buf[..n]);
+            // Set before the command reaches the server, hence before its reply can come back.
+            if seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
+                || seen.windows(13).any(|w| w == b"$7\r\nEVALSHA\r\n")
+            {
+                arm.store(true, Ordering::SeqCst);
+            }
+            if s_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let faults = Arc::clone(faults);
+    std::thread::spawn(move || {
+        let (mut s_in, mut c_out) = (server, client);
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = s_in.read(&mut buf) {
+            if armed.load(Ordering::SeqCst) {
+                faults.lock().unwrap().push("the script's reply cut");
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+                return;
+            }
+            if c_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = c_out.shutdown(Shutdown::Write);
+    });
+}
+
+/// `acquire cut -n` in database 1 of `s` through `port`, after the scripts were loaded on `s`
+/// directly (so that the first `EVALSHA` through the proxy runs its script).
+fn acquire_through(s: &Server, port: u16) -> std::process::Output {
+    // The quarantine is off: the server was just started by the test and holds nothing.
+    let warm = run(lockctl()
+        .args(["-r", &s.url(), "--quarantine", "0"])
+        .args(["acquire", "warm", "-n"]));
+    assert_eq!(code(&warm), 0, "{}", stderr(&warm));
+    // Database 1: its SELECT makes connecting a round trip, which a `Close` breaks.
+    let url = format!("redis://127.0.0.1:{port}/1");
+    run(lockctl()
+        .args(["-r", &url, "--quarantine", "0", "--node-timeout", "5s"])
+        .args(["acquire", "cut", "--ttl", "120s", "-n"]))
+}
+
+/// Database 1 of `s`: whether the acquire script ran (a fencing counter), and the lock's value.
+fn cut_lock(s: &Server) -> (bool, Option<String>) {
+    let mut c = s.conn();
+    let () = redis::cmd("SELECT").arg(1).query(&mut c).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    let held = redis::cmd("GET").arg("lockctl:cut").query(&mut c).unwrap();
+    (keys.iter().any(|k| k.ends_with("fence")), held)
+}
+
+fn relay(client: TcpStream, upstream: u16) {
+    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+        return;
+    };
+    for (mut from, mut to) in [
+        (client.try_clone().unwrap(), server.try_clone().unwrap()),
+        (server, client),
+    ] {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(Shutdown::Write);
+        });
+    }
+}
+
+/// A script that ran on a node whose reply was lost with its connection, when the node then cannot
+/// be reached again, may have left its effect: the failed acquire must roll it back there. Here the
+/// acquire script runs, the proxy cuts its reply, the reconnect to resend it fails, and the
+/// rollback's own connection goes through: the key the script set must be gone when `acquire`
+/// exits. Taken as not applied, the node is left out of the rollback and the lock stays held by
+/// nobody for its whole TTL.
+#[test]
+fn a_script_whose_reply_was_cut_is_rolled_back_though_the_node_was_then_unreachable() {
+    let s = Server::start_tcp();
+    let plan = vec![Fault::CutTheScriptsReply, Fault::Close];
+    let (port, faults) = faulty_proxy(s.port.unwrap(), plan);
+    let o = acquire_through(&s, port);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert_eq!(
+        *faults.lock().unwrap(),
+        ["the script's reply cut", "closed before the handshake"],
+        "{err}"
+    );
+    let (ran, held) = cut_lock(&s);
+    assert!(ran, "the acquire script never ran: {err}");
+    assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
+}
+
+/// A dropped connection is reopened once: a command whose resend loses its connection too fails
+/// then (and is rolled back), instead of being sent again and again until the node timeout.
+#[test]
+fn a_script_whose_resend_was_cut_too_fails_and_is_rolled_back() {
+    let s = Server::start_tcp();
+    let plan = vec![Fault::CutTheScriptsReply, Fault::CutTheScriptsReply];
+    let (port, faults) = faulty_proxy(s.port.unwrap(), plan);
+    let o = acquire_through(&s, port);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert_eq!(
+        *faults.lock().unwrap(),
+        ["the script's reply cut", "the script's reply cut"],
+        "{err}"
+    );
+    let (ran, held) = cut_lock(&s);
+    assert!(ran, "the acquire script never ran: {err}");
+    assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
+}
+
+/// A loopback proxy in front of `upstream` that relays every connection and garbles the next
+/// `garble` chunks the server sends (one byte inverted in the middle of each), when set. Also counts
+/// the connections it was asked for.
+fn garbling_proxy(upstream: u16) -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (garble, connections) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (left, count) = (Arc::clone(&garble), Arc::clone(&connections));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            count.fetch_add(1, Ordering::SeqCst);
+            let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+            let (mut from, mut to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from, &mut to);
+                let _ = to.shutdown(Shutdown::Write);
+            });
+            let left = Arc::clone(&left);
+            std::thread::spawn(move || {
+                let (mut s_in, mut c_out) = (server, client);
+                let mut buf = [0u8; 16384];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    let take = |k: usize| k.checked_sub(1);
+                    if left
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+                        .is_ok()
+                    {
+                        buf[n / 2] ^= 0xff;
+                    }
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    (port, garble, connections)
+}
+
+/// An I/O error that is not a dropped connection (a TLS record that fails its integrity check,
+/// which rustls reports as invalid data) also ends the connection: it is opened again at once and
+/// the command resent on it, so the holder's renewal goes through on its first try.
+#[test]
+fn a_garbled_tls_reply_is_resent_on_a_new_connection() {
+    let pki = Pki::new("IP:127.0.0.1");
+    let tls = TlsServer::start(&pki, false);
+    let (port, garble, connections) = garbling_proxy(tls.port);
+    let child = lockctl()
+        .args(["-r", &format!("rediss://127.0.0.1:{port}")])
+        .args(["--tls-ca", &pki.arg("ca.crt")])
+        .args(["-v", "exec", "garbled", "--ttl", "3s"])
+        .args(["--", "sleep", "2.5"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || tls
+            .server
+            .get("lockctl:garbled")
+            .is_some()),
+        "never granted"
+    );
+    let before = connections.load(Ordering::SeqCst);
+    garble.store(1, Ordering::SeqCst);
+    let o = wait_output(child, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert_eq!(
+        garble.load(Ordering::SeqCst),
+        0,
+        "nothing was garbled: {err}"
+    );
+    assert!(
+        connections.load(Ordering::SeqCst) > before,
+        "no new connection after the garbled reply: {err}"
+    );
+    assert!(err.contains("renewed '"), "{err}");
+    assert!(
+        !err.contains("renewal failed"),
+        "a renewal failed on the garbled connection: {err}"
     );
 }
