@@ -1327,6 +1327,17 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
                 Some(0),
                 "the command ran to its end: {err}"
             );
+            // The lease (ten minutes) was never at stake: a watcher that could not be forked is
+            // an error (1), not a lost lease (76), and the lock is given back either way.
+            assert!(
+                o.status.code() != Some(76) && !err.contains("lost before the command started"),
+                "a failure to start was reported as a lost lease: {err}"
+            );
+            assert_eq!(
+                s.get("lockctl:unsupervised"),
+                None,
+                "the lock was not given back: {err}"
+            );
             continue;
         }
         assert_eq!(
@@ -1388,7 +1399,7 @@ fn a_lost_lease_stops_the_job_while_the_watcher_is_stopped() {
 
 /// A watcher killed while the job runs guards nothing: lockctl stops the job as soon as it sees the
 /// watcher gone, not at its next renewal (30 s after the grant with this TTL), which would find the
-/// watcher gone too.
+/// watcher gone too; also when the watcher dies long after the job started.
 #[test]
 fn a_killed_watcher_stops_the_job_before_the_next_renewal() {
     let s = Server::start();
@@ -1398,6 +1409,9 @@ fn a_killed_watcher_stops_the_job_before_the_next_renewal() {
         "echo ready; exec sleep 600",
         "ready",
     );
+    // Killed a while after the start, not at once: the check must go on for as long as the job
+    // runs, not only see a watcher that was gone by its first look (every 100 ms).
+    std::thread::sleep(Duration::from_secs(2));
     kill(watcher_of(holder.id()), libc::SIGKILL);
     let killed = Instant::now();
     let o = wait_output(holder, Duration::from_secs(120));
