@@ -1549,3 +1549,57 @@ fn a_renewal_never_extends_another_holder_s_key() {
         "the other holder's key was given the holder's TTL: {left} ms left"
     );
 }
+
+/// Where `/proc` is not mounted (a minimal container), `lockctl-guard` cannot be started from
+/// `/proc/self/exe`: the watcher watches from a forked copy of lockctl, and the command's first
+/// process gets the parent-death signal instead. The command must still run, and die with a
+/// lockctl killed by SIGKILL.
+#[test]
+fn without_proc_the_command_runs_and_dies_with_lockctl() {
+    let probe = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "umount -l /proc",
+        ])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("NOT RUN HERE: this case needs `unshare -m` and umount (root)");
+        return;
+    }
+    let s = Server::start();
+    // /proc is unmounted in a mount namespace of lockctl's own; the test still sees its own.
+    let mut holder = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(r#"umount -l /proc && exec "$0" exec noproc -n -- sh -c 'echo "ran $$"; exec sleep 600'"#)
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let errs = collect_stderr(holder.stderr.take().unwrap());
+    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let Some(pid) = line
+        .strip_prefix("ran ")
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    else {
+        let _ = holder.kill();
+        let _ = holder.wait();
+        panic!("the command did not run: {}", errs.join().unwrap());
+    };
+    assert!(s.get("lockctl:noproc").is_some(), "the lock is held");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let died = eventually(Duration::from_secs(10), || !alive(pid));
+    kill(pid, libc::SIGKILL);
+    assert!(died, "the command outlived its lockctl, killed by SIGKILL");
+}
