@@ -67,7 +67,12 @@ fn child_gets_environment_and_stdin() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\nworld\n")
+        .unwrap();
     let o = wait_output(child, Duration::from_secs(30));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
@@ -1602,4 +1607,54 @@ fn without_proc_the_command_runs_and_dies_with_lockctl() {
     let died = eventually(Duration::from_secs(10), || !alive(pid));
     kill(pid, libc::SIGKILL);
     assert!(died, "the command outlived its lockctl, killed by SIGKILL");
+}
+
+/// On a terminal (an interactive shell's; here `script(1)`'s pseudo-terminal) the command runs in a
+/// process group of its own, a background group that would stop at its first read of the
+/// terminal: lockctl hands it the terminal's foreground, so that it reads its input as it would
+/// without lockctl, and takes it back after, so that the shell that ran lockctl reads on.
+#[test]
+fn a_command_on_a_terminal_reads_from_it() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("NOT RUN HERE: this case needs script(1)");
+        return;
+    }
+    let s = Server::start();
+    let line = format!(
+        "{} exec tty -- sh -c 'read x; echo \"got $x\"'; read y; echo \"then $y\"",
+        env!("CARGO_BIN_EXE_lockctl")
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\nworld\n")
+        .unwrap();
+    let o = wait_output(child, Duration::from_secs(60));
+    let screen = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        screen.contains("got hello"),
+        "the command did not read the terminal (stopped in the background?): {screen:?} {}",
+        stderr(&o)
+    );
+    assert!(
+        screen.contains("then world"),
+        "the shell did not get the terminal back (stopped in the background?): {screen:?}"
+    );
+    assert_eq!(code(&o), 0, "{screen:?}");
+    assert_eq!(s.get("lockctl:tty"), None, "released");
 }
