@@ -67,7 +67,12 @@ fn child_gets_environment_and_stdin() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\nworld\n")
+        .unwrap();
     let o = wait_output(child, Duration::from_secs(30));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
@@ -1327,6 +1332,17 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
                 Some(0),
                 "the command ran to its end: {err}"
             );
+            // The lease (ten minutes) was never at stake: a watcher that could not be forked is
+            // an error (1), not a lost lease (76), and the lock is given back either way.
+            assert!(
+                o.status.code() != Some(76) && !err.contains("lost before the command started"),
+                "a failure to start was reported as a lost lease: {err}"
+            );
+            assert_eq!(
+                s.get("lockctl:unsupervised"),
+                None,
+                "the lock was not given back: {err}"
+            );
             continue;
         }
         assert_eq!(
@@ -1388,7 +1404,7 @@ fn a_lost_lease_stops_the_job_while_the_watcher_is_stopped() {
 
 /// A watcher killed while the job runs guards nothing: lockctl stops the job as soon as it sees the
 /// watcher gone, not at its next renewal (30 s after the grant with this TTL), which would find the
-/// watcher gone too.
+/// watcher gone too; also when the watcher dies long after the job started.
 #[test]
 fn a_killed_watcher_stops_the_job_before_the_next_renewal() {
     let s = Server::start();
@@ -1398,6 +1414,9 @@ fn a_killed_watcher_stops_the_job_before_the_next_renewal() {
         "echo ready; exec sleep 600",
         "ready",
     );
+    // Killed a while after the start, not at once: the check must go on for as long as the job
+    // runs, not only see a watcher that was gone by its first look (every 100 ms).
+    std::thread::sleep(Duration::from_secs(2));
     kill(watcher_of(holder.id()), libc::SIGKILL);
     let killed = Instant::now();
     let o = wait_output(holder, Duration::from_secs(120));
@@ -1534,4 +1553,108 @@ fn a_renewal_never_extends_another_holder_s_key() {
         left > 30_000,
         "the other holder's key was given the holder's TTL: {left} ms left"
     );
+}
+
+/// Where `/proc` is not mounted (a minimal container), `lockctl-guard` cannot be started from
+/// `/proc/self/exe`: the watcher watches from a forked copy of lockctl, and the command's first
+/// process gets the parent-death signal instead. The command must still run, and die with a
+/// lockctl killed by SIGKILL.
+#[test]
+fn without_proc_the_command_runs_and_dies_with_lockctl() {
+    let probe = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "umount -l /proc",
+        ])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("NOT RUN HERE: this case needs `unshare -m` and umount (root)");
+        return;
+    }
+    let s = Server::start();
+    // /proc is unmounted in a mount namespace of lockctl's own; the test still sees its own.
+    let mut holder = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(r#"umount -l /proc && exec "$0" exec noproc -n -- sh -c 'echo "ran $$"; exec sleep 600'"#)
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let errs = collect_stderr(holder.stderr.take().unwrap());
+    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let Some(pid) = line
+        .strip_prefix("ran ")
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    else {
+        let _ = holder.kill();
+        let _ = holder.wait();
+        panic!("the command did not run: {}", errs.join().unwrap());
+    };
+    assert!(s.get("lockctl:noproc").is_some(), "the lock is held");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let died = eventually(Duration::from_secs(10), || !alive(pid));
+    kill(pid, libc::SIGKILL);
+    assert!(died, "the command outlived its lockctl, killed by SIGKILL");
+}
+
+/// On a terminal (an interactive shell's; here `script(1)`'s pseudo-terminal) the command runs in a
+/// process group of its own, a background group that would stop at its first read of the
+/// terminal: lockctl hands it the terminal's foreground, so that it reads its input as it would
+/// without lockctl, and takes it back after, so that the shell that ran lockctl reads on.
+#[test]
+fn a_command_on_a_terminal_reads_from_it() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("NOT RUN HERE: this case needs script(1)");
+        return;
+    }
+    let s = Server::start();
+    let line = format!(
+        "{} exec tty -- sh -c 'read x; echo \"got $x\"'; read y; echo \"then $y\"",
+        env!("CARGO_BIN_EXE_lockctl")
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\nworld\n")
+        .unwrap();
+    let o = wait_output(child, Duration::from_secs(60));
+    let screen = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        screen.contains("got hello"),
+        "the command did not read the terminal (stopped in the background?): {screen:?} {}",
+        stderr(&o)
+    );
+    assert!(
+        screen.contains("then world"),
+        "the shell did not get the terminal back (stopped in the background?): {screen:?}"
+    );
+    assert_eq!(code(&o), 0, "{screen:?}");
+    assert_eq!(s.get("lockctl:tty"), None, "released");
 }

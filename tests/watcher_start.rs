@@ -2,7 +2,9 @@
 //! is won, so that only the command's start lies between the grant and the command. While lockctl
 //! waits, the watcher must cost nothing and leave nothing behind:
 //!
-//! - a waiting exec has its watcher, and the watcher sleeps until there is a lease or a job;
+//! - a waiting exec has its watcher (with `-w DUR` too), and the watcher sleeps until there is a
+//!   lease or a job; an exec of one attempt (`-n`, `-w 0`) starts it only once the lock is won,
+//!   since a start thrown away on a busy lock costs more than the overlap gains (`watcher.rs`);
 //! - it is gone once lockctl ends without running the command: busy (`-n`), `-w` run out, a
 //!   signal during the wait, lockctl SIGKILLed during the wait;
 //! - a watcher killed while lockctl waits is replaced at the grant: the command runs, guarded
@@ -92,6 +94,58 @@ fn a_lockctl_killed_while_waiting_leaves_no_watcher() {
     watcher_of(pid);
     child.kill();
     assert!(no_watcher_left(pid), "a watcher outlived its lockctl");
+}
+
+/// `-w DUR` waits like an exec without a limit: its watcher starts with the first attempt.
+#[test]
+fn an_exec_waiting_with_a_limit_has_its_watcher() {
+    let s = Server::start();
+    hold(&s, "limited");
+    let marker = s.dir().join("ran");
+    let (child, err) = start_waiting(
+        &s,
+        "limited",
+        &["-w", "60s"],
+        &["sh", "-c", &format!("touch {}", marker.display())],
+    );
+    let errs = collect_stderr(err);
+    let lockctl = child.id();
+    watcher_of(lockctl);
+    kill(lockctl as i32, libc::SIGINT);
+    let out = child.output(Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(130), "{}", errs.join().unwrap());
+    assert!(!marker.exists(), "the command ran");
+    assert!(no_watcher_left(lockctl), "a watcher outlived its lockctl");
+}
+
+/// One attempt (`-n`, `-w 0`) starts no watcher before the grant: here the attempt hangs on a
+/// stopped server until its node timeout, and no watcher may appear meanwhile.
+#[test]
+fn an_exec_of_one_attempt_starts_no_watcher_before_the_grant() {
+    let s = Server::start();
+    for flags in [&["-n"][..], &["-w", "0"]] {
+        s.pause();
+        let child = lockctl_on(&s)
+            .args(["exec", "one", "--node-timeout", "5s"])
+            .args(flags)
+            .args(["--", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Long enough for a watcher started with the attempt to show (it does in milliseconds);
+        // the code never starts one here, however long this is.
+        std::thread::sleep(Duration::from_millis(1500));
+        let seen = watchers_of(pid);
+        s.resume();
+        let out = wait_output(child, Duration::from_secs(60));
+        assert!(
+            seen.is_empty(),
+            "exec {flags:?} started a watcher ({seen:?}) before it won the lock: {}",
+            stderr(&out)
+        );
+    }
 }
 
 #[test]

@@ -188,7 +188,8 @@ fn a_lockctl_stopped_between_grant_and_spawn_past_its_lease_does_not_start_the_c
 /// -e inject`): lockctl waits for the word up to 10 s after the watcher's start, with the lock
 /// granted and its 2 s lease running out, then starts the command anyway, after the key expired
 /// and another client could hold the lock; and with PID 0 for the watcher, it never checks that
-/// watcher's state again. The command must not start once its lease ran out.
+/// watcher's state again. The command must not start once its lease ran out, and the exit is the
+/// lease's (76), not an error starting the watcher.
 #[test]
 fn a_watcher_silent_at_the_grant_does_not_let_the_command_start_past_its_lease() {
     if Command::new("strace").arg("-V").output().is_err() {
@@ -229,7 +230,13 @@ fn a_watcher_silent_at_the_grant_does_not_let_the_command_start_past_its_lease()
         !ran.exists() && !errs.contains("instead of the command's"),
         "the command started after its 2 s lease ran out: {errs}"
     );
-    assert_ne!(out.status.code(), Some(0), "{errs}");
+    // A lease that ran out is 76 and says so, not a failure to start the watcher (1): another
+    // client may hold the lock, which a caller must not take for an error of its own.
+    assert_eq!(out.status.code(), Some(76), "{errs}");
+    assert!(
+        errs.contains("lost before the command started"),
+        "the exit does not say the lease ran out: {errs}"
+    );
 }
 
 /// A watcher stopped by a signal while lockctl waits (`pkill -STOP lockctl-guard`) is replaced
