@@ -367,3 +367,27 @@ fn a_semaphore_whose_last_waiter_leaves_after_the_last_release_forgets_its_limit
     );
     nothing_held_nobody_waits(&[&s], name, "the waiter ended", true, || lockctl_on(&s));
 }
+
+/// The attempt forgets a limit left behind only when no slot is held: a slot's key without a
+/// holder record (written by another client, or a record that expired first) still holds its slot,
+/// so a plain `acquire -n` is refused with both numbers and the `limit` key stays.
+#[test]
+fn a_limit_is_kept_while_a_slot_key_without_a_record_holds_it() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let name = "pool_foreign";
+    let limit_key = format!("{{lockctl:{name}}}\u{1f}limit");
+    let slot2 = format!("{{lockctl:{name}}}\u{1f}slot\u{1f}2");
+    let _: String = s.cmd(&["SET", &limit_key, "3", "PX", "60000"]);
+    let _: String = s.cmd(&["SET", &slot2, "someone-else", "PX", "60000"]);
+    let o = run(lockctl_on(&s).args(["acquire", name, "-n", "--ttl", "5s"]));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--limit 3"), "{}", stderr(&o));
+    let kept: Option<String> = s.cmd(&["GET", &limit_key]);
+    assert_eq!(kept.as_deref(), Some("3"), "the limit was forgotten");
+    assert_eq!(
+        s.get(&format!("lockctl:{name}")),
+        None,
+        "slot 1 was granted"
+    );
+}
