@@ -4,6 +4,9 @@
 
 mod support;
 
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
 use support::*;
 
 /// Contract ("Queues and slots"): with `--limit 1` the lock key stays the canonical plain string,
@@ -65,4 +68,133 @@ fn a_semaphore_is_not_granted_beside_a_peers_plain_lock_on_redlock() {
     let s = Servers::start(3);
     let nodes: Vec<&Server> = s.0.iter().collect();
     a_semaphore_beside_a_peers_plain_lock(&nodes, &mut s.lockctl());
+}
+
+/// Clients of one name with N of 1, 2 and 3 started together, round after round, each an `exec -w`
+/// that notes its start and end (with its fence) in a file: no two of different N may overlap, no
+/// more than N of limit N may hold, fences must be distinct, and a client is only ever granted
+/// (0) or refused for its limit (2).
+fn mixed_limits(nodes: &[&Server], name: &str, rounds: usize, lockctl: impl Fn() -> Command) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let mut codes = std::collections::BTreeMap::new();
+    for r in 0..rounds {
+        let kids: Vec<_> = (0..6)
+            .map(|i| {
+                let n = (r * 7 + i * 5) % 3 + 1;
+                let child = lockctl()
+                    .args(["exec", name, "--limit", &n.to_string(), "-w", "20s", "--ttl", "5s"])
+                    .arg("-c")
+                    .arg(format!(
+                        "echo \"+ {n} $LOCKCTL_FENCE\" >> '{l}'; sleep 0.05; echo \"- {n} $LOCKCTL_FENCE\" >> '{l}'",
+                        l = log.display()
+                    ))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn");
+                (n, child)
+            })
+            .collect();
+        for (n, k) in kids {
+            let o = wait_output(k, Duration::from_secs(60));
+            let c = code(&o);
+            assert!(c == 0 || c == 2, "limit {n}: exit {c}: {}", stderr(&o));
+            *codes.entry((n, c)).or_insert(0u32) += 1;
+        }
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let mut held = [0usize; 4];
+    let mut fences = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let n: usize = f[1].parse().unwrap();
+        if f[0] == "+" {
+            assert!(fences.insert(f[2].to_string()), "fence {} twice", f[2]);
+            for (m, h) in held.iter().enumerate() {
+                assert!(
+                    m == n || *h == 0,
+                    "limit {n} granted while {h} of limit {m} hold:\n{text}"
+                );
+            }
+            held[n] += 1;
+            assert!(held[n] <= n, "{} holders of limit {n}:\n{text}", held[n]);
+        } else {
+            held[n] -= 1;
+        }
+    }
+    let keys: Vec<Vec<String>> = nodes.iter().map(|s| s.keys()).collect();
+    eprintln!("{rounds} rounds: (limit, exit) -> count {codes:?}; keys left {keys:?}");
+}
+
+#[test]
+fn mixed_limits_never_hold_together() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    mixed_limits(&[&s], "mixed", 15, || lockctl_on(&s));
+}
+
+#[test]
+fn mixed_limits_never_hold_together_on_redlock() {
+    // Never restarted: the quarantine is off for these servers the test started itself.
+    let s = Servers::start(3);
+    let nodes: Vec<&Server> = s.0.iter().collect();
+    mixed_limits(&nodes, "rmixed", 10, || s.lockctl());
+}
+
+/// A semaphore's limit left behind (docs/queue.md: a dead waiter still queued at the last release
+/// keeps the key for the holders' lease, and the next attempt forgets it) must not refuse a plain
+/// client once the semaphore is gone: the name is then used as a plain lock by a peer (redis-py
+/// `Lock`), and a plain `acquire -n` is busy (75), not told the name "is used with --limit 2".
+/// The attempt forgets a limit only when no slot's key exists (acquire.lua:177-182), and slot 1's
+/// key is the peer's plain lock, so the leftover key refuses every plain client (exit 2) for the
+/// rest of the old holders' lease.
+#[test]
+fn a_limit_left_behind_does_not_refuse_a_plain_client_beside_a_peers_plain_lock() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    let name = "leftover_peer";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let hold = || {
+        let o = run(lockctl_on(&s).args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        stdout(&o)
+    };
+    let tokens = [hold(), hold()];
+    let w = support::queue::waiter(&mut lockctl_on(&s), name, &file, "dead", &["--limit", "2"]);
+    support::queue::wait_queued(&s, name, 1);
+    std::thread::sleep(Duration::from_secs(1));
+    kill(w.id() as i32, libc::SIGKILL);
+    support::queue::finish_off(w);
+    for t in &tokens {
+        let o = run(lockctl_on(&s).args(["release", name, "--token", t]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    // The killed waiter's expiry (a front lifetime, 4 s) passes with no script run.
+    std::thread::sleep(Duration::from_secs(6));
+    let lock_key = format!("lockctl:{name}");
+    let set: Option<String> = s.cmd(&[
+        "SET",
+        &lock_key,
+        "0123456789abcdef0123456789abcdef",
+        "NX",
+        "PX",
+        "60000",
+    ]);
+    assert_eq!(set.as_deref(), Some("OK"), "the peer's lock");
+    let o = run(lockctl_on(&s).args(["acquire", name, "-n", "--ttl", "5s"]));
+    let limit_key = format!("{{lockctl:{name}}}\u{1f}limit");
+    let left: Option<String> = s.cmd(&["GET", &limit_key]);
+    eprintln!(
+        "plain acquire -n beside the peer: exit {}, stderr {:?}; limit key {left:?}",
+        code(&o),
+        stderr(&o)
+    );
+    assert_eq!(
+        code(&o),
+        75,
+        "a plain client beside a plain lock, the semaphore long gone: {}",
+        stderr(&o)
+    );
 }
