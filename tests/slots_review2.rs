@@ -198,3 +198,59 @@ fn a_limit_left_behind_does_not_refuse_a_plain_client_beside_a_peers_plain_lock(
         stderr(&o)
     );
 }
+
+/// Redlock: each node decides alone, and a grant needs a quorum, so one node's stale answer must
+/// not decide for the name. A `--limit 2` holder releases while one node of three is down (the
+/// release reaches the other two: exit 0); that node comes back from its AOF with the holder's slot
+/// and `limit` key, in its restart quarantine (it may not vote). A plain `acquire -n` then finds
+/// the name free on the two others, yet the restarted node's answer "used with --limit 2"
+/// (acquire.lua:166-173, before the quarantine check at acquire.lua:243) is fatal for the whole
+/// attempt (src/lock/mod.rs:884, one node's mismatch refuses, exit 2), and stays so for the rest of the
+/// old lease: a refusal when nothing of the semaphore is held on a quorum.
+#[test]
+fn a_restarted_nodes_stale_limit_does_not_refuse_a_free_name_on_redlock() {
+    // The quarantine stays on (2 s): one server is restarted; the attempts wait out the others'.
+    let mut servers = vec![
+        Server::start_tcp(),
+        Server::start_tcp(),
+        Server::tcp_with_args(&["--appendonly", "yes", "--appendfsync", "always"]),
+    ];
+    let urls = servers
+        .iter()
+        .map(Server::url)
+        .collect::<Vec<_>>()
+        .join(",");
+    let cmd = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &urls)
+            .env("LOCKCTL_QUARANTINE", "2s");
+        c
+    };
+    std::thread::sleep(Duration::from_millis(3500));
+    let name = "stale_node";
+    let o = run(cmd().args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let token = stdout(&o);
+    servers[2].kill();
+    let o = run(cmd().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "release on two of three: {}", stderr(&o));
+    servers[2].restart_in_place();
+    let kept = servers[2].get(&format!("lockctl:{name}"));
+    assert_eq!(
+        kept.as_deref(),
+        Some(token.as_str()),
+        "the AOF kept the slot"
+    );
+    let o = run(cmd().args(["acquire", name, "-n", "--ttl", "5s"]));
+    eprintln!(
+        "plain acquire -n with two free nodes: exit {}, stderr {:?}",
+        code(&o),
+        stderr(&o)
+    );
+    assert_eq!(
+        code(&o),
+        0,
+        "the name is free on two of three nodes: {}",
+        stderr(&o)
+    );
+}
