@@ -210,7 +210,7 @@ fn a_limit_left_behind_does_not_refuse_a_plain_client_beside_a_peers_plain_lock(
 #[test]
 fn a_restarted_nodes_stale_limit_does_not_refuse_a_free_name_on_redlock() {
     // The quarantine stays on (2 s): one server is restarted; the attempts wait out the others'.
-    let mut servers = vec![
+    let mut servers = [
         Server::start_tcp(),
         Server::start_tcp(),
         Server::tcp_with_args(&["--appendonly", "yes", "--appendfsync", "always"]),
