@@ -74,7 +74,13 @@ fn a_semaphore_is_not_granted_beside_a_peers_plain_lock_on_redlock() {
 /// that notes its start and end (with its fence) in a file: no two of different N may overlap, no
 /// more than N of limit N may hold, fences must be distinct, and a client is only ever granted
 /// (0) or refused for its limit (2).
-fn mixed_limits(nodes: &[&Server], name: &str, rounds: usize, lockctl: impl Fn() -> Command) {
+fn mixed_limits(
+    nodes: &[&Server],
+    name: &str,
+    rounds: usize,
+    term: bool,
+    lockctl: impl Fn() -> Command,
+) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let mut codes = std::collections::BTreeMap::new();
@@ -82,12 +88,15 @@ fn mixed_limits(nodes: &[&Server], name: &str, rounds: usize, lockctl: impl Fn()
         let kids: Vec<_> = (0..6)
             .map(|i| {
                 let n = (r * 7 + i * 5) % 3 + 1;
+                // Staggered, so that some arrive as others release.
+                std::thread::sleep(Duration::from_millis(((r * 13 + i * 29) % 7 * 15) as u64));
                 let child = lockctl()
                     .args(["exec", name, "--limit", &n.to_string(), "-w", "20s", "--ttl", "5s"])
                     .arg("-c")
                     .arg(format!(
-                        "echo \"+ {n} $LOCKCTL_FENCE\" >> '{l}'; sleep 0.05; echo \"- {n} $LOCKCTL_FENCE\" >> '{l}'",
-                        l = log.display()
+                        "trap 'echo \"- {n} $LOCKCTL_FENCE\" >> {l}; exit 0' TERM; echo \"+ {n} $LOCKCTL_FENCE\" >> '{l}'; sleep {hold}; echo \"- {n} $LOCKCTL_FENCE\" >> '{l}'",
+                        l = log.display(),
+                        hold = if term { "0.2" } else { "0.05" },
                     ))
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
@@ -95,16 +104,33 @@ fn mixed_limits(nodes: &[&Server], name: &str, rounds: usize, lockctl: impl Fn()
                     .expect("spawn");
                 (n, child)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        if term {
+            // One client stops (a leave if it waits, a release if it holds) as the others run.
+            std::thread::sleep(Duration::from_millis((r % 5 * 60 + 30) as u64));
+            kill(kids[r % 6].1.id() as i32, libc::SIGTERM);
+        }
         for (n, k) in kids {
             let o = wait_output(k, Duration::from_secs(60));
+            // SIGTERM before lockctl set its handlers ends it as the signal's default.
+            if std::os::unix::process::ExitStatusExt::signal(&o.status) == Some(libc::SIGTERM) {
+                *codes.entry((n, 143)).or_insert(0u32) += 1;
+                continue;
+            }
             let c = code(&o);
-            assert!(c == 0 || c == 2, "limit {n}: exit {c}: {}", stderr(&o));
+            assert!(
+                c == 0 || c == 2 || c == 143,
+                "limit {n}: exit {c}: {}",
+                stderr(&o)
+            );
             *codes.entry((n, c)).or_insert(0u32) += 1;
         }
     }
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let mut held = [0usize; 4];
+    // The largest fence of a grant of each limit that ended: a grant of another limit (or any
+    // plain one) came after it, so its fence is larger.
+    let mut ended = [0u64; 4];
     let mut fences = std::collections::BTreeSet::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -117,10 +143,18 @@ fn mixed_limits(nodes: &[&Server], name: &str, rounds: usize, lockctl: impl Fn()
                     "limit {n} granted while {h} of limit {m} hold:\n{text}"
                 );
             }
+            let fence: u64 = f[2].parse().unwrap();
+            for (m, e) in ended.iter().enumerate() {
+                assert!(
+                    (m == n && n > 1) || fence > *e,
+                    "limit {n} granted fence {fence} after a limit {m} grant of fence {e} ended:\n{text}"
+                );
+            }
             held[n] += 1;
             assert!(held[n] <= n, "{} holders of limit {n}:\n{text}", held[n]);
         } else {
             held[n] -= 1;
+            ended[n] = ended[n].max(f[2].parse().unwrap());
         }
     }
     let keys: Vec<Vec<String>> = nodes.iter().map(|s| s.keys()).collect();
@@ -131,7 +165,7 @@ fn mixed_limits(nodes: &[&Server], name: &str, rounds: usize, lockctl: impl Fn()
 fn mixed_limits_never_hold_together() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
-    mixed_limits(&[&s], "mixed", 15, || lockctl_on(&s));
+    mixed_limits(&[&s], "mixed", 15, false, || lockctl_on(&s));
 }
 
 #[test]
@@ -139,7 +173,7 @@ fn mixed_limits_never_hold_together_on_redlock() {
     // Never restarted: the quarantine is off for these servers the test started itself.
     let s = Servers::start(3);
     let nodes: Vec<&Server> = s.0.iter().collect();
-    mixed_limits(&nodes, "rmixed", 10, || s.lockctl());
+    mixed_limits(&nodes, "rmixed", 10, false, || s.lockctl());
 }
 
 /// A semaphore's limit left behind (docs/queue.md: a dead waiter still queued at the last release
@@ -253,4 +287,19 @@ fn a_restarted_nodes_stale_limit_does_not_refuse_a_free_name_on_redlock() {
         "the name is free on two of three nodes: {}",
         stderr(&o)
     );
+}
+
+#[test]
+fn mixed_limits_never_hold_together_while_clients_stop() {
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start();
+    mixed_limits(&[&s], "mixed_term", 30, true, || lockctl_on(&s));
+}
+
+#[test]
+fn mixed_limits_never_hold_together_while_clients_stop_on_redlock() {
+    // Never restarted: the quarantine is off for these servers the test started itself.
+    let s = Servers::start(3);
+    let nodes: Vec<&Server> = s.0.iter().collect();
+    mixed_limits(&nodes, "rmixed_term", 20, true, || s.lockctl());
 }
