@@ -789,6 +789,7 @@ impl Engine {
         // The slot each node granted.
         let mut slots = vec![0usize; n];
         let mut mismatch: Option<(i64, Option<String>)> = None;
+        let mut mismatched = vec![false; n];
         // Every node's run id, from every kind of answer; the grant keeps those of the nodes won.
         let mut run_ids = vec![String::new(); n];
         let mut maybe_applied = vec![false; n];
@@ -809,6 +810,7 @@ impl Engine {
                 }) => {
                     refusal.answered += 1;
                     run_ids[i] = run_id;
+                    mismatched[i] = true;
                     if mismatch.as_ref().is_none_or(|(_, h)| h.is_none()) {
                         mismatch = Some((limit, holder));
                     }
@@ -881,7 +883,20 @@ impl Engine {
             )));
             return Err(Box::new(refusal));
         }
-        if let Some((theirs, by)) = mismatch {
+        // A minority of nodes that disagree cannot make a mixed grant (every grant needs a
+        // majority, and the majorities meet): it is what a node that missed a release, or came
+        // back from an old copy, still keeps. Those nodes refuse like a holder and the others
+        // decide; a limit that differs on enough nodes to deny a quorum is the user's mistake.
+        let against = mismatched.iter().filter(|&&m| m).count();
+        if against > 0 && n - against >= quorum {
+            trace!(
+                "attempt on '{}': {against} of {n} node(s) keep another --limit; the others decide",
+                keys.name
+            );
+            for (busy, &m) in refusal.busy.iter_mut().zip(&mismatched) {
+                *busy |= m;
+            }
+        } else if let Some((theirs, by)) = mismatch {
             let touched: Vec<bool> = (0..n)
                 .map(|i| won[i].is_some() || maybe_applied[i])
                 .collect();

@@ -174,14 +174,15 @@ if recorded and recorded ~= limit then
   if redis.call('ZCARD', KEYS[5]) > 0 then
     return {3, recorded, '', '', '', run_id()}
   end
-  for i = 1, recorded do
+  for i = 2, recorded do
     -- A slot's key without its holder record (another client's) still holds the slot.
     if redis.call('EXISTS', slot_key(i)) == 1 then
       return {3, recorded, '', '', '', run_id()}
     end
   end
-  -- No slot held and nobody waits (the dead were dropped above): a limit left by a release that
-  -- ran before the last waiter was dropped, or by an older client, is forgotten.
+  -- No lockctl holder, no slot 2..N held and nobody waits (the dead were dropped above): a limit
+  -- left by a release that ran before the last waiter was dropped, or by an older client, is
+  -- forgotten. A key without a record in slot 1 is a canonical client's, a holder of slot 1 for any N.
   redis.call('DEL', KEYS[4])
 end
 
