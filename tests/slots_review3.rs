@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use support::*;
 
 /// Contract ("Queues and slots"): clients that disagree on N get a clear error (exit 2). A
