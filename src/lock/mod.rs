@@ -883,12 +883,16 @@ impl Engine {
             )));
             return Err(Box::new(refusal));
         }
-        // A minority of nodes that disagree cannot make a mixed grant (every grant needs a
-        // majority, and the majorities meet): it is what a node that missed a release, or came
-        // back from an old copy, still keeps. Those nodes refuse like a holder and the others
-        // decide; a limit that differs on enough nodes to deny a quorum is the user's mistake.
+        // Nodes that disagree cannot make a mixed grant while a quorum of others answered and
+        // agree (every grant needs a majority, and the majorities meet): they keep what a node that
+        // missed a release, or came back from an old copy, still holds. They then refuse like a
+        // holder and the others decide. Otherwise the limit differs where it counts (a node that
+        // did not answer, or may not vote, may be one that disagrees): the user's mistake, exit 2.
         let against = mismatched.iter().filter(|&&m| m).count();
-        if against > 0 && n - against >= quorum {
+        let agree = (0..n)
+            .filter(|&i| won[i].is_some() || refusal.busy[i])
+            .count();
+        if against > 0 && agree >= quorum {
             trace!(
                 "attempt on '{}': {against} of {n} node(s) keep another --limit; the others decide",
                 keys.name
