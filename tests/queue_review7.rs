@@ -104,19 +104,8 @@ fn a_semaphore_with_a_dead_waiter(
 ) -> String {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
-    let hold = |who| {
-        let o = run(lockctl().args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
-        assert_eq!(code(&o), 0, "{who}: {}", stderr(&o));
-        stdout(&o)
-    };
-    let first = hold("first");
-    let second = hold("second");
-    let w = support::queue::waiter(&mut lockctl(), name, &file, "dead", &["--limit", "2"]);
-    for s in nodes {
-        support::queue::wait_queued(s, name, 1);
-    }
-    // Its attempt after it subscribed.
-    std::thread::sleep(Duration::from_secs(1));
+    let ([first, second], w) =
+        support::queue::a_full_semaphore_of_two_with_a_waiter(nodes, &lockctl, name, &file, "dead");
     kill(w.id() as i32, libc::SIGKILL);
     support::queue::finish_off(w);
     let early = if both {
@@ -342,15 +331,13 @@ fn a_semaphore_whose_last_waiter_leaves_after_the_last_release_forgets_its_limit
     let name = "pool_leave";
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
-    let hold = || {
-        let o = run(lockctl_on(&s).args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-        stdout(&o)
-    };
-    let tokens = [hold(), hold()];
-    let w = support::queue::waiter(&mut lockctl_on(&s), name, &file, "late", &["--limit", "2"]);
-    support::queue::wait_queued(&s, name, 1);
-    std::thread::sleep(Duration::from_secs(1));
+    let (tokens, w) = support::queue::a_full_semaphore_of_two_with_a_waiter(
+        &[&s],
+        || lockctl_on(&s),
+        name,
+        &file,
+        "late",
+    );
     kill(w.id() as i32, libc::SIGSTOP);
     for t in &tokens {
         let o = run(lockctl_on(&s).args(["release", name, "--token", t]));

@@ -192,15 +192,13 @@ fn a_limit_left_behind_does_not_refuse_a_plain_client_beside_a_peers_plain_lock(
     let name = "leftover_peer";
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
-    let hold = || {
-        let o = run(lockctl_on(&s).args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-        stdout(&o)
-    };
-    let tokens = [hold(), hold()];
-    let w = support::queue::waiter(&mut lockctl_on(&s), name, &file, "dead", &["--limit", "2"]);
-    support::queue::wait_queued(&s, name, 1);
-    std::thread::sleep(Duration::from_secs(1));
+    let (tokens, w) = support::queue::a_full_semaphore_of_two_with_a_waiter(
+        &[&s],
+        || lockctl_on(&s),
+        name,
+        &file,
+        "dead",
+    );
     kill(w.id() as i32, libc::SIGKILL);
     support::queue::finish_off(w);
     for t in &tokens {

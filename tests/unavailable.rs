@@ -377,17 +377,21 @@ fn relay(client: TcpStream, upstream: u16) {
 /// nobody for its whole TTL.
 #[test]
 fn a_script_whose_reply_was_cut_is_rolled_back_though_the_node_was_then_unreachable() {
+    an_acquire_cut_by_the_proxy_is_rolled_back(
+        vec![Fault::CutTheScriptsReply, Fault::Close],
+        &["the script's reply cut", "closed before the handshake"],
+    );
+}
+
+/// `acquire` through a proxy that makes the faults of `plan` (in this order) must fail with 69, the
+/// proxy having made exactly `made`, the script having run, and leave no key behind.
+fn an_acquire_cut_by_the_proxy_is_rolled_back(plan: Vec<Fault>, made: &[&str]) {
     let s = Server::start_tcp();
-    let plan = vec![Fault::CutTheScriptsReply, Fault::Close];
     let (port, faults) = faulty_proxy(s.port.unwrap(), plan);
     let o = acquire_through(&s, port);
     let err = stderr(&o);
     assert_eq!(code(&o), 69, "{err}");
-    assert_eq!(
-        *faults.lock().unwrap(),
-        ["the script's reply cut", "closed before the handshake"],
-        "{err}"
-    );
+    assert_eq!(*faults.lock().unwrap(), made, "{err}");
     let (ran, held) = cut_lock(&s);
     assert!(ran, "the acquire script never ran: {err}");
     assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
@@ -397,20 +401,10 @@ fn a_script_whose_reply_was_cut_is_rolled_back_though_the_node_was_then_unreacha
 /// then (and is rolled back), instead of being sent again and again until the node timeout.
 #[test]
 fn a_script_whose_resend_was_cut_too_fails_and_is_rolled_back() {
-    let s = Server::start_tcp();
-    let plan = vec![Fault::CutTheScriptsReply, Fault::CutTheScriptsReply];
-    let (port, faults) = faulty_proxy(s.port.unwrap(), plan);
-    let o = acquire_through(&s, port);
-    let err = stderr(&o);
-    assert_eq!(code(&o), 69, "{err}");
-    assert_eq!(
-        *faults.lock().unwrap(),
-        ["the script's reply cut", "the script's reply cut"],
-        "{err}"
+    an_acquire_cut_by_the_proxy_is_rolled_back(
+        vec![Fault::CutTheScriptsReply, Fault::CutTheScriptsReply],
+        &["the script's reply cut", "the script's reply cut"],
     );
-    let (ran, held) = cut_lock(&s);
-    assert!(ran, "the acquire script never ran: {err}");
-    assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
 }
 
 /// A loopback proxy in front of `upstream` that relays every connection and garbles the next

@@ -153,3 +153,27 @@ pub fn signalled_during_a_stall(
     );
     (said, queued.contains(&ids[0]))
 }
+
+/// Two holders of a `--limit 2` semaphore with 60 s leases (made by `cmd`) and a `--limit 2` waiter
+/// `who` queued behind them on every node of `nodes`, one second past its enqueue (its attempt made
+/// after it subscribed): the holders' tokens and the waiter.
+pub fn a_full_semaphore_of_two_with_a_waiter(
+    nodes: &[&Server],
+    cmd: impl Fn() -> Command,
+    name: &str,
+    file: &Path,
+    who: &str,
+) -> ([String; 2], Child) {
+    let hold = |which| {
+        let o = run(cmd().args(["acquire", name, "--limit", "2", "--ttl", "60s"]));
+        assert_eq!(code(&o), 0, "{which}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let tokens = [hold("first"), hold("second")];
+    let w = waiter(&mut cmd(), name, file, who, &["--limit", "2"]);
+    for s in nodes {
+        wait_queued(s, name, 1);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    (tokens, w)
+}
