@@ -7,7 +7,9 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::queue::{all_succeed, in_order_every_round, order, queue_key, waiter};
+use support::queue::{
+    all_succeed, in_order_every_round, order, queue_key, served_after_a_stall, waiter,
+};
 use support::*;
 
 /// The `seen` key of lock `name` under the default prefix.
@@ -68,7 +70,7 @@ fn a_ten_second_stall_keeps_the_arrival_order() {
     in_order_every_round(6, &["1", "2", "3"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
         let s = Server::start();
-        ten_second_stall(&[&s], &format!("long{round}"), round, || lockctl_on(&s))
+        served_after_a_stall(&[&s], &[&s], &format!("long{round}"), 10, || lockctl_on(&s))
     });
 }
 
@@ -80,36 +82,8 @@ fn a_ten_second_stall_of_every_node_keeps_the_arrival_order_on_redlock() {
         // Never restarted: the quarantine is off for these servers the test started itself.
         let s = Servers::start(3);
         let nodes: Vec<&Server> = s.0.iter().collect();
-        ten_second_stall(&nodes, &format!("rlong{round}"), round, || s.lockctl())
+        served_after_a_stall(&nodes, &nodes, &format!("rlong{round}"), 10, || s.lockctl())
     });
-}
-
-/// A holder with a 3 s lease and three waiters queued in order behind it; every node in `nodes` is
-/// stopped for 10 s (the lease ends during the stall); returns the order the waiters were served in.
-fn ten_second_stall(
-    nodes: &[&Server],
-    name: &str,
-    round: usize,
-    lockctl: impl Fn() -> Command,
-) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("order");
-    let o = run(lockctl().args(["acquire", name, "--ttl", "3s"]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let kids = support::queue::queue_in_order(nodes, name, &file, 3, &lockctl);
-    std::thread::sleep(Duration::from_millis(1500));
-    let queue_ttl: i64 = nodes[0].cmd(&["PTTL", &queue_key(name)]);
-    let seen_ttl: i64 = nodes[0].cmd(&["PTTL", &seen_key(name)]);
-    for s in nodes {
-        s.pause();
-    }
-    std::thread::sleep(Duration::from_secs(10));
-    for s in nodes {
-        s.resume();
-    }
-    all_succeed(kids);
-    eprintln!("round {round}: queue ttl {queue_ttl} ms, seen ttl {seen_ttl} ms");
-    order(&file)
 }
 
 /// Docs (queue.md, "Keys" and "A node that stalls"): the queue's keys live at least a far-back

@@ -7,40 +7,8 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use support::queue::{all_succeed, in_order_every_round, order, queue_key};
+use support::queue::{all_succeed, in_order_every_round, order, queue_key, served_after_a_stall};
 use support::*;
-
-/// A holder with a 3 s lease and three waiters queued in order behind it on every node of `nodes`;
-/// the nodes of `stalled` are stopped for `secs` (the lease ends during the stall); returns the
-/// order the waiters were served in.
-fn stall(
-    nodes: &[&Server],
-    stalled: &[&Server],
-    name: &str,
-    secs: u64,
-    lockctl: impl Fn() -> Command,
-) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("order");
-    let o = run(lockctl().args(["acquire", name, "--ttl", "3s"]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let kids = support::queue::queue_in_order(nodes, name, &file, 3, &lockctl);
-    std::thread::sleep(Duration::from_millis(1500));
-    let ttls: Vec<i64> = stalled
-        .iter()
-        .map(|s| s.cmd(&["PTTL", &queue_key(name)]))
-        .collect();
-    for s in stalled {
-        s.pause();
-    }
-    std::thread::sleep(Duration::from_secs(secs));
-    for s in stalled {
-        s.resume();
-    }
-    all_succeed(kids);
-    eprintln!("{name}: queue ttl at the stop {ttls:?} ms");
-    order(&file)
-}
 
 /// Docs (queue.md, "How long a stall is covered"): "a stall of up to about 93 s keeps the order".
 /// The stall tests here held: 94.3-94.5 s left on the keys at the stop, in order in every run.
@@ -50,7 +18,7 @@ fn a_sixty_second_stall_keeps_the_arrival_order() {
     in_order_every_round(1, &["1", "2", "3"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
         let s = Server::start();
-        stall(&[&s], &[&s], &format!("s60_{round}"), 60, || lockctl_on(&s))
+        served_after_a_stall(&[&s], &[&s], &format!("s60_{round}"), 60, || lockctl_on(&s))
     });
 }
 
@@ -61,7 +29,7 @@ fn an_eighty_eight_second_stall_keeps_the_arrival_order() {
     in_order_every_round(1, &["1", "2", "3"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
         let s = Server::start();
-        stall(&[&s], &[&s], &format!("s88_{round}"), 88, || lockctl_on(&s))
+        served_after_a_stall(&[&s], &[&s], &format!("s88_{round}"), 88, || lockctl_on(&s))
     });
 }
 
@@ -72,7 +40,7 @@ fn an_eighty_eight_second_stall_of_every_node_keeps_the_arrival_order_on_redlock
         // Never restarted: the quarantine is off for these servers the test started itself.
         let s = Servers::start(3);
         let nodes: Vec<&Server> = s.0.iter().collect();
-        stall(&nodes, &nodes, &format!("r88_{round}"), 88, || s.lockctl())
+        served_after_a_stall(&nodes, &nodes, &format!("r88_{round}"), 88, || s.lockctl())
     });
 }
 
@@ -85,7 +53,7 @@ fn a_sixty_second_stall_of_one_node_keeps_the_arrival_order_on_redlock() {
         // Never restarted: the quarantine is off for these servers the test started itself.
         let s = Servers::start(3);
         let nodes: Vec<&Server> = s.0.iter().collect();
-        stall(&nodes, &nodes[..1], &format!("r60_{round}"), 60, || {
+        served_after_a_stall(&nodes, &nodes[..1], &format!("r60_{round}"), 60, || {
             s.lockctl()
         })
     });

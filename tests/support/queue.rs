@@ -177,3 +177,36 @@ pub fn a_full_semaphore_of_two_with_a_waiter(
     std::thread::sleep(Duration::from_secs(1));
     (tokens, w)
 }
+
+/// A holder with a 3 s lease and three waiters queued in order behind it on every node of `nodes`;
+/// the nodes of `stalled` are stopped for `secs` (the lease ends during the stall), 1.5 s after the
+/// last enqueue. Returns the order the waiters were served in; prints what was left on the queue's
+/// key of each stalled node at the stop.
+pub fn served_after_a_stall(
+    nodes: &[&Server],
+    stalled: &[&Server],
+    name: &str,
+    secs: u64,
+    lockctl: impl Fn() -> Command,
+) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(lockctl().args(["acquire", name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let kids = queue_in_order(nodes, name, &file, 3, &lockctl);
+    std::thread::sleep(Duration::from_millis(1500));
+    let ttls: Vec<i64> = stalled
+        .iter()
+        .map(|s| s.cmd(&["PTTL", &queue_key(name)]))
+        .collect();
+    for s in stalled {
+        s.pause();
+    }
+    std::thread::sleep(Duration::from_secs(secs));
+    for s in stalled {
+        s.resume();
+    }
+    all_succeed(kids);
+    eprintln!("{name}: queue ttl at the stop {ttls:?} ms");
+    order(&file)
+}
