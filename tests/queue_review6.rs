@@ -39,11 +39,7 @@ fn aof() -> Server {
 /// once sends the waiter SIGTERM, then restarts the victim from its AOF. Returns the waiter's exit
 /// code and stderr.
 fn signalled_after_a_kill(servers: &mut [Server], victim: usize, name: &str) -> (i32, String) {
-    let urls = servers
-        .iter()
-        .map(Server::url)
-        .collect::<Vec<_>>()
-        .join(",");
+    let urls = urls_of(servers);
     let cmd = || {
         let mut c = lockctl();
         c.env("LOCKCTL_REDIS", &urls);

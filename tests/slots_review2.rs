@@ -250,11 +250,7 @@ fn a_restarted_nodes_stale_limit_does_not_refuse_a_free_name_on_redlock() {
         Server::start_tcp(),
         Server::tcp_with_args(&["--appendonly", "yes", "--appendfsync", "always"]),
     ];
-    let urls = servers
-        .iter()
-        .map(Server::url)
-        .collect::<Vec<_>>()
-        .join(",");
+    let urls = urls_of(&servers);
     let cmd = || {
         let mut c = lockctl();
         c.env("LOCKCTL_REDIS", &urls)

@@ -323,6 +323,15 @@ impl Server {
     }
 }
 
+/// The URLs of `servers` as one LOCKCTL_REDIS value.
+pub fn urls_of(servers: &[Server]) -> String {
+    servers
+        .iter()
+        .map(Server::url)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Several independent servers, for Redlock.
 pub struct Servers(pub Vec<Server>);
 
@@ -333,7 +342,7 @@ impl Servers {
 
     /// The URLs as one LOCKCTL_REDIS value.
     pub fn urls(&self) -> String {
-        self.0.iter().map(Server::url).collect::<Vec<_>>().join(",")
+        urls_of(&self.0)
     }
 
     /// A lockctl command pointed at all servers.
