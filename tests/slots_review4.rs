@@ -250,3 +250,70 @@ fn a_grant_made_while_a_minority_disagreed_keeps_the_limit_through_renewals_and_
     eprintln!("plain after both: exit {} {}", code(&q2), stderr(&q2));
     assert_eq!(code(&q2), 0, "{}", stderr(&q2));
 }
+
+/// A waiter queued on the agreeing nodes only: on five nodes, two keep a `--limit 3` holder's keys
+/// that its release missed (stopped), and a full `--limit 2` semaphore holds everywhere else. A
+/// `--limit 2` waiter is queued on the three agreeing nodes (the two others outvoted) and must be
+/// served once a slot frees there, with a fence above the released holder's; meanwhile a
+/// `--limit 3` client, which agrees with the stale minority alone, is told the limit (exit 2).
+#[test]
+fn a_waiter_queued_on_the_agreeing_nodes_is_served_there_and_the_minoritys_limit_is_refused() {
+    // Never restarted: the quarantine is off for these servers the test started itself (two are
+    // only stopped and resumed).
+    let servers = Servers::start(5);
+    let name = "queued_minority";
+    let s3 = acquire_json(
+        &mut servers.lockctl(),
+        name,
+        &["--limit", "3", "--ttl", "30s"],
+    );
+    servers[3].pause();
+    servers[4].pause();
+    let r = run(servers.lockctl().args([
+        "release",
+        name,
+        "--token",
+        s3["token"].as_str().unwrap(),
+        "--node-timeout",
+        "200ms",
+    ]));
+    servers[3].resume();
+    servers[4].resume();
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let a = acquire_json(
+        &mut servers.lockctl(),
+        name,
+        &["--limit", "2", "--ttl", "30s", "-n"],
+    );
+    let b = acquire_json(
+        &mut servers.lockctl(),
+        name,
+        &["--limit", "2", "--ttl", "30s", "-n"],
+    );
+    let w = servers
+        .lockctl()
+        .args(["acquire", name, "--limit", "2", "--ttl", "30s", "-w", "20s"])
+        .args(["--format", "json", "--verbose"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let c3 = run(servers
+        .lockctl()
+        .args(["acquire", name, "--limit", "3", "-n", "--ttl", "5s"]));
+    eprintln!("--limit 3 beside them: exit {} {}", code(&c3), stderr(&c3));
+    let r = run(servers
+        .lockctl()
+        .args(["release", name, "--token", a["token"].as_str().unwrap()]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let wo = wait_output(w, Duration::from_secs(60));
+    eprintln!("waiter: exit {} {} {}", code(&wo), stdout(&wo), stderr(&wo));
+    assert_eq!(code(&wo), 0, "{}", stderr(&wo));
+    let wj: serde_json::Value = serde_json::from_str(&stdout(&wo)).unwrap();
+    assert!(
+        wj["fence"].as_u64() > a["fence"].as_u64() && wj["fence"].as_u64() > b["fence"].as_u64()
+    );
+    assert_eq!(code(&c3), 2, "{}", stderr(&c3));
+    assert!(stderr(&c3).contains("--limit 2") && stderr(&c3).contains("--limit 3"));
+}
