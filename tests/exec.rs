@@ -1264,9 +1264,16 @@ fn a_process_that_leaves_the_group_with_setsid_is_still_part_of_the_job() {
 /// reaches it from outside, and only for a user other than root, so lockctl runs as an unused
 /// numeric uid under `setpriv` and `prlimit` (util-linux). Raising the limit one at a time moves the
 /// failure from the watcher's fork to the command's, then to the lease's threads. There lockctl
-/// must kill the command (a `sleep` far longer than the test's bound) and give the lock back; left
-/// alive, the command would keep lockctl waiting for it, without renewals, until the watcher stops
-/// it at the lease's deadline (so the TTL is far longer than the test's bound too).
+/// must kill the command (a `sleep` far longer than the test's bound) and reap it before it gives
+/// the lock back; left alive, the command would keep lockctl waiting for it, without renewals,
+/// until the watcher stops it at the lease's deadline (so the TTL is far longer than the test's
+/// bound too).
+///
+/// A lockctl that gave up without killing the command would still look right afterwards: its
+/// watcher kills the job when lockctl exits, milliseconds after the release. So lockctl runs under
+/// a child subreaper of the test's (`support/subreaper.py`), which adopts whatever lockctl had not
+/// reaped when it exited and names it: the command (`sleep`, exec'd before `spawn` returns) must
+/// never be among them, on any path.
 #[test]
 fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
     const UID: &str = "64917";
@@ -1281,12 +1288,14 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
     .unwrap();
     let bin = dir.path().join("lockctl");
     std::fs::copy(env!("CARGO_BIN_EXE_lockctl"), &bin).unwrap();
-    let pid_file = dir.path().join("pid");
-    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    let subreaper = dir.path().join("subreaper.py");
+    std::fs::write(&subreaper, include_str!("support/subreaper.py")).unwrap();
     for limit in 1..=64 {
-        let _ = std::fs::remove_file(&pid_file);
-        let mut cmd = std::process::Command::new("setpriv");
-        cmd.args(["--reuid", UID, "--regid", UID, "--clear-groups", "prlimit"])
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg(&subreaper)
+            .arg("120")
+            .args(["setpriv", "--reuid", UID, "--regid", UID, "--clear-groups"])
+            .arg("prlimit")
             .arg(format!("--nproc={limit}"))
             .arg(&bin)
             .args([
@@ -1296,9 +1305,8 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
                 "10m",
                 "unsupervised",
                 "--",
-                "sh",
-                "-c",
-                &script,
+                "sleep",
+                "600",
             ])
             .env("LOCKCTL_REDIS", s.url())
             .env("LOCKCTL_QUARANTINE", "0")
@@ -1307,18 +1315,36 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
             .stderr(Stdio::piped());
         let started = Instant::now();
         let o = wait_output(
-            cmd.spawn().expect("run setpriv and prlimit"),
-            Duration::from_secs(120),
+            cmd.spawn()
+                .expect("run python3 (subreaper.py), setpriv and prlimit"),
+            Duration::from_secs(240),
         );
         let err = stderr(&o);
+        let report = stdout(&o);
+        let status = report
+            .lines()
+            .find(|l| l.starts_with("exit ") || l.starts_with("signal "));
         // Killed at the bound: lockctl waited for the command instead of killing it (it says why
         // it failed only after the command is gone). Going on would only fail later, for a
         // misleading reason: the command left behind counts against the next limit.
         assert!(
-            o.status.code().is_some(),
+            !report.lines().any(|l| l == "bound") && status.is_some(),
             "lockctl did not end within {:?} of its start (it waited for the command it should \
-             have killed): {err}",
+             have killed): {report:?} {err}",
             started.elapsed()
+        );
+        let code = status.and_then(|l| l.strip_prefix("exit ")?.parse::<i32>().ok());
+        // What lockctl left to the subreaper: its watcher (`lockctl-guard`, or the forked copy
+        // and its parent, `lockctl`) may be; the command must not, whatever failed.
+        let left: Vec<&str> = report
+            .lines()
+            .filter(|l| l.starts_with("orphan "))
+            .filter(|l| !matches!(l.rsplit(' ').next(), Some("lockctl-guard" | "lockctl")))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "the command outlived lockctl (exit {code:?}; it was not reaped by lockctl but \
+             adopted by the subreaper): {left:?} {err}"
         );
         // The thread that checks the watcher starts just before the lease's: either one failing
         // leaves a command that nothing supervises.
@@ -1327,15 +1353,11 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
         {
             // A fork or thread before the command's lease failed instead (`-n`: a connection
             // that cannot be made ends the call at once): raise the limit.
-            assert_ne!(
-                o.status.code(),
-                Some(0),
-                "the command ran to its end: {err}"
-            );
+            assert_ne!(code, Some(0), "the command ran to its end: {err}");
             // The lease (ten minutes) was never at stake: a watcher that could not be forked is
             // an error (1), not a lost lease (76), and the lock is given back either way.
             assert!(
-                o.status.code() != Some(76) && !err.contains("lost before the command started"),
+                code != Some(76) && !err.contains("lost before the command started"),
                 "a failure to start was reported as a lost lease: {err}"
             );
             assert_eq!(
@@ -1345,19 +1367,8 @@ fn a_command_that_cannot_be_supervised_is_killed_and_the_lock_released() {
             );
             continue;
         }
-        assert_eq!(
-            o.status.code(),
-            Some(1),
-            "lockctl did not end within {:?} of its start (it waited for the command it should \
-             have killed): {err}",
-            started.elapsed()
-        );
+        assert_eq!(code, Some(1), "{report:?} {err}");
         assert!(err.contains("the command was killed"), "{err}");
-        // The shell may have been killed before it wrote its PID, or while writing it.
-        let pid = std::fs::read_to_string(&pid_file).ok();
-        if let Some(pid) = pid.and_then(|p| p.trim().parse::<i32>().ok()) {
-            assert!(!alive(pid), "the command (pid {pid}) still runs");
-        }
         assert_eq!(
             s.get("lockctl:unsupervised"),
             None,
