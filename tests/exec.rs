@@ -1669,3 +1669,99 @@ fn a_command_on_a_terminal_reads_from_it() {
     assert_eq!(code(&o), 0, "{screen:?}");
     assert_eq!(s.get("lockctl:tty"), None, "released");
 }
+
+/// What the shell runs in `a_command_started_in_the_background_leaves_the_terminal_to_the_shell`:
+/// `exec` in the background of a shell with job control, a wait for its command with builtins only
+/// (`read -t` on a FIFO nobody writes is the sleep), then the terminal's foreground group
+/// (`tpgid`) and the shell's own group, read from `/proc/$$/stat`.
+const BACKGROUND_JOB: &str = r#"set -m
+exec 3<>"$FIFO"
+"$LOCKCTL" exec tty-bg -- sh -c ': > "$READY"; exec sleep 600' &
+job=$!
+i=0
+while [ ! -e "$READY" ] && [ "$i" -lt 600 ]; do
+    read -r -t 0.1 -u 3 _
+    i=$((i + 1))
+done
+if [ -e "$READY" ]; then ready=yes; else ready=no; fi
+read -r stat < /proc/$$/stat
+set -- ${stat##*) }
+echo "ready=$ready pgrp=$3 tpgid=$6 job=$job" > "$OUT"
+kill %1
+wait
+"#;
+
+/// A lockctl started in the background of a terminal (`&` in a shell with job control) is in a
+/// background group, and must leave the terminal's foreground where it is: handing it to its
+/// command would take it from the shell (and from the job in the shell's foreground, which would
+/// then stop or fail at its next read). Under `script(1)`, a bash with `set -m` starts `exec` in
+/// the background and, once the command runs, the shell's group must still be the terminal's
+/// foreground group. The shell waits with builtins only: a foreground job would make it set the
+/// terminal's foreground group itself, hiding what lockctl did.
+#[test]
+fn a_command_started_in_the_background_leaves_the_terminal_to_the_shell() {
+    for tool in ["script", "bash"] {
+        if std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("NOT RUN HERE: this case needs {tool}");
+            return;
+        }
+    }
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.sh");
+    std::fs::write(&job, BACKGROUND_JOB).unwrap();
+    let fifo = dir.path().join("fifo");
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    let out = dir.path().join("out");
+    let child = std::process::Command::new("script")
+        .arg("-qec")
+        .arg(format!("bash --noprofile --norc {}", job.display()))
+        .arg("/dev/null")
+        // script(1) runs its command with $SHELL -c.
+        .env("SHELL", "/bin/sh")
+        .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
+        .env("FIFO", &fifo)
+        .env("READY", dir.path().join("ready"))
+        .env("OUT", &out)
+        .env("LOCKCTL_REDIS", s.url())
+        // The server was just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_output(child, Duration::from_secs(120));
+    let screen = String::from_utf8_lossy(&o.stdout);
+    let seen = std::fs::read_to_string(&out).unwrap_or_default();
+    let field = |name: &str| {
+        seen.split_whitespace()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {name} in {seen:?}: {screen:?} {}", stderr(&o)))
+    };
+    assert_eq!(
+        field("ready"),
+        "yes",
+        "the command did not start: {screen:?}"
+    );
+    // Else the shell had no job control, and lockctl was not in the background.
+    assert_ne!(
+        field("job"),
+        field("pgrp"),
+        "exec ran in the shell's own group: {seen:?}"
+    );
+    assert_eq!(
+        field("tpgid"),
+        field("pgrp"),
+        "the terminal's foreground group is no longer the shell's (the command of the \
+         background job {} took it): {seen:?} {screen:?}",
+        field("job")
+    );
+    assert_eq!(s.get("lockctl:tty-bg"), None, "released");
+}
