@@ -510,6 +510,54 @@ fn a_peer_in_slot_one_refuses_a_semaphore_whatever_the_limit_key_says() {
     assert_eq!(grant()["slot"], 1);
 }
 
+/// A `-w --limit 2` waiter queued behind a full semaphore, when a peer takes the lock key as slot 1
+/// frees (the waiter is stopped meanwhile, so the peer is first): its next attempt is refused
+/// (exit 2) and it leaves the queue, instead of waiting for slot 2 beside the peer.
+#[test]
+fn a_queued_semaphore_waiter_is_refused_once_a_peer_holds_slot_one() {
+    let s = Server::start();
+    let grant = || {
+        acquire_json(
+            &mut lockctl_on(&s),
+            "pool",
+            &["--limit", "2", "-n", "--ttl", "30s"],
+        )
+    };
+    let (a, b) = (grant(), grant());
+    let w = lockctl_on(&s)
+        .args([
+            "acquire", "pool", "--limit", "2", "-w", "30s", "--ttl", "30s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queue = support::queue::queue_key("pool");
+    let queued = eventually(Duration::from_secs(30), || {
+        s.cmd::<u64>(&["ZCARD", &queue]) == 1
+    });
+    kill(w.id() as i32, libc::SIGSTOP);
+    let o = run(lockctl_on(&s).args(["release", "pool", "--token", a["token"].as_str().unwrap()]));
+    let set: Option<String> = s.cmd(&["SET", "lockctl:pool", "peer-token", "NX", "PX", "30000"]);
+    kill(w.id() as i32, libc::SIGCONT);
+    let out = wait_output(w, Duration::from_secs(60));
+    assert!(queued, "the waiter queued");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        set.as_deref(),
+        Some("OK"),
+        "the peer takes the free lock key"
+    );
+    refused_for_a_peer(&out);
+    assert_eq!(
+        s.cmd::<u64>(&["ZCARD", &queue]),
+        0,
+        "the waiter left the queue"
+    );
+    assert_eq!(s.get("lockctl:pool").as_deref(), Some("peer-token"));
+    assert_eq!(s.get(&slot_key("pool", 2)).as_deref(), b["token"].as_str());
+}
+
 /// On Redlock a peer's key on a minority of the nodes is outvoted (the minority rule of
 /// docs/queue.md, "The limit must agree"): those nodes refuse like a holder and the others decide,
 /// free or held by lockctl with the same N, and the minority keeps the peer's key alone. A peer's key
