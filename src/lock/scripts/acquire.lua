@@ -157,7 +157,7 @@ if not recorded then
   end
 end
 if limit > 1 then
-  local current = redis.call('GET', KEYS[1])
+  local current = tokens[1]
   local h = current and holder_of(1, current)
   if current and not h then
     -- Slot 1's key without a lockctl record: a canonical client's plain lock (redis-py `Lock`,
