@@ -2,7 +2,7 @@
 //! and one fencing counter for all of them. Checked against real servers: by a fenced store that
 //! counts concurrent holders and refuses a stale fence per slot, on one node and on Redlock 3 and 4;
 //! by reading the keys in Redis (the plain lock keeps its layout, mismatches change nothing); and
-//! with a canonical peer holding slot 1.
+//! with a canonical peer's plain lock in slot 1, which refuses a semaphore.
 
 mod support;
 
@@ -417,22 +417,224 @@ fn bad_limits_are_usage_errors_naming_the_option() {
     assert!(s.keys().is_empty(), "{:?}", s.keys());
 }
 
+/// A `--limit 2` attempt refused for a canonical peer's plain lock as the contract asks: exit 2, and
+/// a message that says what is wrong and how to fix it.
+fn refused_for_a_peer(o: &std::process::Output) {
+    let e = stderr(o);
+    assert_eq!(code(o), 2, "{e}");
+    assert!(
+        e.contains("pool is held by a client that is not lockctl (a plain lock")
+            && e.contains("limit 1")
+            && e.contains("you asked for --limit 2")
+            && e.contains("use --limit 1 (the default)"),
+        "{e}"
+    );
+}
+
+/// A canonical peer (`SET key token NX PX`: redis-py `Lock`, node-redlock, pottery) holds the lock
+/// key with no lockctl record: a plain lock, a client of limit 1. A semaphore is refused beside it
+/// (exit 2), one attempt or waiting, `acquire` or `exec`, as beside a plain lockctl holder, and
+/// changes nothing: no slot, holder record, limit key or waiter, and the peer's key and TTL as they
+/// were. A plain client is busy.
 #[test]
-fn a_canonical_peer_in_slot_one_counts_as_a_holder() {
+fn a_canonical_peers_plain_lock_refuses_a_semaphore() {
     let s = Server::start();
     let _: String = s.cmd(&["SET", "lockctl:pool", "peer-token", "NX", "PX", "30000"]);
-    let g = acquire_json(&mut lockctl_on(&s), "pool", &["--limit", "2", "-n"]);
-    assert_eq!(g["slot"], 2, "{g}");
-    let o = run(lockctl_on(&s).args(["acquire", "pool", "--limit", "2", "-n"]));
+    let before = snapshot(&s);
+    let pttl = || -> i64 { s.cmd(&["PTTL", "lockctl:pool"]) };
+    for flags in [&["-n"][..], &["-w", "2s"]] {
+        for cmd in ["acquire", "exec"] {
+            let mut c = lockctl_on(&s);
+            c.args([cmd, "pool", "--limit", "2"]).args(flags);
+            if cmd == "exec" {
+                c.args(["--", "true"]);
+            }
+            let left = pttl();
+            let o = run(&mut c);
+            refused_for_a_peer(&o);
+            assert_eq!(snapshot(&s), before, "{cmd} {flags:?} changed Redis");
+            let now = pttl();
+            assert!(
+                now > 0 && now <= left,
+                "{cmd} {flags:?}: the peer's TTL went from {left} to {now} ms"
+            );
+        }
+    }
+    let o = run(lockctl_on(&s).args(["acquire", "pool", "-n"]));
     assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert_eq!(snapshot(&s), before, "a busy plain attempt changed Redis");
+}
+
+/// A peer knows nothing of slots: while a semaphore holds only slots 2..N the lock key is free and
+/// a peer takes it, which lockctl cannot stop (docs/queue.md). No semaphore client is granted beside
+/// it then, whatever the `limit` key says: one of the same N is refused (exit 2) while the other
+/// holder of the semaphore stays, and again once that one released; the peer gone, slot 1 is granted.
+#[test]
+fn a_peer_in_slot_one_refuses_a_semaphore_whatever_the_limit_key_says() {
+    let s = Server::start();
+    let grant = || {
+        acquire_json(
+            &mut lockctl_on(&s),
+            "pool",
+            &["--limit", "2", "-n", "--ttl", "30s"],
+        )
+    };
+    let (a, b) = (grant(), grant());
+    assert_eq!((&a["slot"], &b["slot"]), (&1.into(), &2.into()));
+    let o = run(lockctl_on(&s).args(["release", "pool", "--token", a["token"].as_str().unwrap()]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let set: Option<String> = s.cmd(&["SET", "lockctl:pool", "peer-token", "NX", "PX", "30000"]);
+    assert_eq!(
+        set.as_deref(),
+        Some("OK"),
+        "the peer takes the free lock key"
+    );
+    assert_eq!(s.get(&limit_key("pool")).as_deref(), Some("2"));
+    let before = snapshot(&s);
+    refused_for_a_peer(&run(
+        lockctl_on(&s).args(["acquire", "pool", "--limit", "2", "-n"])
+    ));
+    assert_eq!(snapshot(&s), before, "a refused attempt changed Redis");
+    let o = run(lockctl_on(&s).args(["release", "pool", "--token", b["token"].as_str().unwrap()]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    refused_for_a_peer(&run(
+        lockctl_on(&s).args(["acquire", "pool", "--limit", "2", "-n"])
+    ));
+    assert_eq!(
+        s.get(&slot_key("pool", 2)),
+        None,
+        "slot 2 granted beside the peer"
+    );
     assert_eq!(s.get("lockctl:pool").as_deref(), Some("peer-token"));
+    let _: i64 = s.cmd(&["DEL", "lockctl:pool"]);
+    assert_eq!(grant()["slot"], 1);
+}
+
+/// A `-w --limit 2` waiter queued behind a full semaphore, when a peer takes the lock key as slot 1
+/// frees (the waiter is stopped meanwhile, so the peer is first): its next attempt is refused
+/// (exit 2) and it leaves the queue, instead of waiting for slot 2 beside the peer.
+#[test]
+fn a_queued_semaphore_waiter_is_refused_once_a_peer_holds_slot_one() {
+    let s = Server::start();
+    let grant = || {
+        acquire_json(
+            &mut lockctl_on(&s),
+            "pool",
+            &["--limit", "2", "-n", "--ttl", "30s"],
+        )
+    };
+    let (a, b) = (grant(), grant());
+    let w = lockctl_on(&s)
+        .args([
+            "acquire", "pool", "--limit", "2", "-w", "30s", "--ttl", "30s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queue = support::queue::queue_key("pool");
+    let queued = eventually(Duration::from_secs(30), || {
+        s.cmd::<u64>(&["ZCARD", &queue]) == 1
+    });
+    kill(w.id() as i32, libc::SIGSTOP);
+    let o = run(lockctl_on(&s).args(["release", "pool", "--token", a["token"].as_str().unwrap()]));
+    let set: Option<String> = s.cmd(&["SET", "lockctl:pool", "peer-token", "NX", "PX", "30000"]);
+    kill(w.id() as i32, libc::SIGCONT);
+    let out = wait_output(w, Duration::from_secs(60));
+    assert!(queued, "the waiter queued");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        set.as_deref(),
+        Some("OK"),
+        "the peer takes the free lock key"
+    );
+    refused_for_a_peer(&out);
+    assert_eq!(
+        s.cmd::<u64>(&["ZCARD", &queue]),
+        0,
+        "the waiter left the queue"
+    );
+    assert_eq!(s.get("lockctl:pool").as_deref(), Some("peer-token"));
+    assert_eq!(s.get(&slot_key("pool", 2)).as_deref(), b["token"].as_str());
+}
+
+/// On Redlock a peer's key on a minority of the nodes is outvoted (the minority rule of
+/// docs/queue.md, "The limit must agree"): those nodes refuse like a holder and the others decide,
+/// free or held by lockctl with the same N, and the minority keeps the peer's key alone. A peer's key
+/// on a majority refuses the semaphore (exit 2), and the grant made on the free node is rolled back.
+#[test]
+fn redlock_outvotes_a_peer_on_a_minority_and_refuses_one_on_a_majority() {
+    let s = Servers::start(3);
+    let peer_on = |nodes: &[usize]| {
+        for &i in nodes {
+            let _: String = s[i].cmd(&["SET", "lockctl:pool", "peer-token", "NX", "PX", "30000"]);
+        }
+    };
+    let clear = || {
+        for node in &s.0 {
+            let _: String = node.cmd(&["FLUSHALL"]);
+        }
+    };
+    let attempt = || {
+        run(s
+            .lockctl()
+            .args(["acquire", "pool", "--limit", "2", "-n", "--format", "json"]))
+    };
+    let only_the_peer = |i: usize| {
+        assert_eq!(s[i].keys(), vec!["lockctl:pool".to_string()], "node {i}");
+        assert_eq!(s[i].get("lockctl:pool").as_deref(), Some("peer-token"));
+    };
+
+    // The others free: slot 1 on them.
+    peer_on(&[0]);
+    let o = attempt();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(g["slot"], 1, "{g}");
+    for i in [1, 2] {
+        assert_eq!(s[i].get("lockctl:pool").as_deref(), g["token"].as_str());
+    }
+    only_the_peer(0);
+
+    // The others held by lockctl with the same N (slot 1, on those two alone): slot 2 on them.
+    clear();
+    let mut two = lockctl();
+    two.env("LOCKCTL_REDIS", urls_of(&s.0[1..]));
+    let first = acquire_json(&mut two, "pool", &["--limit", "2", "-n", "--ttl", "30s"]);
+    assert_eq!(first["slot"], 1, "{first}");
+    peer_on(&[0]);
+    let o = attempt();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(g["slot"], 2, "{g}");
+    for i in [1, 2] {
+        assert_eq!(s[i].get("lockctl:pool").as_deref(), first["token"].as_str());
+        assert_eq!(
+            s[i].get(&slot_key("pool", 2)).as_deref(),
+            g["token"].as_str()
+        );
+    }
+    only_the_peer(0);
+
+    // A majority: refused, and node 2's grant rolled back (its fencing counter stays).
+    clear();
+    peer_on(&[0, 1]);
+    refused_for_a_peer(&attempt());
+    only_the_peer(0);
+    only_the_peer(1);
+    assert_eq!(
+        s[2].keys(),
+        vec![fence_key("pool")],
+        "node 2 after the rollback"
+    );
 }
 
 #[test]
 fn redlock_rolls_back_a_slot_that_lost_the_vote() {
     let s = Servers::start(3);
-    // Node 0 has slot 1 taken by a peer, so it grants slot 2; nodes 1 and 2 grant slot 1, which wins.
-    let _: String = s[0].cmd(&["SET", "lockctl:pool", "peer", "PX", "30000"]);
+    // Node 0 has slot 1 taken by a lockctl holder of the same N (on that node alone), so it grants
+    // slot 2; nodes 1 and 2 grant slot 1, which wins.
+    let held = hold_on(&s[0], 1);
     let g = acquire_json(&mut s.lockctl(), "pool", &["--limit", "2", "-n"]);
     assert_eq!(g["slot"], 1, "{g}");
     assert_eq!(
@@ -440,20 +642,38 @@ fn redlock_rolls_back_a_slot_that_lost_the_vote() {
         None,
         "the stray grant stays"
     );
+    assert_eq!(s[0].get("lockctl:pool"), Some(held[0].clone()));
     assert_eq!(s[1].get("lockctl:pool").as_deref(), g["token"].as_str());
+}
+
+/// Holders of `pool` with `--limit 2` on `node` alone, in slots 1..=`slots`: that node answers a
+/// Redlock attempt of the same N with a later slot, or as busy. Their tokens, in slot order.
+fn hold_on(node: &Server, slots: usize) -> Vec<String> {
+    (1..=slots)
+        .map(|i| {
+            let g = acquire_json(
+                &mut lockctl_on(node),
+                "pool",
+                &["--limit", "2", "-n", "--ttl", "30s"],
+            );
+            assert_eq!(g["slot"], i, "{g}");
+            g["token"].as_str().unwrap().to_string()
+        })
+        .collect()
 }
 
 #[test]
 fn redlock_retries_a_split_vote_on_the_most_voted_slot() {
     let s = Servers::start(5);
-    // Slot 1 is taken on nodes 0, 1 (they grant slot 2) and 3, 4 hold both slots: slot 2 has two
-    // votes, slot 1 one (node 2), so round 1 has three wins and no quorum on any slot. Slot 2 is
-    // free on nodes 0, 1 and 2: asked for it, they make a quorum.
-    for i in [0, 1, 3, 4] {
-        let _: String = s[i].cmd(&["SET", "lockctl:pool", "peer", "PX", "30000"]);
+    // Slot 1 is taken on nodes 0, 1 (they grant slot 2) and 3, 4 hold both slots (lockctl holders
+    // of the same N on each node alone): slot 2 has two votes, slot 1 one (node 2), so round 1 has
+    // three wins and no quorum on any slot. Slot 2 is free on nodes 0, 1 and 2: asked for it, they
+    // make a quorum.
+    for i in [0, 1] {
+        hold_on(&s[i], 1);
     }
     for i in [3, 4] {
-        let _: String = s[i].cmd(&["SET", &slot_key("pool", 2), "peer2", "PX", "30000"]);
+        hold_on(&s[i], 2);
     }
     let g = acquire_json(&mut s.lockctl(), "pool", &["--limit", "2", "-n"]);
     assert_eq!(g["slot"], 2, "{g}");
@@ -472,16 +692,16 @@ fn redlock_retries_a_split_vote_on_the_most_voted_slot() {
 fn a_failed_attempt_with_a_quorum_on_one_slot_is_no_split_vote() {
     let s = Servers::start(5);
     // A split vote (wins spread over slots, none with a quorum) is retried at once; an attempt whose
-    // slot had its quorum and failed for another reason is not. Node 0 has slot 1 taken by a peer and
-    // grants slot 2, nodes 1 to 3 grant slot 1 (a quorum), node 4 is stopped: waiting for it past the
-    // TTL leaves no validity (the node timeout leaves the others time to answer under load). Every
-    // grant raises node 1's counter by one from a value above the clock, so the counter tells how
-    // many attempts ran.
+    // slot had its quorum and failed for another reason is not. Node 0 has slot 1 taken by a lockctl
+    // holder of the same N (on that node alone) and grants slot 2, nodes 1 to 3 grant slot 1 (a
+    // quorum), node 4 is stopped: waiting for it past the TTL leaves no validity (the node timeout
+    // leaves the others time to answer under load). Every grant raises node 1's counter by one from
+    // a value above the clock, so the counter tells how many attempts ran.
     const COUNTER: u64 = 5_000_000_000_000_000;
     for i in 0..5 {
         let _: String = s[i].cmd(&["SET", &fence_key("pool"), &COUNTER.to_string()]);
     }
-    let _: String = s[0].cmd(&["SET", "lockctl:pool", "peer", "PX", "30000"]);
+    let held = hold_on(&s[0], 1);
     s[4].pause();
     let o = run(s.lockctl().args([
         "acquire",
@@ -504,7 +724,7 @@ fn a_failed_attempt_with_a_quorum_on_one_slot_is_no_split_vote() {
         COUNTER + 1,
         "one attempt, not retried as a split vote"
     );
-    assert_eq!(s[0].get("lockctl:pool").as_deref(), Some("peer"));
+    assert_eq!(s[0].get("lockctl:pool"), Some(held[0].clone()));
     for i in 0..4 {
         assert_eq!(s[i].get(&slot_key("pool", 2)), None, "node {i}");
         if i > 0 {

@@ -13,12 +13,11 @@ use support::*;
 /// so peers (redis-py `Lock`, node-redlock, pottery) still exclude with lockctl; clients that
 /// disagree on N get a clear error, never a silent mix. A peer's plain lock is the lock key alone:
 /// no holder record, no `limit` key. A `--limit 3` attempt must not take slot 2 beside it. The
-/// attempt learns the limit in use from the `limit` key, the head waiter's record or slot 1's
-/// holder record (acquire.lua:147-165); slot 1's key without a record leaves it unknown
-/// (acquire.lua:161-164), so the check of the slot keys (acquire.lua:177-182, which
-/// queue_review7's a_limit_is_kept_while_a_slot_key_without_a_record_holds_it relies on) never
-/// runs, and the semaphore is granted slot 2 while the plain lock is held. Seen: exit 0 and slot 2
-/// taken, on one node and on Redlock 3 (every run).
+/// attempt learned the limit in use only from the `limit` key, the head waiter's record or slot 1's
+/// holder record; slot 1's key without a record left it unknown, and the semaphore was granted
+/// slot 2 while the plain lock was held (exit 0 and slot 2 taken, on one node and on Redlock 3, in
+/// every run). Slot 1's key without a record is now a plain lock's, limit 1: exit 2, naming it, and
+/// nothing of the attempt is left on any node.
 fn a_semaphore_beside_a_peers_plain_lock(nodes: &[&Server], attempt: &mut std::process::Command) {
     let name = "peer_plain";
     let lock_key = format!("lockctl:{name}");
@@ -53,10 +52,27 @@ fn a_semaphore_beside_a_peers_plain_lock(nodes: &[&Server], attempt: &mut std::p
         slot2_held.iter().all(Option::is_none),
         "slot 2 taken beside the plain lock: {slot2_held:?}"
     );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("peer_plain is held by a client that is not lockctl")
+            && stderr(&o).contains("you asked for --limit 3"),
+        "{}",
+        stderr(&o)
+    );
+    for s in nodes {
+        assert_eq!(
+            s.keys(),
+            vec![lock_key.clone()],
+            "only the peer's key stays (no holder record, limit key or waiter)"
+        );
+        assert_eq!(
+            s.get(&lock_key).as_deref(),
+            Some("0123456789abcdef0123456789abcdef")
+        );
+    }
 }
 
 #[test]
-#[ignore = "open, a decision to make: docs/queue.md counts a key with no lockctl record (a canonical client's) as a holder of slot 1 for any N, and tests/slots.rs holds that (a_canonical_peer_in_slot_one_counts_as_a_holder, and the split-vote tests stage with such keys); the contract's \"never a silent mix\" asks for exit 2 here. Fails in every run (4 of 4)"]
 fn a_semaphore_is_not_granted_beside_a_peers_plain_lock() {
     // Never restarted: the quarantine is off for this server the test started itself.
     let s = Server::start();
@@ -64,7 +80,6 @@ fn a_semaphore_is_not_granted_beside_a_peers_plain_lock() {
 }
 
 #[test]
-#[ignore = "open, a decision to make: docs/queue.md counts a key with no lockctl record (a canonical client's) as a holder of slot 1 for any N, and tests/slots.rs holds that (a_canonical_peer_in_slot_one_counts_as_a_holder, and the split-vote tests stage with such keys); the contract's \"never a silent mix\" asks for exit 2 here. Fails in every run (4 of 4)"]
 fn a_semaphore_is_not_granted_beside_a_peers_plain_lock_on_redlock() {
     // Never restarted: the quarantine is off for these servers the test started itself.
     let s = Servers::start(3);

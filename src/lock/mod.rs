@@ -311,10 +311,12 @@ enum Round1 {
         run_id: String,
         queue: QueueReply,
     },
-    /// The name is in use with another limit.
+    /// The name is in use with another limit; `peer`: held by a client that is not lockctl (slot 1's
+    /// key without a lockctl record, a plain lock).
     Mismatch {
         limit: i64,
         holder: Option<String>,
+        peer: bool,
         run_id: String,
     },
     /// Displaced by a `--supersede` waiter: its record (JSON), run id.
@@ -788,7 +790,8 @@ impl Engine {
         let mut won: Vec<Option<u64>> = vec![None; n];
         // The slot each node granted.
         let mut slots = vec![0usize; n];
-        let mut mismatch: Option<(i64, Option<String>)> = None;
+        // The limit in use, its holder if named, and whether that is a client that is not lockctl.
+        let mut mismatch: Option<(i64, Option<String>, bool)> = None;
         let mut mismatched = vec![false; n];
         // Every node's run id, from every kind of answer; the grant keeps those of the nodes won.
         let mut run_ids = vec![String::new(); n];
@@ -806,13 +809,14 @@ impl Engine {
                 Ok(Round1::Mismatch {
                     limit,
                     holder,
+                    peer,
                     run_id,
                 }) => {
                     refusal.answered += 1;
                     run_ids[i] = run_id;
                     mismatched[i] = true;
-                    if mismatch.as_ref().is_none_or(|(_, h)| h.is_none()) {
-                        mismatch = Some((limit, holder));
+                    if mismatch.as_ref().is_none_or(|(_, h, p)| h.is_none() && !p) {
+                        mismatch = Some((limit, holder, peer));
                     }
                 }
                 Ok(Round1::Busy {
@@ -900,19 +904,30 @@ impl Engine {
             for (busy, &m) in refusal.busy.iter_mut().zip(&mismatched) {
                 *busy |= m;
             }
-        } else if let Some((theirs, by)) = mismatch {
+        } else if let Some((theirs, by, peer)) = mismatch {
             let touched: Vec<bool> = (0..n)
                 .map(|i| won[i].is_some() || maybe_applied[i])
                 .collect();
             if touched.iter().any(|&t| t) {
                 self.rollback(keys, &token, &touched);
             }
-            let by = by.map_or(String::new(), |h| format!(" (held by {h})"));
-            refusal.fatal = Some(LockError::Usage(format!(
-                "{} is used with --limit {theirs}{by}; you asked for --limit {limit}: every \
-                 client of a name must give the same --limit (or LOCKCTL_LIMIT)",
-                keys.name
-            )));
+            let message = if peer {
+                format!(
+                    "{} is held by a client that is not lockctl (a plain lock with no lockctl \
+                     record, limit 1); you asked for --limit {limit}: a name that other Redis lock \
+                     clients use is a plain lock, so use --limit 1 (the default) there, or give \
+                     the semaphore a name of its own",
+                    keys.name
+                )
+            } else {
+                let by = by.map_or(String::new(), |h| format!(" (held by {h})"));
+                format!(
+                    "{} is used with --limit {theirs}{by}; you asked for --limit {limit}: every \
+                     client of a name must give the same --limit (or LOCKCTL_LIMIT)",
+                    keys.name
+                )
+            };
+            refusal.fatal = Some(LockError::Usage(message));
             return Err(Box::new(refusal));
         }
 
@@ -1527,6 +1542,7 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         Some(3) => Ok(Round1::Mismatch {
             limit: int(1).unwrap_or(0),
             holder: describe_holder(&text(2), &text(3), &text(4)),
+            peer: text(6) == "peer",
             run_id: text(5),
         }),
         Some(4) => Ok(Round1::Superseded(text(1), text(2))),

@@ -25,8 +25,8 @@
 --                                                0 = none)
 --         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms, hint ms}
 --                                                this node started too recently to vote
---         {3, the limit in use, host, pid, command, run id}
---                                                the name is used with another limit
+--         {3, the limit in use, host, pid, command, run id, 'peer' when held by a client that is
+--          not lockctl}                          the name is used with another limit
 --         {4, record of the superseding waiter (JSON), run id}
 --                                                the caller was displaced by a --supersede waiter
 local token, ttl = ARGV[1], ARGV[2]
@@ -156,10 +156,16 @@ if not recorded then
     end
   end
 end
-if not recorded and limit > 1 then
-  local current = redis.call('GET', KEYS[1])
+if limit > 1 then
+  local current = tokens[1]
   local h = current and holder_of(1, current)
-  if h then
+  if current and not h then
+    -- Slot 1's key without a lockctl record: a canonical client's plain lock (redis-py `Lock`,
+    -- node-redlock, pottery), a client of limit 1 that knows nothing of slots. A semaphore is
+    -- refused beside it as beside a plain lockctl holder, whatever the `limit` key says.
+    return {3, 1, '', '', '', run_id(), 'peer'}
+  end
+  if h and not recorded then
     recorded = tonumber(h[5]) or 1
   end
 end
@@ -182,7 +188,7 @@ if recorded and recorded ~= limit then
   end
   -- No lockctl holder, no slot 2..N held and nobody waits (the dead were dropped above): a limit
   -- left by a release that ran before the last waiter was dropped, or by an older client, is
-  -- forgotten. A key without a record in slot 1 is a canonical client's, a holder of slot 1 for any N.
+  -- forgotten.
   redis.call('DEL', KEYS[4])
 end
 
