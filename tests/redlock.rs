@@ -951,8 +951,10 @@ fn a_majority_restarted_after_the_grant_ends_the_lease() {
     let o = wait_output(child, Duration::from_secs(60));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
     // A renewal that finds the lock gone names the restarts (the wait before the grant named the
-    // quarantine already). Under load the renewals may instead fail on the restarting servers until
-    // the deadline passes, which names no node.
+    // quarantine already): both, or only the second when a renewal ran between the two restarts
+    // (it saw the first node's new run id and kept the lease on the other two; a later loss there
+    // is final, a plain "not ours"). Under load the renewals may instead fail on the
+    // restarting servers until the deadline passes, which names no node.
     let lost = stderr(&o)
         .lines()
         .find(|l| l.contains("lost:"))
@@ -960,7 +962,9 @@ fn a_majority_restarted_after_the_grant_ends_the_lease() {
         .to_string();
     assert!(
         !lost.contains("no longer ours")
-            || lost.contains("2 node(s) restarted without their data since"),
+            || lost.contains("2 node(s) restarted without their data since")
+            || (lost.contains("1 node(s) restarted without their data since")
+                && lost.contains("held on 1 of 3")),
         "{}",
         stderr(&o)
     );
