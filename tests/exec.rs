@@ -1626,14 +1626,7 @@ fn without_proc_the_command_runs_and_dies_with_lockctl() {
 /// without lockctl, and takes it back after, so that the shell that ran lockctl reads on.
 #[test]
 fn a_command_on_a_terminal_reads_from_it() {
-    if std::process::Command::new("script")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("NOT RUN HERE: this case needs script(1)");
-        return;
-    }
+    need_tool("script", "--version");
     let s = Server::start();
     let line = format!(
         "{} exec tty -- sh -c 'read x; echo \"got $x\"'; read y; echo \"then $y\"",
@@ -1701,14 +1694,7 @@ wait
 #[test]
 fn a_command_started_in_the_background_leaves_the_terminal_to_the_shell() {
     for tool in ["script", "bash"] {
-        if std::process::Command::new(tool)
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            eprintln!("NOT RUN HERE: this case needs {tool}");
-            return;
-        }
+        need_tool(tool, "--version");
     }
     let s = Server::start();
     let dir = tempfile::tempdir().unwrap();

@@ -233,11 +233,9 @@ fn a_lost_lease_stops_an_orphan_whose_group_reads_0_in_a_container() {
     let probe = std::process::Command::new("unshare")
         .args(["-pf", "--kill-child", "--mount-proc", "true"])
         .output();
-    let nsenter = std::process::Command::new("nsenter")
-        .arg("--version")
-        .output();
-    if !probe.is_ok_and(|o| o.status.success()) || nsenter.is_err() {
-        eprintln!("NOT RUN HERE: this case needs `unshare -pf --mount-proc` and nsenter");
+    need_tool("nsenter", "--version");
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("NOT RUN HERE: this case needs `unshare -pf --mount-proc`");
         return;
     }
     let s = Server::start();
@@ -299,14 +297,7 @@ fn a_lost_lease_stops_an_orphan_whose_group_reads_0_in_a_container() {
 /// cannot tell such a process apart: docs/guarantees.md.)
 #[test]
 fn a_stopped_lockctl_s_watcher_spares_a_process_that_joined_the_job_s_group() {
-    if std::process::Command::new("perl")
-        .arg("-e1")
-        .status()
-        .is_err()
-    {
-        eprintln!("NOT RUN HERE: this case needs perl (setpgrp)");
-        return;
-    }
+    need_tool("perl", "-e1");
     let s = Server::start();
     let (child, member) = start(
         &s,

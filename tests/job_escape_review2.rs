@@ -147,10 +147,7 @@ kill -9 $I $M 2>/dev/null
 #[test]
 #[ignore = "known limit (docs/guarantees.md): after lockctl's death the watcher matches the job's first group ID even once it was freed and handed to another process of the session (needs the PID space to wrap during the job); found by review, not fixed"]
 fn a_process_that_got_the_job_s_freed_group_id_survives_lockctl_s_death() {
-    if Command::new("perl").arg("-e1").status().is_err() {
-        eprintln!("NOT RUN HERE: this case needs perl (setpgrp)");
-        return;
-    }
+    need_tool("perl", "-e1");
     let s = Server::start();
     let script = s.dir().join("recycled.sh");
     std::fs::write(&script, RECYCLED).unwrap();
@@ -198,10 +195,7 @@ fn a_process_that_got_the_job_s_freed_group_id_survives_lockctl_s_death() {
 /// watcher in a tracing stop, kills the command and exits 76.
 #[test]
 fn a_traced_watcher_does_not_lose_the_lease() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("NOT RUN HERE: this case needs strace");
-        return;
-    }
+    need_tool("strace", "-V");
     let s = Server::start();
     let probe = Command::new("strace")
         .args(["-f", "-o", "/dev/null", "true"])
@@ -240,10 +234,7 @@ fn a_traced_watcher_does_not_lose_the_lease() {
 #[test]
 #[ignore = "known limit (docs/guarantees.md): lockctl as PID 1 of a container adopts every orphan of the namespace (a docker exec visitor's) as part of its job; run it under an init (docker --init, tini); found by review, not fixed"]
 fn lockctl_as_pid_1_does_not_take_a_visitor_s_orphan_for_its_job() {
-    if Command::new("nsenter").arg("--version").output().is_err() {
-        eprintln!("NOT RUN HERE: this case needs nsenter");
-        return;
-    }
+    need_tool("nsenter", "--version");
     let s = Server::start();
     let Some(mut ns) = namespace(
         &["--mount-proc"],

@@ -120,10 +120,7 @@ fn a_watcher_held_by_a_debugger_while_waiting_is_replaced_at_the_grant() {
 /// and only then stopped for the lost lease (exit 76 "instead of the command's 143").
 #[test]
 fn a_lockctl_stopped_between_grant_and_spawn_past_its_lease_does_not_start_the_command() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("NOT RUN HERE: this case needs strace");
-        return;
-    }
+    need_tool("strace", "-V");
     let s = Server::start();
     let token = hold(&s, "late");
     let ran = s.dir().join("ran");
@@ -192,10 +189,7 @@ fn a_lockctl_stopped_between_grant_and_spawn_past_its_lease_does_not_start_the_c
 /// lease's (76), not an error starting the watcher.
 #[test]
 fn a_watcher_silent_at_the_grant_does_not_let_the_command_start_past_its_lease() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("NOT RUN HERE: this case needs strace");
-        return;
-    }
+    need_tool("strace", "-V");
     let s = Server::start();
     let token = hold(&s, "silent");
     let ran = s.dir().join("ran");

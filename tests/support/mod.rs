@@ -377,6 +377,20 @@ pub fn free_port() -> u16 {
 
 /// The binary under test, with no inherited `LOCKCTL_*` and restart quarantine off (the servers in
 /// these tests are seconds old; quarantine tests set it explicitly).
+/// Fails the test unless `tool` runs (`tool ARG`, e.g. `--version`): a test never passes by skipping
+/// what it needs. `./scripts/test` installs every tool a test runs.
+pub fn need_tool(tool: &str, arg: &str) {
+    let ran = Command::new(tool)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    assert!(
+        ran.is_ok(),
+        "this test needs {tool} ({ran:?}): install it (./scripts/test does)"
+    );
+}
+
 pub fn lockctl() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_lockctl"));
     for (k, _) in std::env::vars() {
