@@ -202,13 +202,18 @@ impl Walker {
         }
     }
 
-    /// Looks again at lockctl's descendants, if lockctl still runs.
-    pub fn refresh(&mut self) {
+    /// Looks again at lockctl's descendants, if lockctl still runs. `intact` tells, once the look is
+    /// taken, that lockctl had not begun to exit: a look that overlapped its exit may have missed
+    /// processes the kernel had already handed to init, so it is dropped and the last one kept.
+    pub fn refresh(&mut self, intact: impl FnOnce() -> bool) {
         if !self.lockctl_lives() {
             return;
         }
         let found = children_of(self.lockctl)
             .unwrap_or_else(|| descendants(&snapshot(), &HashSet::from([self.lockctl])));
+        if !intact() {
+            return;
+        }
         self.seen = found
             .into_iter()
             .filter(|p| p.pid != self.me)
