@@ -1080,6 +1080,28 @@ wait $g"#;
     assert!(marker.exists(), "the grandchild got SIGTERM");
 }
 
+/// A forwarded signal reaches a member that left the job's group and session (`setsid`): lockctl
+/// sends it to every descendant, not only to the group. The watcher only backs the stop up with a
+/// SIGKILL once `--kill-after` has passed, which no trap notes.
+#[test]
+fn a_forwarded_signal_reaches_a_member_that_left_the_session() {
+    let s = Server::start();
+    let marker = s.dir().join("member-got-term");
+    let script = r#"setsid sh -c 'trap "touch \"$M\"; exit 0" TERM; echo ready; while :; do sleep 0.05; done' &
+wait"#;
+    let mut cmd = exec_on(&s, "left");
+    cmd.env("M", &marker);
+    let (holder, _out) = start_ready(cmd, &["--kill-after", "30s"], script, "ready");
+    kill(holder.id() as i32, libc::SIGTERM);
+    let o = wait_output(holder, Duration::from_secs(60));
+    assert!(
+        marker.exists(),
+        "the member outside the group got no SIGTERM: {}",
+        stderr(&o)
+    );
+    assert_eq!(s.get("lockctl:left"), None, "released");
+}
+
 /// `acquire -n` catches signals without a thread of its own and reads them after its one attempt: a
 /// signal that lands while the grant's reply is on its way still gives the lock back and exits 128+N,
 /// as with a waiting acquire (the relay holds the reply back for a second, within the node timeout, so
@@ -1441,6 +1463,43 @@ fn a_killed_watcher_stops_the_job_before_the_next_renewal() {
         "stopped only {took:?} after"
     );
     assert_eq!(s.get("lockctl:unguarded"), None, "released");
+}
+
+/// A watcher held by a debugger (`gdb -p`, here `PTRACE_ATTACH`) while the job runs guards nothing,
+/// like a stopped one: lockctl finds it at the tracer's stop for a second of looks in a row, stops
+/// the job and exits 76, long before its ten minutes or the renewal 30 s in.
+#[test]
+fn a_watcher_held_by_a_debugger_stops_the_job() {
+    let s = Server::start();
+    let (mut holder, _out) = start_ready(
+        exec_on(&s, "debugged"),
+        &["--ttl", "90s", "--kill-after", "1s"],
+        "echo ready; exec sleep 600",
+        "ready",
+    );
+    let watcher = watcher_of(holder.id());
+    let Some(traced) = support::watchers::Traced::attach(watcher) else {
+        eprintln!("NOT RUN HERE: ptrace is not permitted");
+        return;
+    };
+    let ended = eventually(Duration::from_secs(60), || {
+        holder.try_wait().unwrap().is_some()
+    });
+    if !ended {
+        kill(holder.id() as i32, libc::SIGKILL);
+    }
+    // Let go either way: the job holds lockctl's stderr, and only the watcher stops it once
+    // lockctl is gone.
+    drop(traced);
+    let o = wait_output(holder, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert!(
+        ended,
+        "lockctl ran on with its watcher held by a debugger: {err}"
+    );
+    assert_eq!(code(&o), 76, "{err}");
+    assert!(err.contains("is stopped by a debugger"), "{err}");
+    assert_eq!(s.get("lockctl:debugged"), None, "released");
 }
 
 /// With lockctl stopped (SIGSTOP) past its deadline, only the watcher can apply the stop policy: a

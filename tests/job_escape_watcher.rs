@@ -91,6 +91,12 @@ fn writes_under_the_next_holder(s: &Server, name: &str, mut child: std::process:
     std::thread::sleep(Duration::from_millis(1000));
     child.kill().unwrap();
     child.wait().unwrap();
+    writes_once_granted(s, name)
+}
+
+/// Waits until another client holds the lock, and says whether the job still writes then; stops
+/// the job either way.
+fn writes_once_granted(s: &Server, name: &str) -> bool {
     assert!(
         eventually(Duration::from_secs(20), || !busy(s, name)),
         "the lease never ran out in Redis"
@@ -196,6 +202,84 @@ fn a_member_that_left_the_session_and_lost_its_parent_dies_with_lockctl() {
     );
     assert!(
         !writes_under_the_next_holder(&s, "adopted", child),
+        "a job member ran on while another client held the lock"
+    );
+}
+
+/// The same member on a kernel that keeps no lists of children (`/proc/PID/task/TID/children`,
+/// `CONFIG_PROC_CHILDREN`): the watcher's looks then walk all of `/proc`. Such a kernel is stood
+/// in for by an empty directory mounted over lockctl's `/proc/PID/task`, in a mount namespace
+/// of lockctl's own (`unshare -m`, root), where lockctl's threads have no lists either.
+#[test]
+fn without_the_kernel_s_lists_of_children_a_member_that_lost_its_parent_dies_with_lockctl() {
+    let probe = std::process::Command::new("unshare")
+        .args(["-m", "true"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("NOT RUN HERE: no mount namespace for this process ({probe:?})");
+        return;
+    }
+    let s = Server::start();
+    scripts(s.dir());
+    std::fs::create_dir(s.dir().join("fake")).unwrap();
+    let script = r#"D=$1
+"$LOCKCTL" exec unlisted --ttl 2s --kill-after 1s -- sh -c "sh -c 'setsid sh $D/loop.sh $D & exit 0'; echo ready; wait" &
+p=$!
+if mkdir "$D/fake/$p" && mount --bind "$D/fake" "/proc/$p/task"; then echo "lockctl $p"; else echo "no mount"; kill $p; fi
+wait"#;
+    let mut cmd = std::process::Command::new("unshare");
+    for (k, v) in lockctl_on(&s).get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = cmd
+        .args(["-m", "sh", "-c", script, "sh"])
+        .arg(s.dir())
+        .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (mut lockctl, mut ready) = (None, false);
+    let mut line = String::new();
+    while lockctl.is_none() || !ready {
+        line.clear();
+        if out.read_line(&mut line).unwrap_or(0) == 0 || line.trim() == "no mount" {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!(
+                "NOT RUN HERE: cannot mount over /proc/PID/task ({})",
+                line.trim()
+            );
+            return;
+        }
+        ready |= line.trim() == "ready";
+        if let Some(pid) = line.trim().strip_prefix("lockctl ") {
+            lockctl = pid.parse::<i32>().ok();
+        }
+    }
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while out.read_line(&mut line).is_ok_and(|n| n > 0) {
+            line.clear();
+        }
+    });
+    let lockctl = lockctl.unwrap();
+    let listed = std::fs::read_dir(format!("/proc/{lockctl}/task/{lockctl}")).is_ok();
+    assert!(
+        eventually(Duration::from_secs(10), || lines(s.dir()) > 0),
+        "the member never ran"
+    );
+    // Long enough for the watcher to have looked many times since the job set itself up.
+    std::thread::sleep(Duration::from_millis(1000));
+    kill(lockctl, libc::SIGKILL);
+    let ran_on = writes_once_granted(&s, "unlisted");
+    let _ = wait_output(child, Duration::from_secs(30));
+    assert!(listed, "the mount reached outside its namespace");
+    assert!(
+        !ran_on,
         "a job member ran on while another client held the lock"
     );
 }

@@ -1,7 +1,9 @@
-//! Helpers of the tests of `exec`'s watcher (`lockctl-guard`): finding the watchers of a lockctl.
+//! Helpers of the tests of `exec`'s watcher (`lockctl-guard`): finding the watchers of a lockctl,
+//! holding one as a debugger would.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStderr, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use super::{alive, eventually, lockctl_on, wait_output, Server};
@@ -88,4 +90,50 @@ pub fn start_waiting(
         "{line}"
     );
     (child, err.into_inner())
+}
+
+/// A debugger's hold on a process (`gdb -p`): attached with `PTRACE_ATTACH`, so it sits at a
+/// tracer's stop (`t`) until the hold is dropped. ptrace is per thread: a thread of its own
+/// attaches, waits, and detaches.
+pub struct Traced(
+    Option<mpsc::Sender<()>>,
+    Option<std::thread::JoinHandle<()>>,
+);
+
+impl Traced {
+    /// None where ptrace is not permitted.
+    pub fn attach(pid: i32) -> Option<Traced> {
+        let (ok_tx, ok_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: ptrace and waitpid on a process the test started (a watcher).
+            let attached = unsafe {
+                libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0) == 0 && {
+                    let mut status = 0;
+                    libc::waitpid(pid, &mut status, libc::__WALL) == pid
+                }
+            };
+            let _ = ok_tx.send(attached);
+            if attached {
+                let _ = done_rx.recv();
+                // SAFETY: detaches from a tracee stopped by this thread's attach.
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) };
+            }
+        });
+        if ok_rx.recv().unwrap_or(false) {
+            Some(Traced(Some(done_tx), Some(thread)))
+        } else {
+            let _ = thread.join();
+            None
+        }
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
+    }
 }
