@@ -859,3 +859,33 @@ fn a_release_is_published_for_older_clients() {
         .expect("the release published nothing on the released channel within 20 s");
     assert_eq!(msg.get_payload::<String>().unwrap(), "released");
 }
+
+/// A lock deleted without a release (a canonical client's `DEL`, as redis-py's `Lock` does) wakes
+/// the head of the queue through the key's keyspace events when the server sends them
+/// (`notify-keyspace-events`), instead of leaving it to find the lock free at its next heartbeat.
+/// The deletion is made while the waiter sleeps; one that lands during an attempt instead is
+/// simply won by it, so the wake-up must show in one try of three.
+#[test]
+fn a_deletion_without_a_release_wakes_the_head_through_keyspace_events() {
+    let s = Server::start();
+    let _: String = s.cmd(&["CONFIG", "SET", "notify-keyspace-events", "Kg"]);
+    let mut tries = Vec::new();
+    for t in 0..3 {
+        let name = format!("deleted{t}");
+        let key = format!("lockctl:{name}");
+        let _: String = s.cmd(&["SET", &key, "theirs", "PX", "60000"]);
+        let o = change_during_a_sleep(
+            lockctl_on(&s).args(["acquire", &name, "-w", "30s", "--verbose"]),
+            || {
+                let _: i64 = s.cmd(&["DEL", &key]);
+            },
+        );
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(s.get(&key), Some(stdout(&o)));
+        if stderr(&o).contains("woken by a keyspace event") {
+            return;
+        }
+        tries.push(stderr(&o));
+    }
+    panic!("the deletion never woke the waiter: {tries:#?}");
+}
