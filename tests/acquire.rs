@@ -889,3 +889,54 @@ fn a_deletion_without_a_release_wakes_the_head_through_keyspace_events() {
     }
     panic!("the deletion never woke the waiter: {tries:#?}");
 }
+
+/// A log (stderr not a terminal) gets a wait line whenever the reason changes, and only then (or
+/// every 30 seconds): a waiter on a held lock writes one line however often it retries; once its
+/// server stops it says at once that Redis is unavailable, and who holds the lock once the server
+/// is back.
+#[test]
+fn a_wait_line_is_written_when_the_reason_changes() {
+    let s = Server::start();
+    let held = acquire(&s, "reason", &["--ttl", "60s"]);
+    let mut waiter = lockctl_on(&s)
+        .args(["--node-timeout", "300ms", "acquire", "reason", "-w", "25s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        let err = BufReader::new(waiter.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                let mut s = seen.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        })
+    };
+    let count = |what: &str| seen.lock().unwrap().matches(what).count();
+    // The waiter's 25 s ends before a 30 s line would come.
+    let bound = Duration::from_secs(20);
+    assert!(eventually(bound, || count("held by") == 1));
+    // Several retries (one a heartbeat, about a second), no new line.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(count("waiting for lock"), 1, "{}", seen.lock().unwrap());
+    s.pause();
+    let unavailable = eventually(bound, || count("Redis unavailable since") == 1);
+    s.resume();
+    assert!(unavailable, "{}", seen.lock().unwrap());
+    assert!(
+        eventually(bound, || count("held by") == 2),
+        "{}",
+        seen.lock().unwrap()
+    );
+    let o = run(lockctl_on(&s).args(["release", "reason", "--token", &held]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(waiter, Duration::from_secs(60));
+    reader.join().unwrap();
+    let all = seen.lock().unwrap().clone();
+    assert_eq!(code(&o), 0, "{all}");
+    assert_eq!(count("waiting for lock"), 3, "one line per reason: {all}");
+}
