@@ -919,7 +919,9 @@ fn a_wait_line_is_written_when_the_reason_changes() {
     let count = |what: &str| seen.lock().unwrap().matches(what).count();
     // The waiter's 25 s ends before a 30 s line would come.
     let bound = Duration::from_secs(20);
-    assert!(eventually(bound, || count("held by") == 1));
+    // As docs/usage.md shows it.
+    let busy = "lockctl: waiting for lock 'reason' held by ";
+    assert!(eventually(bound, || count(busy) == 1));
     // Several retries (one a heartbeat, about a second), no new line.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(count("waiting for lock"), 1, "{}", seen.lock().unwrap());
@@ -928,7 +930,7 @@ fn a_wait_line_is_written_when_the_reason_changes() {
     s.resume();
     assert!(unavailable, "{}", seen.lock().unwrap());
     assert!(
-        eventually(bound, || count("held by") == 2),
+        eventually(bound, || count(busy) == 2),
         "{}",
         seen.lock().unwrap()
     );
