@@ -1664,3 +1664,21 @@ fn a_signal_during_a_winning_attempt_gives_the_grant_back() {
         );
     }
 }
+
+/// On Redlock too, a waiter gets a lock whose holder lets it expire without a release: the head
+/// retries at the holder's expiry, which the busy nodes tell it. Three rounds: the moment of the
+/// retry against the expiry differs in each.
+#[test]
+fn a_waiter_gets_an_expired_lock_without_a_release_on_redlock() {
+    let servers = Servers::start(3);
+    for round in 0..3 {
+        let name = format!("expiring{round}");
+        let held = acquire_json(&mut servers.lockctl(), &name, &["--ttl", "1500ms"]);
+        let o = run(servers
+            .lockctl()
+            .args(["acquire", &name, "-w", "30s", "--format", "json"]));
+        assert_eq!(code(&o), 0, "round {round}: {}", stderr(&o));
+        let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert!(fence(&g) > fence(&held), "{g} after {held}");
+    }
+}
