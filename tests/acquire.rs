@@ -942,3 +942,52 @@ fn a_wait_line_is_written_when_the_reason_changes() {
     assert_eq!(code(&o), 0, "{all}");
     assert_eq!(count("waiting for lock"), 3, "one line per reason: {all}");
 }
+
+/// A waiter whose subscription is cut (`CLIENT KILL TYPE pubsub`, as a server restart or a proxy
+/// would) notices at once, says so in its trace, subscribes again and is then woken by the
+/// release, instead of waiting deaf with a subscription it takes for alive.
+#[test]
+fn a_cut_subscription_is_noticed_and_made_again() {
+    let s = Server::start();
+    let held = acquire(&s, "cut", &["--ttl", "60s"]);
+    let mut waiter = lockctl_on(&s)
+        .args(["acquire", "cut", "-w", "30s", "--verbose"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        let err = BufReader::new(waiter.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                let mut s = seen.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        })
+    };
+    let count = |what: &str| seen.lock().unwrap().matches(what).count();
+    let bound = Duration::from_secs(20);
+    let subscribed = "subscribed to releases on 1/1 node(s)";
+    assert!(eventually(bound, || count(subscribed) == 1));
+    let killed: i64 = s.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1);
+    let noticed = eventually(bound, || count("subscription dropped") == 1);
+    assert!(noticed, "{}", seen.lock().unwrap());
+    // Subscribed again (at most every 5 s), then released.
+    assert!(
+        eventually(bound, || count(subscribed) == 2),
+        "{}",
+        seen.lock().unwrap()
+    );
+    let o = run(lockctl_on(&s).args(["release", "cut", "--token", &held]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(waiter, Duration::from_secs(60));
+    reader.join().unwrap();
+    let all = seen.lock().unwrap().clone();
+    assert_eq!(code(&o), 0, "{all}");
+    let after = all.rsplit(subscribed).next().unwrap();
+    assert!(after.contains("woken by a release"), "{all}");
+}
