@@ -991,3 +991,43 @@ fn a_cut_subscription_is_noticed_and_made_again() {
     let after = all.rsplit(subscribed).next().unwrap();
     assert!(after.contains("woken by a release"), "{all}");
 }
+
+/// Once a waiter wins, its subscriber connections close (within the subscriber's 10 s idle check),
+/// instead of staying open while an `exec` command runs: a server counts every connection.
+#[test]
+fn a_waiter_that_won_closes_its_subscriptions_while_its_command_runs() {
+    let s = Server::start();
+    let held = acquire(&s, "idle", &["--ttl", "60s"]);
+    let subscribers = || {
+        let list: String = s.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+        list.lines().count()
+    };
+    let mut exec = lockctl_on(&s)
+        .args([
+            "exec",
+            "idle",
+            "-w",
+            "30s",
+            "--",
+            "sh",
+            "-c",
+            "echo started; sleep 60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || subscribers() == 1));
+    let o = run(lockctl_on(&s).args(["release", "idle", "--token", &held]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut out = BufReader::new(exec.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    let closed = eventually(Duration::from_secs(40), || subscribers() == 0);
+    let running = exec.try_wait().unwrap().is_none();
+    kill(exec.id() as i32, libc::SIGTERM);
+    let o = wait_output(exec, Duration::from_secs(60));
+    assert!(closed, "the subscription stayed open: {}", stderr(&o));
+    assert!(running, "the command ended first: {}", stderr(&o));
+}
