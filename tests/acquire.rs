@@ -859,3 +859,175 @@ fn a_release_is_published_for_older_clients() {
         .expect("the release published nothing on the released channel within 20 s");
     assert_eq!(msg.get_payload::<String>().unwrap(), "released");
 }
+
+/// A lock deleted without a release (a canonical client's `DEL`, as redis-py's `Lock` does) wakes
+/// the head of the queue through the key's keyspace events when the server sends them
+/// (`notify-keyspace-events`), instead of leaving it to find the lock free at its next heartbeat.
+/// The deletion is made while the waiter sleeps; one that lands during an attempt instead is
+/// simply won by it, so the wake-up must show in one try of three.
+#[test]
+fn a_deletion_without_a_release_wakes_the_head_through_keyspace_events() {
+    let s = Server::start();
+    let _: String = s.cmd(&["CONFIG", "SET", "notify-keyspace-events", "Kg"]);
+    let mut tries = Vec::new();
+    for t in 0..3 {
+        let name = format!("deleted{t}");
+        let key = format!("lockctl:{name}");
+        let _: String = s.cmd(&["SET", &key, "theirs", "PX", "60000"]);
+        let o = change_during_a_sleep(
+            lockctl_on(&s).args(["acquire", &name, "-w", "30s", "--verbose"]),
+            || {
+                let _: i64 = s.cmd(&["DEL", &key]);
+            },
+        );
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(s.get(&key), Some(stdout(&o)));
+        if stderr(&o).contains("woken by a keyspace event") {
+            return;
+        }
+        tries.push(stderr(&o));
+    }
+    panic!("the deletion never woke the waiter: {tries:#?}");
+}
+
+/// A log (stderr not a terminal) gets a wait line whenever the reason changes, and only then (or
+/// every 30 seconds): a waiter on a held lock writes one line however often it retries; once its
+/// server stops it says at once that Redis is unavailable, and who holds the lock once the server
+/// is back.
+#[test]
+fn a_wait_line_is_written_when_the_reason_changes() {
+    let s = Server::start();
+    let held = acquire(&s, "reason", &["--ttl", "60s"]);
+    let mut waiter = lockctl_on(&s)
+        .args(["--node-timeout", "300ms", "acquire", "reason", "-w", "25s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        let err = BufReader::new(waiter.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                let mut s = seen.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        })
+    };
+    let count = |what: &str| seen.lock().unwrap().matches(what).count();
+    // The waiter's 25 s ends before a 30 s line would come.
+    let bound = Duration::from_secs(20);
+    // As docs/usage.md shows it.
+    let busy = "lockctl: waiting for lock 'reason' held by ";
+    assert!(eventually(bound, || count(busy) == 1));
+    // Several retries (one a heartbeat, about a second), no new line.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(count("waiting for lock"), 1, "{}", seen.lock().unwrap());
+    s.pause();
+    let unavailable = eventually(bound, || count("Redis unavailable since") == 1);
+    s.resume();
+    assert!(unavailable, "{}", seen.lock().unwrap());
+    assert!(
+        eventually(bound, || count(busy) == 2),
+        "{}",
+        seen.lock().unwrap()
+    );
+    let o = run(lockctl_on(&s).args(["release", "reason", "--token", &held]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(waiter, Duration::from_secs(60));
+    reader.join().unwrap();
+    let all = seen.lock().unwrap().clone();
+    assert_eq!(code(&o), 0, "{all}");
+    assert_eq!(count("waiting for lock"), 3, "one line per reason: {all}");
+}
+
+/// A waiter whose subscription is cut (`CLIENT KILL TYPE pubsub`, as a server restart or a proxy
+/// would) notices at once, says so in its trace, subscribes again and is then woken by the
+/// release, instead of waiting deaf with a subscription it takes for alive.
+#[test]
+fn a_cut_subscription_is_noticed_and_made_again() {
+    let s = Server::start();
+    let held = acquire(&s, "cut", &["--ttl", "60s"]);
+    let mut waiter = lockctl_on(&s)
+        .args(["acquire", "cut", "-w", "30s", "--verbose"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        let err = BufReader::new(waiter.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                let mut s = seen.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        })
+    };
+    let count = |what: &str| seen.lock().unwrap().matches(what).count();
+    let bound = Duration::from_secs(20);
+    let subscribed = "subscribed to releases on 1/1 node(s)";
+    assert!(eventually(bound, || count(subscribed) == 1));
+    let killed: i64 = s.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1);
+    let noticed = eventually(bound, || count("subscription dropped") == 1);
+    assert!(noticed, "{}", seen.lock().unwrap());
+    // Subscribed again (at most every 5 s), then released.
+    assert!(
+        eventually(bound, || count(subscribed) == 2),
+        "{}",
+        seen.lock().unwrap()
+    );
+    let o = run(lockctl_on(&s).args(["release", "cut", "--token", &held]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(waiter, Duration::from_secs(60));
+    reader.join().unwrap();
+    let all = seen.lock().unwrap().clone();
+    assert_eq!(code(&o), 0, "{all}");
+    let after = all.rsplit(subscribed).next().unwrap();
+    assert!(after.contains("woken by a release"), "{all}");
+}
+
+/// Once a waiter wins, its subscriber connections close (within the subscriber's 10 s idle check),
+/// instead of staying open while an `exec` command runs: a server counts every connection.
+#[test]
+fn a_waiter_that_won_closes_its_subscriptions_while_its_command_runs() {
+    let s = Server::start();
+    let held = acquire(&s, "idle", &["--ttl", "60s"]);
+    let subscribers = || {
+        let list: String = s.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+        list.lines().count()
+    };
+    let mut exec = lockctl_on(&s)
+        .args([
+            "exec",
+            "idle",
+            "-w",
+            "30s",
+            "--",
+            "sh",
+            "-c",
+            "echo started; sleep 60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || subscribers() == 1));
+    let o = run(lockctl_on(&s).args(["release", "idle", "--token", &held]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut out = BufReader::new(exec.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    let closed = eventually(Duration::from_secs(40), || subscribers() == 0);
+    let running = exec.try_wait().unwrap().is_none();
+    kill(exec.id() as i32, libc::SIGTERM);
+    let o = wait_output(exec, Duration::from_secs(60));
+    assert!(closed, "the subscription stayed open: {}", stderr(&o));
+    assert!(running, "the command ended first: {}", stderr(&o));
+}

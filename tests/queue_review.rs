@@ -327,6 +327,48 @@ fn the_head_on_one_node_sleeps_until_woken_or_its_heartbeat() {
     assert_eq!(order(&file), ["W"]);
 }
 
+/// On Redlock the head of the queue backs off between attempts, from 10 ms up to its heartbeat (1
+/// s), so that split votes spread out without polling: a head waiting 3 s behind a holder costs a
+/// node about ten attempts (seven in its first second), not a steady poll (hundreds). With a node
+/// down it tries to subscribe there again at most every 5 s, not before every attempt.
+fn the_head_on_redlock_backs_off(node_down: bool) {
+    let mut s = Servers::start(3);
+    if node_down {
+        s.0[2].kill();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut s.lockctl(), "backoff");
+    let head = waiter(&mut s.lockctl(), "backoff", &file, "W", &[]);
+    for n in &s.0[..2] {
+        wait_queued(n, "backoff", 1);
+    }
+    let _: () = s[0].cmd(&["CONFIG", "RESETSTAT"]);
+    std::thread::sleep(Duration::from_secs(3));
+    let calls = script_calls(&s[0]);
+    eprintln!("the head waiting 3 s on Redlock: {calls} script calls on node 1");
+    assert!(
+        calls <= 30,
+        "the head ran {calls} attempts in 3 s of waiting"
+    );
+    let o = run(s.lockctl().args(["release", "backoff", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(head, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(order(&file), ["W"]);
+}
+
+#[test]
+fn the_head_on_redlock_backs_off_to_its_heartbeat() {
+    the_head_on_redlock_backs_off(false);
+}
+
+#[test]
+fn the_head_on_redlock_backs_off_with_a_node_down() {
+    // Killed, never restarted: no quarantine matters.
+    the_head_on_redlock_backs_off(true);
+}
+
 /// Nanoseconds since the epoch, as written by `date +%s%N` into `file`.
 fn stamp_in(file: &Path) -> u128 {
     std::fs::read_to_string(file)

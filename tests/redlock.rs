@@ -1619,3 +1619,70 @@ fn stopped_nodes_cost_one_node_timeout_together() {
     let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(g["validity_ms"].as_u64().unwrap() > 0, "{g}");
 }
+
+/// A signal that comes during an attempt that then wins: the grant is given back and lockctl exits
+/// 128+N without printing a token; `exec` does not start its command. Node 3 is stopped, so the
+/// attempt, granted at once by nodes 1 and 2, waits a node timeout for it: the signal lands in
+/// that window, once the key is on the two nodes. The attempt left in node 3's socket runs when it
+/// is resumed, and the release follows it there.
+#[test]
+fn a_signal_during_a_winning_attempt_gives_the_grant_back() {
+    let servers = Servers::start(3);
+    warm_up(&servers);
+    let marker = servers[0].dir().join("ran");
+    let cases: [&[&str]; 2] = [
+        &["acquire", "signalled", "-w", "60s"],
+        &["exec", "signalled", "-w", "60s", "--", "touch", "MARKER"],
+    ];
+    for args in cases {
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("MARKER", &marker.to_string_lossy()))
+            .collect();
+        servers[2].pause();
+        let waiter = servers
+            .lockctl()
+            .args(["--node-timeout", "5s"])
+            .args(&args)
+            .args(["--ttl", "60s"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let won = eventually(Duration::from_secs(30), || {
+            servers.0[..2].iter().all(|s| exists(s, &key("signalled")))
+        });
+        kill(waiter.id() as i32, libc::SIGINT);
+        let o = wait_output(waiter, Duration::from_secs(60));
+        servers[2].resume();
+        assert!(won, "{args:?}: nodes 1 and 2 never granted: {}", stderr(&o));
+        assert_eq!(code(&o), 130, "{args:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{args:?}: no token printed");
+        assert!(!marker.exists(), "{args:?}: the command never ran");
+        assert!(
+            eventually(Duration::from_secs(10), || servers
+                .0
+                .iter()
+                .all(|s| !exists(s, &key("signalled")))),
+            "{args:?}: the grant is given back everywhere"
+        );
+    }
+}
+
+/// On Redlock too, a waiter gets a lock whose holder lets it expire without a release: the head
+/// retries at the holder's expiry, which the busy nodes tell it. Three rounds: the moment of the
+/// retry against the expiry differs in each.
+#[test]
+fn a_waiter_gets_an_expired_lock_without_a_release_on_redlock() {
+    let servers = Servers::start(3);
+    for round in 0..3 {
+        let name = format!("expiring{round}");
+        let held = acquire_json(&mut servers.lockctl(), &name, &["--ttl", "1500ms"]);
+        let o = run(servers
+            .lockctl()
+            .args(["acquire", &name, "-w", "30s", "--format", "json"]));
+        assert_eq!(code(&o), 0, "round {round}: {}", stderr(&o));
+        let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert!(fence(&g) > fence(&held), "{g} after {held}");
+    }
+}

@@ -401,6 +401,86 @@ fn a_limit_mismatch_is_refused_on_redlock_and_rolled_back() {
     assert_eq!(after, before);
 }
 
+/// The nodes that keep another limit are outvoted and refuse like a holder (docs/queue.md, "The
+/// limit must agree"), and the agreeing nodes stay holders too: a change to the lock key there
+/// wakes the head waiter. On three nodes, a plain holder's key is left on node 3 by a release
+/// that node missed (stopped); two `--limit 2` holders fill the semaphore on nodes 1 and 2. A
+/// `--limit 2` waiter is refused there (node 3 outvoted); slot 1's key deleted on nodes 1 and 2
+/// without a release, while the waiter sleeps, must wake it through the keyspace events and let
+/// it win. A deletion that lands during an attempt is simply won by it, so the wake-up must show
+/// in one try of three.
+#[test]
+fn a_waiter_beside_an_outvoted_limit_is_woken_by_a_deletion_on_the_agreeing_nodes() {
+    // Never restarted: the quarantine is off for these servers the test started itself (one is
+    // only stopped and resumed).
+    let s = Servers::start(3);
+    for n in &s.0 {
+        let _: String = n.cmd(&["CONFIG", "SET", "notify-keyspace-events", "Kg"]);
+    }
+    let mut tries = Vec::new();
+    for t in 0..3 {
+        let name = format!("outvoted{t}");
+        let p = run(s.lockctl().args([
+            "acquire",
+            &name,
+            "--ttl",
+            "60s",
+            "--format",
+            "json",
+            "--verbose",
+        ]));
+        assert_eq!(code(&p), 0, "{}", stderr(&p));
+        // The trace names the rule only where a node keeps another limit.
+        assert!(!stderr(&p).contains("another --limit"), "{}", stderr(&p));
+        let plain: serde_json::Value = serde_json::from_str(&stdout(&p)).unwrap();
+        s[2].pause();
+        let r = run(s.lockctl().args([
+            "release",
+            &name,
+            "--token",
+            plain["token"].as_str().unwrap(),
+            "--node-timeout",
+            "200ms",
+        ]));
+        s[2].resume();
+        assert_eq!(code(&r), 0, "{}", stderr(&r));
+        assert!(s[2].get(&slot_key(&name, 1)).is_some(), "node 3 kept it");
+        let held: Vec<u64> = (0..2)
+            .map(|_| {
+                let g = acquire_json(
+                    &mut s.lockctl(),
+                    &name,
+                    &["--limit", "2", "-n", "--ttl", "60s"],
+                );
+                g["fence"].as_u64().unwrap()
+            })
+            .collect();
+        let o = change_during_a_sleep(
+            s.lockctl()
+                .args(["acquire", &name, "--limit", "2", "-w", "30s", "--verbose"])
+                .args(["--format", "json"]),
+            || {
+                for n in &s.0[..2] {
+                    let _: i64 = n.cmd(&["DEL", &slot_key(&name, 1)]);
+                }
+            },
+        );
+        let e = stderr(&o);
+        assert_eq!(code(&o), 0, "{e}");
+        assert!(e.contains("keep another --limit; the others decide"), "{e}");
+        let g: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert!(
+            held.iter().all(|&f| g["fence"].as_u64().unwrap() > f),
+            "{g} after {held:?}"
+        );
+        if e.contains("woken by a keyspace event") {
+            return;
+        }
+        tries.push(e);
+    }
+    panic!("the deletion never woke the waiter: {tries:#?}");
+}
+
 #[test]
 fn bad_limits_are_usage_errors_naming_the_option() {
     let s = Server::start();

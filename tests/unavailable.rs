@@ -164,6 +164,22 @@ fn a_wait_on_a_dead_server_ends_with_69_after_the_wait() {
     assert!(err.contains("Redis unavailable: 0 of 1"), "{err}");
 }
 
+/// Through an outage a waiter backs off, from 100 ms doubling up to 2 s, instead of polling a node
+/// that refuses connections: a 3 s wait makes about seven attempts (one at the deadline), bounded
+/// here by 20; a poll would make hundreds.
+#[test]
+fn a_wait_through_an_outage_backs_off() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let o = run(lockctl().args(["-r", &url, "--verbose", "acquire", "down", "-w", "3s"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    let attempts = err.matches("attempt on 'down'").count();
+    assert!(
+        (2..=20).contains(&attempts),
+        "{attempts} attempts in a 3 s wait: {err}"
+    );
+}
+
 #[test]
 fn one_node_timeout_bounds_connect_auth_select_and_the_command() {
     // Issue 10 item 9: a black-holed node (it accepts connections and never answers) reached by a

@@ -515,3 +515,46 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// Runs `cmd`, a waiting `acquire --verbose`, until its trace says it sleeps for at least 300 ms
+/// before its next attempt, then `during` (a change to the lock, made while the waiter sleeps);
+/// returns the waiter's output, its stderr whole. The sleep bounds nothing: it only places the
+/// change between two attempts, where a wake-up can be told from a retry.
+pub fn change_during_a_sleep(cmd: &mut Command, during: impl FnOnce()) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lockctl");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let started = Instant::now();
+    loop {
+        let mut line = String::new();
+        let n = err.read_line(&mut line).expect("read lockctl's stderr");
+        assert!(n > 0, "the waiter exited before sleeping: {seen}");
+        seen.push_str(&line);
+        let ms = line
+            .split("waiting up to ")
+            .nth(1)
+            .and_then(|rest| rest.split(" ms").next())
+            .and_then(|ms| ms.parse::<f64>().ok());
+        if ms.is_some_and(|ms| ms >= 300.0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no sleep of 300 ms or more: {seen}"
+        );
+    }
+    during();
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let mut out = wait_output(child, Duration::from_secs(60));
+    seen.push_str(&rest.join().unwrap());
+    out.stderr = seen.into_bytes();
+    out
+}
