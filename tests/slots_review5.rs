@@ -458,3 +458,148 @@ fn no_lockctl_grant_while_a_racing_peer_holds() {
         );
     });
 }
+
+fn sql(dir: &Path, query: &str) -> String {
+    let o = Command::new("sqlite3")
+        .args(["-cmd", ".timeout 30000", "store.db", query])
+        .current_dir(dir)
+        .output()
+        .expect("sqlite3 is required by the tests (apt-get install sqlite3, or ./scripts/test)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The section of a lockctl holder in the Redlock race: a holder of slot 1 (any limit) is counted
+/// in `one`, and a breach is noted when it finds the peer inside or another holder of slot 1.
+const HOLDER_SECTION: &str = r#"
+q() { sqlite3 -cmd ".timeout 30000" store.db "$1"; }
+if [ "$LOCKCTL_SLOT" = 1 ] || [ -z "$LOCKCTL_SLOT" ]; then
+q "BEGIN IMMEDIATE; UPDATE g SET one = one + 1;
+   INSERT INTO bad SELECT 'lockctl $N in', peer, one FROM g WHERE peer > 0 OR one > 1;
+   INSERT INTO grants VALUES ($N, 1); COMMIT;"
+sleep 0.02
+q "UPDATE g SET one = one - 1;"
+else
+q "INSERT INTO grants VALUES ($N, $LOCKCTL_SLOT);"
+fi
+"#;
+
+/// Redlock 3: two canonical peers (SET NX PX on every node in turn, holding with a majority and
+/// deleting their keys by compare-and-delete either way) race lockctl clients of the `limits` given.
+/// A store counts who is inside: a peer and a lockctl holder of slot 1 (a plain client, or a
+/// semaphore's slot 1) are never inside at once, nor two holders of slot 1. A semaphore's slot 2
+/// is not counted: a peer may take the lock key beside it, the documented limit. (Held.)
+fn peers_race_lockctl_on_redlock(limits: &[usize]) {
+    let s = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    sql(
+        dir.path(),
+        "CREATE TABLE g(peer INTEGER, one INTEGER); INSERT INTO g VALUES (0, 0);
+         CREATE TABLE bad(who TEXT, peer INTEGER, one INTEGER);
+         CREATE TABLE grants(n INTEGER, slot INTEGER);",
+    );
+    let secs = 8;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + secs;
+    std::thread::scope(|scope| {
+        let peers: Vec<_> = (0..2)
+            .map(|p| {
+                let (s, dir) = (&s, dir.path());
+                scope.spawn(move || {
+                    let mut held = 0;
+                    let mut n = 0u64;
+                    while Instant::now() < deadline {
+                        n += 1;
+                        let token = format!("peer-{p}-{n}");
+                        let got =
+                            s.0.iter()
+                                .filter(|node| peer_set(node, "lockctl:race", &token, 10_000))
+                                .count();
+                        if got >= 2 {
+                            held += 1;
+                            sql(
+                                dir,
+                                "BEGIN IMMEDIATE; UPDATE g SET peer = peer + 1;
+                                 INSERT INTO bad SELECT 'peer in', peer, one FROM g
+                                   WHERE one > 0 OR peer > 1; COMMIT;",
+                            );
+                            std::thread::sleep(Duration::from_millis(20));
+                            sql(dir, "UPDATE g SET peer = peer - 1;");
+                        }
+                        for node in &s.0 {
+                            let _: i64 = node.cmd(&["EVAL", UNLOCK, "1", "lockctl:race", &token]);
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    held
+                })
+            })
+            .collect();
+        let workers: Vec<_> = limits
+            .iter()
+            .map(|&n| {
+                let base = s.lockctl();
+                let bin = Path::new(base.get_program())
+                    .parent()
+                    .unwrap()
+                    .to_path_buf();
+                let script = format!(
+                    "while [ $(date +%s) -lt {end} ]; do lockctl exec race --limit {n} -w 300ms \
+                     --ttl 5s -c '{section}'; case $? in 0|2|75) ;; *) exit 1;; esac; done",
+                    section = HOLDER_SECTION.replace('\'', "'\\''"),
+                );
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(script)
+                    .current_dir(dir.path())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped());
+                for (k, v) in base.get_envs() {
+                    match v {
+                        Some(v) => sh.env(k, v),
+                        None => sh.env_remove(k),
+                    };
+                }
+                sh.env("N", n.to_string()).env(
+                    "PATH",
+                    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+                );
+                sh.spawn().unwrap()
+            })
+            .collect();
+        let outs: Vec<_> = workers
+            .into_iter()
+            .map(|w| wait_output(w, Duration::from_secs(120)))
+            .collect();
+        let held: usize = peers.into_iter().map(|p| p.join().unwrap()).sum();
+        for o in &outs {
+            assert_eq!(code(o), 0, "{}", stderr(o));
+        }
+        let bad = sql(dir.path(), "SELECT * FROM bad;");
+        assert_eq!(
+            bad, "",
+            "breaches (who, peers inside, slot-1 holders inside)"
+        );
+        let grants = sql(
+            dir.path(),
+            "SELECT n || ':' || slot || ':' || count(*) FROM grants GROUP BY n, slot;",
+        );
+        eprintln!("peer holds {held}; lockctl grants (limit:slot:count) {grants:?}");
+        assert!(held > 0 && !grants.is_empty(), "{held} {grants:?}");
+    });
+}
+
+#[test]
+fn peers_and_plain_clients_exclude_each_other_on_redlock() {
+    peers_race_lockctl_on_redlock(&[1, 1, 1, 2]);
+}
+
+#[test]
+fn peers_and_semaphores_never_share_slot_one_on_redlock() {
+    peers_race_lockctl_on_redlock(&[2, 2, 2, 2]);
+}
