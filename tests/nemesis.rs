@@ -1160,7 +1160,7 @@ fn check(h: &History, p: &Params) -> Vec<Violation> {
                     detail: format!("{} exited 0 but its section did not complete", e.id),
                     execs: vec![e.id.clone()],
                 });
-            } else if s.store != Some(true) && !h.broken(&e) {
+            } else if s.store != Some(true) && !h.broken(e) {
                 v.push(Violation {
                     rule: "fenced write refused",
                     detail: format!(
