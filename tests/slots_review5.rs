@@ -603,3 +603,58 @@ fn peers_and_plain_clients_exclude_each_other_on_redlock() {
 fn peers_and_semaphores_never_share_slot_one_on_redlock() {
     peers_race_lockctl_on_redlock(&[2, 2, 2, 2]);
 }
+
+/// Redlock 3 with the peer on nodes 0 and 1 and node 2 stopped (SIGSTOP) during the attempt, at
+/// varying moments: the attempt is refused (exit 2) without node 2's answer; a round-1 request that
+/// already sat in node 2's socket runs at the resume, granting or queueing there. The rollback and
+/// the leave sent after it must undo that: once node 2 runs again it keeps at most the fencing
+/// counter, no slot key, holder record, limit key or waiter (a waiter record would stay for its 3 s
+/// lifetime, so a look within the first second after the resume sees it). (Held.)
+#[test]
+fn a_late_answer_of_a_stopped_node_leaves_nothing_after_a_refusal() {
+    let s = Servers::start(3);
+    for i in [0, 1] {
+        assert!(peer_set(&s[i], "lockctl:pool", "peer-token", 60_000));
+    }
+    let fence = aux("pool", "fence");
+    let mut late = 0;
+    for round in 0..12 {
+        let flags: &[&str] = match round % 3 {
+            0 => &["-n"],
+            1 => &["-w", "2s"],
+            _ => &["-w", "2s", "--supersede"],
+        };
+        let child = s
+            .lockctl()
+            .env("LOCKCTL_NODE_TIMEOUT", "200ms")
+            .args(["acquire", "pool", "--limit", "2"])
+            .args(flags)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(2 * round as u64));
+        s[2].pause();
+        let o = wait_output(child, Duration::from_secs(60));
+        s[2].resume();
+        refused_for_a_peer(&o, "pool");
+        let _: String = s[2].cmd(&["PING"]);
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            let keys = s[2].keys();
+            assert!(
+                keys.is_empty() || keys == vec![fence.clone()],
+                "{flags:?}: node 2 keeps {keys:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if s[2].keys() == vec![fence.clone()] {
+            late += 1;
+            let _: i64 = s[2].cmd(&["DEL", &fence]);
+        }
+        for i in [0, 1] {
+            assert_eq!(s[i].keys(), vec!["lockctl:pool".to_string()], "node {i}");
+        }
+    }
+    eprintln!("{late} of 12 attempts ran round 1 on node 2 (it has a fencing counter)");
+}
