@@ -658,3 +658,58 @@ fn a_late_answer_of_a_stopped_node_leaves_nothing_after_a_refusal() {
     }
     eprintln!("{late} of 12 attempts ran round 1 on node 2 (it has a fencing counter)");
 }
+
+/// Redlock 3: an `exec --limit 2` holds slot 1 everywhere when node 2 restarts without data (the
+/// restart quarantine on, 3 s, as long as the lease) and a peer takes the lock key there (its own
+/// Redlock fails on the other two). Past the quarantine the holder's renewals would put back its
+/// key on node 2 (docs/quarantine.md): they must find the peer's key and leave it, its TTL
+/// included, and write no key of another slot there; the holder keeps its lease on nodes 0 and 1
+/// and exits 0. (Held.)
+#[test]
+fn an_exec_renewal_after_a_restart_leaves_a_peers_key_alone() {
+    let mut s = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let holder = s
+        .lockctl()
+        .env("LOCKCTL_QUARANTINE", "3s")
+        .args(["exec", "pool", "--limit", "2", "-w", "30s", "--ttl", "3s"])
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "while [ ! -e '{}' ]; do sleep 0.05; done",
+            go.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let token = (0..3)
+        .map(|i| {
+            assert!(eventually(Duration::from_secs(60), || s[i]
+                .get("lockctl:pool")
+                .is_some()));
+            s[i].get("lockctl:pool").unwrap()
+        })
+        .collect::<Vec<_>>();
+    assert!(token.iter().all(|t| t == &token[0]), "{token:?}");
+    s[2].restart_empty();
+    assert!(peer_set(&s[2], "lockctl:pool", "peer-token", 60_000));
+    let restarted = Instant::now();
+    let mut last = i64::MAX;
+    // Past the quarantine and a few renewals.
+    while restarted.elapsed() < Duration::from_secs(6) {
+        assert_eq!(s[2].keys(), vec!["lockctl:pool".to_string()]);
+        assert_eq!(s[2].get("lockctl:pool").as_deref(), Some("peer-token"));
+        let pttl: i64 = s[2].cmd(&["PTTL", "lockctl:pool"]);
+        assert!(pttl > 0 && pttl <= last, "peer's TTL {last} -> {pttl}");
+        last = pttl;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in [0, 1] {
+        assert_eq!(s[i].get("lockctl:pool").as_deref(), Some(token[0].as_str()));
+    }
+    std::fs::write(&go, "").unwrap();
+    let out = wait_output(holder, Duration::from_secs(60));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(s[2].get("lockctl:pool").as_deref(), Some("peer-token"));
+}
