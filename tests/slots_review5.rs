@@ -677,22 +677,30 @@ fn an_exec_renewal_after_a_restart_leaves_a_peers_key_alone() {
         .args(["exec", "pool", "--limit", "2", "-w", "30s", "--ttl", "3s"])
         .args(["--", "sh", "-c"])
         .arg(format!(
-            "while [ ! -e '{}' ]; do sleep 0.05; done",
+            "echo $LOCKCTL_TOKEN > '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
+            dir.path().join("token").display(),
             go.display()
         ))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let token = (0..3)
-        .map(|i| {
-            assert!(eventually(Duration::from_secs(60), || s[i]
-                .get("lockctl:pool")
-                .is_some()));
-            s[i].get("lockctl:pool").unwrap()
-        })
-        .collect::<Vec<_>>();
-    assert!(token.iter().all(|t| t == &token[0]), "{token:?}");
+    // The holder's own token, as its command sees it.
+    let token_file = dir.path().join("token");
+    assert!(eventually(Duration::from_secs(60), || {
+        std::fs::read_to_string(&token_file).is_ok_and(|t| t.ends_with('\n'))
+    }));
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    for i in 0..3 {
+        assert_eq!(
+            s[i].get("lockctl:pool").as_deref(),
+            Some(token.as_str()),
+            "node {i}"
+        );
+    }
     s[2].restart_empty();
     assert!(peer_set(&s[2], "lockctl:pool", "peer-token", 60_000));
     let restarted = Instant::now();
@@ -707,7 +715,7 @@ fn an_exec_renewal_after_a_restart_leaves_a_peers_key_alone() {
         std::thread::sleep(Duration::from_millis(50));
     }
     for i in [0, 1] {
-        assert_eq!(s[i].get("lockctl:pool").as_deref(), Some(token[0].as_str()));
+        assert_eq!(s[i].get("lockctl:pool").as_deref(), Some(token.as_str()));
     }
     std::fs::write(&go, "").unwrap();
     let out = wait_output(holder, Duration::from_secs(60));
