@@ -1122,18 +1122,14 @@ impl Engine {
             &mut self.nodes,
             |i| on[i],
             |_, node| {
-                if node.is_stale()
-                    || (node.eval("rollback", &RELEASE, &key_list, &args).is_err()
-                        && node.is_stale())
-                {
-                    // The server stopped with a request of ours unanswered. The text goes out on
-                    // that connection, after the late attempt (a rollback that timed out waits
-                    // there as EVALSHA, which a server that never ran the script answers NOSCRIPT
-                    // to nobody), and again on a new one: a server that resumes with a reply it
-                    // cannot write to a closed connection drops that connection unread, rollback
-                    // included. Releasing a token twice finds nothing the second time.
+                if node.is_stale() {
                     node.send_only(RELEASE_LUA, &key_list, &args);
-                    node.disconnect();
+                } else if node.eval("rollback", &RELEASE, &key_list, &args).is_err()
+                    && node.is_stale()
+                {
+                    // It timed out and waits in a stopped server's socket as EVALSHA, which a
+                    // server that never ran the script answers NOSCRIPT to nobody: the text follows
+                    // on that connection. Releasing a token twice finds nothing the second time.
                     node.send_only(RELEASE_LUA, &key_list, &args);
                 }
             },

@@ -146,12 +146,6 @@ impl Node {
         &self.client
     }
 
-    /// Closes the connection (what was sent on it stays sent); the next call opens a new one.
-    pub fn disconnect(&mut self) {
-        self.conn = None;
-        self.stale = false;
-    }
-
     /// True when the last command timed out and its reply is still owed.
     pub fn is_stale(&self) -> bool {
         self.stale
