@@ -7,7 +7,9 @@
 //! the subreaper, adopts them), kills lockctl after a varying delay, and checks in `/proc` that no
 //! member runs 3 s later. Variants: on a kernel without lists of children (stood in for as in
 //! `job_escape_watcher.rs`), and with the job forking and exiting quickly in a loop at the kill,
-//! so that lockctl reaps orphans then. `REVIEW3_ROUNDS` sets the number of rounds.
+//! so that lockctl reaps orphans then; and with the kill timed to fall inside one of the
+//! watcher's looks (the watcher seen running in `/proc`). `REVIEW3_ROUNDS` sets the number of
+//! rounds; `REVIEW3_HOGS` adds four busy loops to every job.
 
 mod support;
 
@@ -27,15 +29,21 @@ fn rounds(default: usize) -> usize {
 
 /// The job: three members in sessions of their own, adopted by lockctl once their parent exits;
 /// with `forker`, a loop that keeps starting short-lived orphans for lockctl to reap.
-fn job(dir: &Path, round: usize, forker: bool) -> String {
+/// With `hogs` (or `REVIEW3_HOGS`), four busy loops in the job's group as well.
+fn job(dir: &Path, round: usize, forker: bool, hogs: bool) -> String {
     let d = dir.display();
+    let hogs = if hogs || std::env::var("REVIEW3_HOGS").is_ok() {
+        "for i in 1 2 3 4; do sh -c 'while [ ! -e \"$0/stop\" ]; do :; done' \"$D\" & done;"
+    } else {
+        ""
+    };
     let spin = if forker {
         "while [ ! -e \"$D/stop\" ]; do sh -c 'true & exit 0'; done &"
     } else {
         ""
     };
     format!(
-        "D={d}; sh -c 'for i in 1 2 3; do setsid sleep 300 & echo $! >> {d}/members.{round}; done; exit 0'; {spin} echo ready; wait"
+        "D={d}; sh -c 'for i in 1 2 3; do setsid sleep 300 & echo $! >> {d}/members.{round}; done; exit 0'; {spin} {hogs} echo ready; wait"
     )
 }
 
@@ -54,7 +62,7 @@ fn runs(pid: i32) -> bool {
     let state = stat
         .rfind(')')
         .and_then(|c| stat[c + 1..].split_whitespace().next());
-    cmd == b"sleep\0300\0" && !matches!(state, Some("Z") | Some("X") | None)
+    cmd == b"sleep\x00300\x00" && !matches!(state, Some("Z") | Some("X") | None)
 }
 
 /// Starts lockctl for one round; returns it and its PID once the job is ready, or None if the
@@ -64,9 +72,10 @@ fn start(
     round: usize,
     unlisted: bool,
     forker: bool,
+    hogs: bool,
 ) -> Option<(std::process::Child, i32)> {
     let name = format!("review3-{round}");
-    let job = job(s.dir(), round, forker);
+    let job = job(s.dir(), round, forker, hogs);
     let mut child = if unlisted {
         let fake = s.dir().join(format!("fake{round}"));
         std::fs::create_dir(&fake).unwrap();
@@ -131,7 +140,7 @@ wait"#;
 /// Runs `n` rounds; returns the rounds in which a member outlived lockctl by 3 s (the members
 /// are killed then, so nothing outlives the test), or None if the variant cannot run here.
 fn attack(n: usize, unlisted: bool, forker: bool) -> Option<Vec<(usize, u64, Vec<i32>)>> {
-    attack_with(n, unlisted, forker, false)
+    attack_with(n, unlisted, forker, false, false)
 }
 
 /// The watcher of the lockctl `pid`, found by its command line.
@@ -201,6 +210,7 @@ fn attack_with(
     unlisted: bool,
     forker: bool,
     aligned: bool,
+    hogs: bool,
 ) -> Option<Vec<(usize, u64, Vec<i32>)>> {
     if unlisted
         && !std::process::Command::new("unshare")
@@ -218,7 +228,7 @@ fn attack_with(
     // members at least twice (a member adopted less than a look before the kill is a stated limit).
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for round in 0..n {
-        let Some((mut child, lockctl)) = start(&s, round, unlisted, forker) else {
+        let Some((mut child, lockctl)) = start(&s, round, unlisted, forker, hogs) else {
             eprintln!("NOT RUN HERE: cannot mount over /proc/PID/task");
             return None;
         };
@@ -266,7 +276,7 @@ fn attack_with(
 
 #[test]
 fn without_lists_adopted_members_die_with_lockctl_killed_inside_a_look() {
-    if let Some(broken) = attack_with(rounds(12), true, false, true) {
+    if let Some(broken) = attack_with(rounds(12), true, false, true, false) {
         assert!(broken.is_empty(), "members outlived lockctl: {broken:?}");
     }
 }
@@ -293,6 +303,16 @@ fn without_lists_adopted_members_die_with_lockctl_killed_at_varying_moments() {
 #[test]
 fn without_lists_adopted_members_die_with_lockctl_killed_while_the_job_forks() {
     if let Some(broken) = attack(rounds(12), true, true) {
+        assert!(broken.is_empty(), "members outlived lockctl: {broken:?}");
+    }
+}
+
+/// The forking job with four busy loops on two cores, without lists of children: all three
+/// members, adopted at least 250 ms before the kill, ran on in 1 of 140 rounds on main.
+#[test]
+#[ignore = "open: without lists of children, under CPU load, with the job forking, members adopted 250 ms before lockctl's SIGKILL outlived it (1 of 140 rounds: 1 of 60, then 0 of 80); cause not yet found"]
+fn without_lists_adopted_members_die_with_lockctl_killed_while_the_job_forks_under_load() {
+    if let Some(broken) = attack_with(rounds(200), true, true, false, true) {
         assert!(broken.is_empty(), "members outlived lockctl: {broken:?}");
     }
 }
