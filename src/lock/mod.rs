@@ -1143,23 +1143,10 @@ impl Engine {
         let front_ms = self.front_lifetime().as_millis().to_string();
         let args = release_args(keys, token, &front_ms);
         let results = quorum::all(&mut self.nodes, |_, node| {
-            let r = node.eval("release", &RELEASE, &key_list, &args);
-            (r, node.resent())
+            node.eval("release", &RELEASE, &key_list, &args)
         });
-        // A release sent again after a first send that may have run (its reply cut, or the read of
-        // it interrupted by a signal: a socket read with a timeout fails with EINTR even under
-        // SA_RESTART, as when `exec`'s command is signalled as it ends) finds the token's keys
-        // deleted by that first send. Its empty answer is the release's own, not a lost lease: it
-        // counts for the slot the others agree on. (Had the key expired just before, the release is
-        // told it released; it had nothing left to release either way.)
-        let again = results
-            .iter()
-            .filter(|(r, resent)| *resent && matches!(r, Ok(Value::Array(s)) if s.is_empty()))
-            .count();
         // Every key of the token is gone; the release held a lease only if one slot had a quorum.
-        let (_, released, answered, failures) =
-            tally_slots(results.into_iter().map(|(r, _)| r).collect());
-        let released = released + again;
+        let (_, released, answered, failures) = tally_slots(results);
         self.verdict(keys, released, answered, failures, "release")
             .map(|_| released)
     }

@@ -79,9 +79,6 @@ pub struct Node {
     conn: Option<Connection>,
     /// A reply is outstanding on `conn` (the last command timed out).
     stale: bool,
-    /// The last call's answer came from sending it again on a new connection, after a first send
-    /// that may have run (its reply cut, or the read of it interrupted by a signal).
-    resent: bool,
     timeout: Duration,
     /// Calls must also end by then (the end of the lease they renew).
     until: Option<Stamp>,
@@ -124,7 +121,6 @@ impl Node {
             secret_url: spec.url.clone(),
             conn: None,
             stale: false,
-            resent: false,
             timeout,
             until: None,
             pending: Mutex::new(None),
@@ -153,11 +149,6 @@ impl Node {
     /// True when the last command timed out and its reply is still owed.
     pub fn is_stale(&self) -> bool {
         self.stale
-    }
-
-    /// True when the last call's answer came from its second send, its first having maybe run.
-    pub fn resent(&self) -> bool {
-        self.resent
     }
 
     /// The node timeout.
@@ -233,7 +224,6 @@ impl Node {
             secret_url: self.secret_url.clone(),
             conn: None,
             stale: false,
-            resent: false,
             timeout: self.timeout,
             until: None,
             pending: Mutex::new(None),
@@ -477,7 +467,6 @@ impl Node {
                 other => break other,
             }
         };
-        self.resent = resent;
         match result {
             Ok(v) => {
                 trace!("{}: {what} in {:.3} ms", self.display, ms(started));
