@@ -413,6 +413,41 @@ fn an_acquire_cut_by_the_proxy_is_rolled_back(plan: Vec<Fault>, made: &[&str]) {
     assert_eq!(held, None, "the cut acquire was not rolled back: {err}");
 }
 
+/// A release whose reply is cut is sent again on a new connection and finds the token's key
+/// already deleted, by its own first send: the release is done, not a lost lease (exit 0, not 76).
+/// A signal that interrupts the read of the reply (`EINTR`, which a socket read with a timeout
+/// returns even under `SA_RESTART`) does the same: an `exec` whose command's SIGTERM came as it
+/// released said "the release found the lock no longer ours" and exited 76 instead of 0.
+#[test]
+#[ignore = "open: a release sent again after a first send that may have run cannot tell its own deletion from a key lost with a restarted server (faults.rs redlock_restart_without_quarantine_double_grants: counting the empty answer as ours turned that test's 76 into 0), so the fix needs the resend to know it reached the same server (run id); 76 here on the current code"]
+fn a_release_whose_reply_was_cut_is_done_not_a_lost_lease() {
+    let s = Server::start_tcp();
+    let (port, faults) = faulty_proxy(s.port.unwrap(), vec![Fault::CutTheScriptsReply]);
+    // Database 1, directly; the release script is loaded, so that the first EVALSHA through the
+    // proxy runs it. The quarantine is off: the server was just started by the test.
+    let direct = format!("redis://127.0.0.1:{}/1", s.port.unwrap());
+    let on = |url: &str| {
+        let mut c = lockctl();
+        c.args(["-r", url, "--quarantine", "0", "--node-timeout", "5s"]);
+        c
+    };
+    let warm = acquire_json(&mut on(&direct), "warm", &["--ttl", "120s"]);
+    let o = run(on(&direct).args([
+        "release",
+        "warm",
+        "--token",
+        warm["token"].as_str().unwrap(),
+    ]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let g = acquire_json(&mut on(&direct), "cut", &["--ttl", "120s"]);
+    let url = format!("redis://127.0.0.1:{port}/1");
+    let o = run(on(&url).args(["release", "cut", "--token", g["token"].as_str().unwrap()]));
+    let err = stderr(&o);
+    assert_eq!(*faults.lock().unwrap(), ["the script's reply cut"], "{err}");
+    assert_eq!(cut_lock(&s).1, None, "the key stayed: {err}");
+    assert_eq!(code(&o), 0, "{err}");
+}
+
 /// A dropped connection is reopened once: a command whose resend loses its connection too fails
 /// then (and is rolled back), instead of being sent again and again until the node timeout.
 #[test]
