@@ -904,18 +904,7 @@ fn a_wait_line_is_written_when_the_reason_changes() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let seen = seen.clone();
-        let err = BufReader::new(waiter.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in err.lines().map_while(Result::ok) {
-                let mut s = seen.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        })
-    };
+    let (seen, reader) = stderr_so_far(waiter.stderr.take().unwrap());
     let count = |what: &str| seen.lock().unwrap().matches(what).count();
     // The waiter's 25 s ends before a 30 s line would come.
     let bound = Duration::from_secs(20);
@@ -956,18 +945,7 @@ fn a_cut_subscription_is_noticed_and_made_again() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let seen = seen.clone();
-        let err = BufReader::new(waiter.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in err.lines().map_while(Result::ok) {
-                let mut s = seen.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        })
-    };
+    let (seen, reader) = stderr_so_far(waiter.stderr.take().unwrap());
     let count = |what: &str| seen.lock().unwrap().matches(what).count();
     let bound = Duration::from_secs(20);
     let subscribed = "subscribed to releases on 1/1 node(s)";

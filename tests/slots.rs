@@ -552,13 +552,7 @@ fn a_canonical_peers_plain_lock_refuses_a_semaphore() {
 #[test]
 fn a_peer_in_slot_one_refuses_a_semaphore_whatever_the_limit_key_says() {
     let s = Server::start();
-    let grant = || {
-        acquire_json(
-            &mut lockctl_on(&s),
-            "pool",
-            &["--limit", "2", "-n", "--ttl", "30s"],
-        )
-    };
+    let grant = || pool_slot(&s);
     let (a, b) = (grant(), grant());
     assert_eq!((&a["slot"], &b["slot"]), (&1.into(), &2.into()));
     let o = run(lockctl_on(&s).args(["release", "pool", "--token", a["token"].as_str().unwrap()]));
@@ -596,13 +590,7 @@ fn a_peer_in_slot_one_refuses_a_semaphore_whatever_the_limit_key_says() {
 #[test]
 fn a_queued_semaphore_waiter_is_refused_once_a_peer_holds_slot_one() {
     let s = Server::start();
-    let grant = || {
-        acquire_json(
-            &mut lockctl_on(&s),
-            "pool",
-            &["--limit", "2", "-n", "--ttl", "30s"],
-        )
-    };
+    let grant = || pool_slot(&s);
     let (a, b) = (grant(), grant());
     let w = lockctl_on(&s)
         .args([
@@ -726,16 +714,21 @@ fn redlock_rolls_back_a_slot_that_lost_the_vote() {
     assert_eq!(s[1].get("lockctl:pool").as_deref(), g["token"].as_str());
 }
 
+/// A grant of `pool` with `--limit 2` (`-n`, a 30 s lease) on `node`, as JSON.
+fn pool_slot(node: &Server) -> serde_json::Value {
+    acquire_json(
+        &mut lockctl_on(node),
+        "pool",
+        &["--limit", "2", "-n", "--ttl", "30s"],
+    )
+}
+
 /// Holders of `pool` with `--limit 2` on `node` alone, in slots 1..=`slots`: that node answers a
 /// Redlock attempt of the same N with a later slot, or as busy. Their tokens, in slot order.
 fn hold_on(node: &Server, slots: usize) -> Vec<String> {
     (1..=slots)
         .map(|i| {
-            let g = acquire_json(
-                &mut lockctl_on(node),
-                "pool",
-                &["--limit", "2", "-n", "--ttl", "30s"],
-            );
+            let g = pool_slot(node);
             assert_eq!(g["slot"], i, "{g}");
             g["token"].as_str().unwrap().to_string()
         })

@@ -479,6 +479,26 @@ pub fn wait_for_line(out: ChildStdout, needle: &str, limit: Duration) -> BufRead
 }
 
 /// Collects a child's stderr on a thread; join to get it.
+/// The lines `err` has written so far, kept up to date by a thread (joined once `err` closes), for
+/// a test that watches a running process's messages as they come.
+pub fn stderr_so_far(
+    err: ChildStderr,
+) -> (
+    std::sync::Arc<std::sync::Mutex<String>>,
+    std::thread::JoinHandle<()>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let kept = seen.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let mut s = kept.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    (seen, reader)
+}
+
 pub fn collect_stderr(err: ChildStderr) -> std::thread::JoinHandle<String> {
     std::thread::spawn(move || {
         let mut s = String::new();
