@@ -12,44 +12,12 @@ use std::time::Duration;
 
 use support::*;
 
-/// Slot `i`'s key of lock `name` under the default prefix (slot 1 is the lock key).
-fn slot_key(name: &str, i: usize) -> String {
-    if i == 1 {
-        format!("lockctl:{name}")
-    } else {
-        format!("{{lockctl:{name}}}\u{1f}slot\u{1f}{i}")
-    }
-}
-
 fn fence_key(name: &str) -> String {
     format!("{{lockctl:{name}}}\u{1f}fence")
 }
 
 fn limit_key(name: &str) -> String {
     format!("{{lockctl:{name}}}\u{1f}limit")
-}
-
-/// Every key on the server with its value (strings) or type, sorted: a snapshot to compare.
-fn snapshot(s: &Server) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = s
-        .keys()
-        .into_iter()
-        .map(|k| {
-            let kind: String = s.cmd(&["TYPE", &k]);
-            let v = match kind.as_str() {
-                "string" => s.get(&k).unwrap_or_default(),
-                "hash" => {
-                    let mut fields: Vec<String> = s.cmd(&["HGETALL", &k]);
-                    fields.sort();
-                    fields.join(",")
-                }
-                other => other.to_string(),
-            };
-            (k, v)
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 fn sql(dir: &Path, query: &str) -> String {

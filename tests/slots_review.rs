@@ -18,14 +18,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-fn slot_key(name: &str, i: usize) -> String {
-    if i == 1 {
-        format!("lockctl:{name}")
-    } else {
-        format!("{{lockctl:{name}}}\u{1f}slot\u{1f}{i}")
-    }
-}
-
 #[test]
 fn a_stray_slot_key_does_not_keep_a_lost_slot_renewed() {
     let mut s = Servers::start(3);

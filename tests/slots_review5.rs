@@ -14,43 +14,8 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-fn slot_key(name: &str, i: usize) -> String {
-    if i == 1 {
-        format!("lockctl:{name}")
-    } else {
-        format!("{{lockctl:{name}}}\u{1f}slot\u{1f}{i}")
-    }
-}
-
 fn aux(name: &str, kind: &str) -> String {
     format!("{{lockctl:{name}}}\u{1f}{kind}")
-}
-
-/// Every key on the server with its value (strings) or type, sorted: a snapshot to compare.
-fn snapshot(s: &Server) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = s
-        .keys()
-        .into_iter()
-        .map(|k| {
-            let kind: String = s.cmd(&["TYPE", &k]);
-            let v = match kind.as_str() {
-                "string" => s.get(&k).unwrap_or_default(),
-                "hash" => {
-                    let mut fields: Vec<String> = s.cmd(&["HGETALL", &k]);
-                    fields.sort();
-                    fields.join(",")
-                }
-                "zset" => {
-                    let members: Vec<String> = s.cmd(&["ZRANGE", &k, "0", "-1"]);
-                    members.join(",")
-                }
-                other => other.to_string(),
-            };
-            (k, v)
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 /// The peer takes `key` on `s` for `ms`; true when it got it.

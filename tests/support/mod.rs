@@ -391,6 +391,42 @@ pub fn need_tool(tool: &str, arg: &str) {
     );
 }
 
+/// Slot `i`'s key of lock `name` under the default prefix (slot 1 is the lock key).
+pub fn slot_key(name: &str, i: usize) -> String {
+    if i == 1 {
+        format!("lockctl:{name}")
+    } else {
+        format!("{{lockctl:{name}}}\u{1f}slot\u{1f}{i}")
+    }
+}
+
+/// Every key on the server with its value (strings) or type, sorted: a snapshot to compare.
+pub fn snapshot(s: &Server) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = s
+        .keys()
+        .into_iter()
+        .map(|k| {
+            let kind: String = s.cmd(&["TYPE", &k]);
+            let v = match kind.as_str() {
+                "string" => s.get(&k).unwrap_or_default(),
+                "hash" => {
+                    let mut fields: Vec<String> = s.cmd(&["HGETALL", &k]);
+                    fields.sort();
+                    fields.join(",")
+                }
+                "zset" => {
+                    let members: Vec<String> = s.cmd(&["ZRANGE", &k, "0", "-1"]);
+                    members.join(",")
+                }
+                other => other.to_string(),
+            };
+            (k, v)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 pub fn lockctl() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_lockctl"));
     for (k, _) in std::env::vars() {
