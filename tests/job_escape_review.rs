@@ -36,6 +36,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use support::watchers::watchers_of;
 use support::*;
 
 /// Loops: appends a line to `$1/log` every 50 ms until `$1/stop` appears.
@@ -60,18 +61,6 @@ fn busy(s: &Server, name: &str) -> bool {
         }
     }
     panic!("no attempt at '{name}' came to a verdict");
-}
-
-/// The watcher of the lockctl `pid`, found by its command line once it has exec'd.
-fn watcher_of(pid: u32) -> Option<i32> {
-    let prefix = format!("lockctl-guard\0--lockctl-guard\0{pid}:");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
-        })
 }
 
 /// `exec NAME --ttl TTL --kill-after 1s -- sh -c SCRIPT`, waiting for the script's `ready` line.
@@ -148,7 +137,7 @@ fn one_lockctl_s_death_spares_the_watcher_of_another_in_the_same_session() {
     let mut watcher = None;
     assert!(
         eventually(Duration::from_secs(20), || {
-            watcher = watcher_of(second.id());
+            watcher = watchers_of(second.id()).first().copied();
             watcher.is_some()
         }),
         "the second lockctl has a watcher"
@@ -302,7 +291,7 @@ fn looping_job(s: &Server, name: &str, ttl: &str) -> (std::process::Child, i32) 
     let mut watcher = None;
     assert!(
         eventually(Duration::from_secs(20), || {
-            watcher = watcher_of(child.id());
+            watcher = watchers_of(child.id()).first().copied();
             watcher.is_some()
         }),
         "lockctl has a watcher"

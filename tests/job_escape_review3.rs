@@ -18,6 +18,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use support::watchers::watchers_of;
 use support::*;
 
 fn rounds(default: usize) -> usize {
@@ -143,18 +144,6 @@ fn attack(n: usize, unlisted: bool, forker: bool) -> Option<Vec<(usize, u64, Vec
     attack_with(n, unlisted, forker, false, false)
 }
 
-/// The watcher of the lockctl `pid`, found by its command line.
-fn watcher_of(pid: i32) -> Option<i32> {
-    let prefix = format!("lockctl-guard\0--lockctl-guard\0{pid}:");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
-        })
-}
-
 /// The scheduler state of `pid` ('R' running, 'S' asleep, ...).
 fn state(pid: i32) -> char {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -185,7 +174,7 @@ fn next_wake(w: i32) -> Option<Instant> {
 /// Kills `lockctl` at a moment inside one of its watcher's looks: the look before is timed, and
 /// the kill comes `frac` of that look's length after the next one begins.
 fn kill_inside_a_look(lockctl: i32, frac: f64) -> String {
-    let Some(w) = watcher_of(lockctl) else {
+    let Some(w) = watchers_of(lockctl as u32).first().copied() else {
         kill(lockctl, libc::SIGKILL);
         return "no watcher found".into();
     };

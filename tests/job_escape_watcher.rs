@@ -20,6 +20,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use support::watchers::watchers_of;
 use support::*;
 
 /// Hops: appends a line, then starts its next copy in the background and exits.
@@ -109,18 +110,6 @@ fn writes_once_granted(s: &Server, name: &str) -> bool {
     after > before
 }
 
-/// The watcher of the lockctl `pid`, found by its command line.
-fn watcher_of(pid: u32) -> Option<i32> {
-    let prefix = format!("lockctl-guard\0--lockctl-guard\0{pid}:");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
-        })
-}
-
 #[test]
 fn a_job_whose_watcher_was_killed_dies_with_lockctl() {
     let s = Server::start();
@@ -131,7 +120,10 @@ fn a_job_whose_watcher_was_killed_dies_with_lockctl() {
         "noguard",
         &format!("sh {dir}/loop.sh {dir} & echo ready; wait"),
     );
-    let watcher = watcher_of(child.id()).expect("lockctl has a watcher");
+    let watcher = watchers_of(child.id())
+        .first()
+        .copied()
+        .expect("lockctl has a watcher");
     kill(watcher, libc::SIGKILL);
     // Without its watcher the job could outlive lockctl: lockctl notices at its next renewal,
     // stops the job and exits 76, before anyone else can be granted the lock.
