@@ -99,23 +99,27 @@ fn with_a_replica_a_renewal_is_the_script_then_wait() {
 
     let turns = proxy.turns();
     assert_no_extra_round_trip(&turns);
-    // Every grant and renewal waits for the replica, in a round trip of its own right after.
-    let all: Vec<&Vec<String>> = turns.iter().flatten().collect();
+    // Every grant and renewal waits for the replica, in a round trip of its own right after on the
+    // same connection. A script whose reply did not come within the node timeout (a loaded machine)
+    // ends its connection's use, so it may be the connection's last turn, with no WAIT after it.
     let mut durable = 0;
-    for (i, t) in all.iter().enumerate() {
-        if t.iter().any(|c| c.starts_with("EVAL")) && t.iter().any(|c| c.starts_with("INFO")) {
-            durable += 1;
+    for conn in &turns {
+        for (i, t) in conn.iter().enumerate() {
+            if !(t.iter().any(|c| c.starts_with("EVAL")) && t.iter().any(|c| c.starts_with("INFO")))
+            {
+                continue;
+            }
             // A server that had not seen the script yet is sent its source first (NOSCRIPT).
-            let next = all[i + 1..]
+            let next = conn[i + 1..]
                 .iter()
                 .find(|n| !(n.len() == 1 && n[0].starts_with("EVAL ")));
-            assert_eq!(
-                next.map(|n| n.as_slice()),
-                Some(&["WAIT 1".to_string()][..]),
-                "{turns:#?}"
-            );
+            if let Some(next) = next {
+                assert_eq!(next.as_slice(), &["WAIT 1".to_string()][..], "{turns:#?}");
+                durable += 1;
+            }
         }
     }
-    // The grant and at least three renewals of a 1 s lease over 1.5 s.
-    assert!(durable >= 4, "{turns:#?}");
+    // The grant and renewals of a 1 s lease over 1.5 s (about every third of a second): at least
+    // two of them answered in time however loaded the machine.
+    assert!(durable >= 3, "{turns:#?}");
 }

@@ -645,6 +645,9 @@ fn an_exec_renewal_after_a_restart_leaves_a_peers_key_alone() {
     let holder = s
         .lockctl()
         .env("LOCKCTL_QUARANTINE", "3s")
+        // The grant must reach all three nodes, however loaded the machine: a grant from nodes 0
+        // and 1 alone (node 2 past the default 500 ms) leaves node 2 nothing to restart without.
+        .env("LOCKCTL_NODE_TIMEOUT", "5s")
         .args(["exec", "pool", "--limit", "2", "-w", "30s", "--ttl", "3s"])
         .args(["--", "sh", "-c"])
         .arg(format!(
