@@ -153,6 +153,8 @@ fn the_acl_recipe_works_for_every_command() {
     let as_user = || {
         let mut c = lockctl();
         c.env("LOCKCTL_REDIS", &url);
+        // Every write fsyncs: on a loaded machine one can outlast the default 500 ms.
+        c.env("LOCKCTL_NODE_TIMEOUT", "2s");
         c
     };
 
