@@ -1,7 +1,7 @@
 //! The queue: waiters are served in arrival order on one node and on Redlock, `-n` never jumps it,
 //! a dead or stopped waiter leaves it within the documented bound, a waiter that gives up leaves at
-//! once, `--supersede` displaces the older waiters, notes show everywhere, and N handoffs cost O(N)
-//! commands. Real servers, real signals.
+//! once, `--supersede` displaces the older waiters (on Redlock only once a quorum took it in),
+//! notes show everywhere, and N handoffs cost O(N) commands. Real servers, real signals.
 
 mod support;
 
@@ -441,6 +441,85 @@ fn supersede_displaces_the_older_waiters_not_the_holder_on_redlock() {
     let s = Servers::start(3);
     let all: Vec<&Server> = s.0.iter().collect();
     supersede_case(&all, || s.lockctl());
+}
+
+/// The key of the displaced waiters' records.
+fn superseded_key(name: &str) -> String {
+    format!("{{lockctl:{name}}}\u{1f}superseded")
+}
+
+/// The waiters queued for `name` on `s`.
+fn members(s: &Server, name: &str) -> Vec<String> {
+    s.cmd(&["ZRANGE", &queue_key(name), "0", "-1"])
+}
+
+/// Redlock 3 with two nodes killed: a `--supersede` attempt reaches one node, never a quorum, and
+/// gives up (69) having displaced nobody: the older waiter keeps its place on that node and no
+/// `superseded` record is left there. (On the one-round code it displaced it there.)
+#[test]
+fn a_supersede_that_reaches_no_quorum_displaces_nobody() {
+    let mut s = Servers::start(3);
+    let token = hold(&mut s.lockctl(), "sup");
+    let w = acquirer(&mut s.lockctl(), "sup", &[]);
+    wait_queued(&s.0.iter().collect::<Vec<_>>(), "sup", 1);
+    let before = members(&s[2], "sup");
+    s[0].kill();
+    s[1].kill();
+    let o = run(s
+        .lockctl()
+        .args(["acquire", "sup", "-w", "2s", "--supersede"]));
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert_eq!(members(&s[2], "sup"), before);
+    let displaced: i64 = s[2].cmd(&["EXISTS", &superseded_key("sup")]);
+    assert_eq!(displaced, 0, "a superseded record on the node reached");
+    assert_eq!(s[2].get("lockctl:sup"), Some(token));
+    kill(w.id() as i32, libc::SIGTERM);
+    let o = wait_output(w, Duration::from_secs(60));
+    assert!(!stderr(&o).contains("superseded"), "{}", stderr(&o));
+}
+
+/// Redlock 3 with two nodes stopped: a `--supersede` waiter queued on the third displaces nobody
+/// while no quorum has taken it in, and displaces the older waiter once the nodes resume; then it
+/// alone waits, and is granted at the release. (On the one-round code its first attempt displaced
+/// the older waiter on the node it reached.)
+#[test]
+fn a_supersede_displaces_once_a_quorum_takes_it_in() {
+    let s = Servers::start(3);
+    let token = hold(&mut s.lockctl(), "sup");
+    let w = acquirer(&mut s.lockctl(), "sup", &[]);
+    wait_queued(&s.0.iter().collect::<Vec<_>>(), "sup", 1);
+    s[0].pause();
+    s[1].pause();
+    let c = acquirer(
+        &mut s.lockctl(),
+        "sup",
+        &["--supersede", "--note", "build 3"],
+    );
+    let c_pid = c.id() as u64;
+    let displaced = || s[2].cmd::<i64>(&["EXISTS", &superseded_key("sup")]) == 1;
+    let seen = eventually(Duration::from_secs(30), || {
+        members(&s[2], "sup").len() == 2 || displaced()
+    });
+    assert!(seen, "the superseder never reached node 2");
+    assert!(!displaced(), "displaced without a quorum");
+    assert_eq!(members(&s[2], "sup").len(), 2);
+    s[0].resume();
+    s[1].resume();
+    let o = wait_output(w, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert!(err.contains("superseded"), "{err}");
+    assert!(err.contains(&format!("pid {c_pid}")), "{err}");
+    assert!(err.contains("note: build 3"), "{err}");
+    let o = run(s.lockctl().args(["release", "sup", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(c, Duration::from_secs(60));
+    assert_eq!(
+        (code(&o), stdout(&o)),
+        (0, "held".to_string()),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -289,6 +289,8 @@ struct Refusal {
     superseded: Option<String>,
     /// The nodes gave different tickets: send the largest at once, before waiting.
     reorder: bool,
+    /// Nodes that queued us or granted (the grant may have been rolled back since).
+    accepted: usize,
     /// The most waiters any node counted, besides us.
     waiting: u64,
     /// Nodes where no slot is held and only waiters queued ahead refused us (who may be held up by
@@ -494,7 +496,7 @@ impl Engine {
             _ if self.supersede => queue::Mode::Supersede,
             _ => queue::Mode::Wait,
         };
-        let mut place = queue::Place::new(mode, self.slack());
+        let mut place = queue::Place::new(mode, self.slack(), self.nodes.len());
         let wake_channel = keys.wake_channel(&place.id);
         let mut waiter = wait::Waiter::new(keys, &wake_channel, policy, self.nodes.len());
         let all = vec![true; self.nodes.len()];
@@ -558,8 +560,11 @@ impl Engine {
                             return Err(err);
                         }
                     }
-                    if refusal.reorder && !waiter.deadline_passed() {
+                    let displace = place.supersede_answered(refusal.accepted, self.quorum());
+                    if (refusal.reorder || displace) && !waiter.deadline_passed() {
                         // The nodes gave different tickets: put the largest on them before waiting.
+                        // A --supersede waiter that a quorum took in displaces the older waiters in
+                        // that same attempt (a round trip more only when the tickets agreed).
                         continue;
                     }
                     let quorum = self.quorum();
@@ -771,7 +776,7 @@ impl Engine {
                 want_arg.as_str(),
                 place.id.as_str(),
                 ticket.as_str(),
-                place.mode.arg(),
+                place.mode_arg(),
                 holder.note.as_str(),
                 keys.wake.as_str(),
                 alive_ms.as_str(),
@@ -869,6 +874,7 @@ impl Engine {
                 }
             }
         }
+        refusal.accepted = refusal.wins + queued.iter().filter(|q| q.ticket.is_some()).count();
         self.place(place, &queued, &mut refusal);
 
         if let Some((a, b)) = same_server(&run_ids) {

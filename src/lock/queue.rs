@@ -84,7 +84,8 @@ pub enum Mode {
     Once,
     /// Queued on the first refusal.
     Wait,
-    /// Queued, displacing the older waiters (`--supersede`).
+    /// Queued, displacing the older waiters (`--supersede`); it becomes [`Mode::Wait`] once they
+    /// were displaced (see [`Place::supersede_answered`]).
     Supersede,
 }
 
@@ -105,6 +106,10 @@ pub struct Place {
     /// 64 random bits, 16 hex digits: the waiter's member in the queue and its wake channel.
     pub id: String,
     pub mode: Mode,
+    /// A `--supersede` waiter's next attempt may displace the older waiters: from the start on one
+    /// node, whose script checks every refusal before it displaces; on Redlock once a quorum queued
+    /// or granted the waiter, so that an attempt a majority refuses displaces nobody elsewhere.
+    armed: bool,
     /// The ticket every node orders this waiter by, once one was given.
     pub ticket: Option<u64>,
     /// Some node may have queued this waiter.
@@ -131,11 +136,13 @@ pub struct Place {
 }
 
 impl Place {
-    pub fn new(mode: Mode, slack: Duration) -> Place {
+    /// `nodes`: how many nodes the attempts go to.
+    pub fn new(mode: Mode, slack: Duration, nodes: usize) -> Place {
         Place {
             slack,
             id: new_waiter_id(),
             mode,
+            armed: nodes == 1,
             ticket: None,
             queued: false,
             sent: false,
@@ -145,6 +152,33 @@ impl Place {
             position: None,
             listening: Vec::new(),
         }
+    }
+
+    /// The script's mode argument: a `--supersede` waiter that may not displace yet waits as any
+    /// other.
+    pub fn mode_arg(&self) -> &'static str {
+        match self.mode {
+            Mode::Supersede if !self.armed => Mode::Wait.arg(),
+            mode => mode.arg(),
+        }
+    }
+
+    /// After a refused attempt of a `--supersede` waiter that `accepted` nodes queued or granted, of
+    /// `quorum`: true when it should send its next attempt at once, the one that displaces. On
+    /// Redlock the waiters queued before it are displaced only in a round after a quorum took it in,
+    /// so that an attempt refused by a majority (a peer's key, another `--limit`, too few nodes
+    /// reached) displaces nobody on the others. The displacing round done on a quorum, it waits as
+    /// any other waiter and displaces nobody again.
+    pub fn supersede_answered(&mut self, accepted: usize, quorum: usize) -> bool {
+        if self.mode != Mode::Supersede || accepted < quorum {
+            return false;
+        }
+        if self.armed {
+            self.mode = Mode::Wait;
+            return false;
+        }
+        self.armed = true;
+        true
     }
 
     /// The ticket as the script's argument.
@@ -302,8 +336,36 @@ mod tests {
     }
 
     #[test]
+    fn a_superseder_displaces_once_a_quorum_took_it_in() {
+        // Redlock 3: it waits as any waiter until two nodes took it in, then displaces.
+        let mut p = Place::new(Mode::Supersede, Duration::ZERO, 3);
+        assert_eq!(p.mode_arg(), "w");
+        assert!(!p.supersede_answered(1, 2));
+        assert_eq!(p.mode_arg(), "w");
+        assert!(p.supersede_answered(2, 2));
+        assert_eq!(p.mode_arg(), "s");
+        // The displacing attempt reached one node only: the next one displaces too.
+        assert!(!p.supersede_answered(1, 2));
+        assert_eq!(p.mode_arg(), "s");
+        assert!(!p.supersede_answered(3, 2));
+        assert_eq!(p.mode, Mode::Wait);
+        assert_eq!(p.mode_arg(), "w");
+        // One node: its script refuses before it displaces, so the first attempt may displace.
+        let mut one = Place::new(Mode::Supersede, Duration::ZERO, 1);
+        assert_eq!(one.mode_arg(), "s");
+        assert!(!one.supersede_answered(0, 1));
+        assert_eq!(one.mode_arg(), "s");
+        assert!(!one.supersede_answered(1, 1));
+        assert_eq!(one.mode_arg(), "w");
+        let mut plain = Place::new(Mode::Wait, Duration::ZERO, 3);
+        assert!(!plain.supersede_answered(3, 2));
+        assert_eq!(plain.mode_arg(), "w");
+        assert_eq!(Place::new(Mode::Once, Duration::ZERO, 3).mode_arg(), "n");
+    }
+
+    #[test]
     fn a_lapsed_waiter_queues_again() {
-        let mut p = Place::new(Mode::Wait, Duration::ZERO);
+        let mut p = Place::new(Mode::Wait, Duration::ZERO, 1);
         assert_eq!(p.id.len(), 16);
         p.ticket = Some(5);
         p.check_lapse();
@@ -322,7 +384,7 @@ mod tests {
         p.check_lapse();
         assert_eq!(p.ticket, None);
         // A slow node timeout's slack: the nodes keep the waiter longer, and so does its loop.
-        let mut slow = Place::new(Mode::Wait, Duration::from_secs(6));
+        let mut slow = Place::new(Mode::Wait, Duration::from_secs(6), 1);
         slow.ticket = Some(8);
         slow.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
         slow.check_lapse();

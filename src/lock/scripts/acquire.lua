@@ -7,7 +7,7 @@
 -- ARGV: token, ttl ms, quarantine ms, host, pid, command line, limit N, slot key base, holder hash
 --       base (slot i >= 2 is `base .. i`), the slot wanted ('' or 0 = the lowest free one),
 --       waiter id, ticket ('' = none yet), mode ('n' one attempt, never queued; 'w' wait; 's' wait
---       and supersede the older waiters), note, wake channel prefix, a waiter's lifetime at the
+--       and supersede the waiters queued before the caller), note, wake channel prefix, a waiter's lifetime at the
 --       front of the queue in ms (three heartbeats), the longest heartbeat interval in ms, '1' when
 --       the caller listens on its wake channel on this node (its subscription stands), the caller's
 --       slack in ms ('' = 0: how much longer than its interval an attempt of its may take, two node
@@ -203,8 +203,11 @@ end
 local queued = false
 if id ~= '' and mode ~= 'n' then
   local score = redis.call('ZSCORE', KEYS[5], id)
+  -- --supersede: the waiters below this score here are displaced.
+  local bound
   if score then
     queued = true
+    bound = score
     if ticket ~= '' and score ~= ticket then
       redis.call('ZADD', KEYS[5], 'XX', ticket, id)
     end
@@ -213,11 +216,17 @@ if id ~= '' and mode ~= 'n' then
     redis.call('SET', KEYS[8], ticket)
   end
   if mode == 's' and not queued and ticket == '' then
-    -- --supersede, on its first enqueue only (a waiter put back at its carried ticket, after a
-    -- restart, arrived before those queued since): the waiters older than its new ticket stop
-    -- waiting and learn who displaced them; later ones keep their places.
     ticket = new_ticket()
-    local older = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ticket)
+    bound = ticket
+  end
+  if mode == 's' and bound then
+    -- --supersede, sent only when no refusal can end the attempt any more: on one node in this
+    -- call (the refusals above come first), on Redlock in the round after a quorum queued or
+    -- granted the caller (docs/queue.md). The waiters queued here before it stop waiting and learn
+    -- who displaced them: those below its score as this node gave it (later arrivals here have
+    -- higher ones). A node where it is not queued although it carries a ticket (put back after a
+    -- restart, or its grant here was rolled back) displaces nobody.
+    local older = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. bound)
     if #older > 0 then
       local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note})
       for _, w in ipairs(older) do
