@@ -448,6 +448,146 @@ fn a_release_whose_reply_was_cut_is_done_not_a_lost_lease() {
     assert_eq!(code(&o), 0, "{err}");
 }
 
+/// A signal that `exec` handles, coming while the release's reply is on its way, interrupts
+/// nothing: the thread that reads the reply does not take it (a socket read with a timeout fails
+/// with `EINTR` even under `SA_RESTART`, and the read was taken for a dropped connection: the
+/// release went out again, found its own deletion and exec exited 76, "the release found the lock
+/// no longer ours"). Here a proxy holds the release's reply back while the test sends exec SIGTERMs
+/// (the job is over, so they are forwarded to nobody); the reply then comes on the same connection.
+#[test]
+fn a_signal_while_the_release_is_read_is_not_a_lost_lease() {
+    let s = Server::start_tcp();
+    // The release script is loaded, so that the first EVALSHA through the proxy runs it. The
+    // quarantine is off: the server was just started by the test.
+    let warm = acquire_json(
+        lockctl().args(["-r", &s.url(), "--quarantine", "0"]),
+        "warm",
+        &[],
+    );
+    let o = run(lockctl()
+        .args(["-r", &s.url(), "release", "warm", "--token"])
+        .arg(warm["token"].as_str().unwrap()));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let proxy = HoldingProxy::start(s.port.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    // No renewal comes within the job's life (a third of the TTL), so the next script after the
+    // job's start is the release.
+    let child = lockctl()
+        .args(["-r", &format!("redis://127.0.0.1:{}", proxy.port)])
+        .args(["--quarantine", "0", "--node-timeout", "30s"])
+        .args(["exec", "held", "--ttl", "120s", "--", "sh", "-c"])
+        .arg(format!("touch '{}'; sleep 0.3", started.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    assert!(
+        eventually(Duration::from_secs(30), || started.exists()),
+        "the job never started"
+    );
+    proxy.arm();
+    assert!(
+        eventually(Duration::from_secs(30), || proxy.holding()),
+        "no release came"
+    );
+    // Several, spaced: one at least comes while exec is blocked in the read.
+    for _ in 0..5 {
+        kill(pid, libc::SIGTERM);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    proxy.let_go();
+    let o = wait_output(child, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert_eq!(s.get("lockctl:held"), None, "the key stayed: {err}");
+    assert_eq!(proxy.connections(), 1, "the release went out again: {err}");
+}
+
+/// A loopback proxy that relays every connection, and once armed holds back the server's reply to
+/// the next script (`EVAL`, `EVALSHA`) until it is let go.
+struct HoldingProxy {
+    port: u16,
+    /// 0: relaying; 1: armed; 2: the script went by; 3: its reply held; 4: let go.
+    state: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl HoldingProxy {
+    fn start(upstream: u16) -> HoldingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (state, connections) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (st, count) = (Arc::clone(&state), Arc::clone(&connections));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                count.fetch_add(1, Ordering::SeqCst);
+                let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let up = Arc::clone(&st);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                        let chunk = &buf[..n];
+                        if chunk.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
+                            || chunk.windows(13).any(|w| w == b"$7\r\nEVALSHA\r\n")
+                        {
+                            let _ = up.compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst);
+                        }
+                        if s_out.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(Shutdown::Write);
+                });
+                let down = Arc::clone(&st);
+                std::thread::spawn(move || {
+                    let (mut s_in, mut c_out) = (server, client);
+                    let mut buf = [0u8; 16384];
+                    while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                        if down
+                            .compare_exchange(2, 3, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_ok()
+                        {
+                            while down.load(Ordering::SeqCst) != 4 {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        HoldingProxy {
+            port,
+            state,
+            connections,
+        }
+    }
+
+    fn arm(&self) {
+        self.state.store(1, Ordering::SeqCst);
+    }
+
+    fn holding(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == 3
+    }
+
+    fn let_go(&self) {
+        self.state.store(4, Ordering::SeqCst);
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
 /// A dropped connection is reopened once: a command whose resend loses its connection too fails
 /// then (and is rolled back), instead of being sent again and again until the node timeout.
 #[test]
