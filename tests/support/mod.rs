@@ -173,7 +173,7 @@ impl Server {
     /// a record only answers the same release sent again. `tests/unavailable.rs` looks at them.
     pub fn keys(&self) -> Vec<String> {
         let mut k: Vec<String> = self.cmd(&["KEYS", "*"]);
-        k.retain(|k| !k.contains("\u{1f}release\u{1f}"));
+        k.retain(|k| !is_release_record(k));
         k.sort();
         k
     }
@@ -395,6 +395,11 @@ pub fn need_tool(tool: &str, arg: &str) {
 }
 
 /// Slot `i`'s key of lock `name` under the default prefix (slot 1 is the lock key).
+/// True for the record a release leaves for a few seconds (see [`Server::keys`]).
+pub fn is_release_record(key: &str) -> bool {
+    key.contains("\u{1f}release\u{1f}")
+}
+
 pub fn slot_key(name: &str, i: usize) -> String {
     if i == 1 {
         format!("lockctl:{name}")
