@@ -111,7 +111,8 @@ pub fn listen(mut on_signal: impl FnMut(i32) + Send + 'static) -> std::io::Resul
 pub struct Caught(libc::sigset_t);
 
 /// Blocks the handled signals in the calling thread and every thread it starts afterwards, so that
-/// they wait, pending, until [`Caught::first`] takes them; see the module docs.
+/// they wait, pending, until [`Caught::first`] takes them; see the module docs. No handler is
+/// needed: the kernel keeps a blocked signal pending even when lockctl's parent had it ignored.
 pub fn catch() -> std::io::Result<Caught> {
     Ok(Caught(block()?))
 }
