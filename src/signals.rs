@@ -12,6 +12,18 @@
 //! the others: a wait ends (exit 128+N), a running job gets the signal forwarded, under the same
 //! policy (`exec/supervisor.rs`).
 //!
+//! **Only the receiving thread takes them.** The kernel hands a signal sent to the process to any
+//! thread that does not block it, and a blocking call on that thread fails with `EINTR`: a socket
+//! read with a timeout (`SO_RCVTIMEO`, which every Redis connection has) does so even under
+//! `SA_RESTART` (signal(7)). A release whose reply was being read when the job's SIGTERM came then
+//! looked like a dropped connection, was sent again, and found its own deletion ("the release found
+//! the lock no longer ours", exit 76, with the lease held throughout). So [`listen`] blocks the
+//! signals in the calling thread before it starts the receiving one, and only that one unblocks
+//! them: every thread started later (node calls, renewals, the subscriber, timers) inherits the mask
+//! and is never interrupted. It must be called before any other thread is started. A job must not
+//! inherit the mask (a `Command` keeps it across exec): [`for_the_job`] gives it back the mask
+//! lockctl was started with.
+//!
 //! **Why signal-hook and not `ctrlc`.** The first design named the `ctrlc` crate. It does not fit:
 //! `exec` must forward *every* terminating signal to the job, SIGTERM (from `kill`, systemd, a CI
 //! runner cancelling the job) and SIGHUP (a closed terminal) as well as Ctrl-C's SIGINT, and forward
@@ -21,9 +33,12 @@
 //! signal-hook's iterator hands over each signal with its number, on an ordinary thread where any
 //! code may run (locks, `killpg`, waking a waiter), while the handler itself only writes to a pipe.
 //!
-//! A command that makes one attempt and never waits (`acquire -n`) needs no thread: [`catch`]
-//! installs the same handlers, and the command reads what arrived once its attempt is over, which
-//! spares such an invocation a thread it would never use (`bench/RESULTS.md`).
+//! A command that makes one attempt and never waits (`acquire -n`) needs no thread: [`catch`] blocks
+//! the signals in every thread, so they wait as pending, interrupt nothing and kill nothing, and the
+//! command takes what arrived once its attempt is over. That spares such an invocation a thread it
+//! would never use (`bench/RESULTS.md`).
+
+use std::sync::OnceLock;
 
 use signal_hook::consts::{SIGALRM, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
@@ -31,31 +46,103 @@ use signal_hook::iterator::Signals;
 /// The signals lockctl handles.
 pub const HANDLED: [i32; 7] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM];
 
-/// Starts receiving the handled signals; `on_signal` runs on the receiving thread for each one.
+/// The handled signals that lockctl's parent had not blocked: those lockctl blocks, and unblocks
+/// again where they are to arrive (the receiving thread, a job).
+static OURS: OnceLock<libc::sigset_t> = OnceLock::new();
+
+/// Blocks the handled signals in the calling thread (those its parent had not blocked already) and
+/// returns them.
+fn block() -> std::io::Result<libc::sigset_t> {
+    // SAFETY: sigemptyset, sigaddset and sigismember on local sets; pthread_sigmask changes the
+    // calling thread's mask only.
+    unsafe {
+        let mut handled: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut handled);
+        for s in HANDLED {
+            libc::sigaddset(&mut handled, s);
+        }
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &handled, &mut old);
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(*OURS.get_or_init(|| {
+            let mut ours: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut ours);
+            for s in HANDLED {
+                if libc::sigismember(&old, s) != 1 {
+                    libc::sigaddset(&mut ours, s);
+                }
+            }
+            ours
+        }))
+    }
+}
+
+/// Unblocks `set` in the calling thread. Async-signal-safe.
+fn unblock(set: &libc::sigset_t) {
+    // SAFETY: a valid set; pthread_sigmask changes the calling thread's mask only.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, set, std::ptr::null_mut()) };
+}
+
+/// Starts receiving the handled signals; `on_signal` runs on the receiving thread for each one. The
+/// calling thread, and every thread it starts afterwards, no longer takes them (see the module docs).
 pub fn listen(mut on_signal: impl FnMut(i32) + Send + 'static) -> std::io::Result<()> {
     let mut signals = Signals::new(HANDLED)?;
-    std::thread::Builder::new()
+    let ours = block()?;
+    let spawned = std::thread::Builder::new()
         .name("signals".into())
         .stack_size(64 * 1024)
         .spawn(move || {
+            // Those that came since the mask was set are pending and arrive here now.
+            unblock(&ours);
             for signal in signals.forever() {
                 on_signal(signal);
             }
-        })?;
+        });
+    if let Err(e) = spawned {
+        unblock(&ours);
+        return Err(e);
+    }
     Ok(())
 }
 
-/// The handled signals caught, without a thread: they only mark themselves pending.
-pub struct Caught(Signals);
+/// The handled signals held pending, without a thread: see [`Caught::first`].
+pub struct Caught(libc::sigset_t);
 
-/// Catches the handled signals without starting a thread; see [`Caught::first`].
+/// Blocks the handled signals in the calling thread and every thread it starts afterwards, so that
+/// they wait, pending, until [`Caught::first`] takes them; see the module docs. No handler is
+/// needed: the kernel keeps a blocked signal pending even when lockctl's parent had it ignored.
 pub fn catch() -> std::io::Result<Caught> {
-    Ok(Caught(Signals::new(HANDLED)?))
+    Ok(Caught(block()?))
 }
 
 impl Caught {
     /// A signal that arrived since [`catch`] (or since the last call), if any.
     pub fn first(&mut self) -> Option<i32> {
-        self.0.pending().next()
+        let none = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid set and timeout; a null info pointer is allowed.
+        let s = unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), &none) };
+        (s > 0).then_some(s)
     }
+}
+
+/// For a job's process between fork and exec: the handled signals back to their default action and
+/// unblocked as lockctl's parent had them, so that the job starts as if lockctl had never handled
+/// them (exec resets a handler, but keeps the mask). A signal that came since the fork acts now.
+///
+/// # Safety
+/// Async-signal-safe; only in a forked child before exec.
+pub unsafe fn for_the_job() {
+    let Some(ours) = OURS.get() else {
+        return;
+    };
+    for s in HANDLED {
+        // SAFETY: async-signal-safe; the default action replaces lockctl's handler in this copy.
+        unsafe { libc::signal(s, libc::SIG_DFL) };
+    }
+    unblock(ours);
 }

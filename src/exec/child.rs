@@ -81,7 +81,7 @@ pub fn spawn(
     let parent = unsafe { libc::getpid() };
     let take_terminal = owns_terminal();
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // calls (prctl, getppid, kill, getpid, write, clock_gettime, sigprocmask, tcsetpgrp); it
+    // calls (prctl, getppid, kill, getpid, write, clock_gettime, sigprocmask, tcsetpgrp, signal); it
     // allocates nothing (an error from a raw OS error does not allocate).
     unsafe {
         cmd.pre_exec(move || {
@@ -109,6 +109,8 @@ pub fn spawn(
             if take_terminal {
                 set_foreground(libc::getpid());
             }
+            // Last: lockctl's threads block the handled signals, and exec keeps a mask.
+            crate::signals::for_the_job();
             Ok(())
         });
     }

@@ -8,7 +8,8 @@
 //! the lock key), and a `limit` key recording N; `--limit 1` adds nothing. While anyone waits, the
 //! queue's keys are there too (`queue`, `alive`, `waiters`, `tickets`, `superseded`, `seen`; they expire a
 //! few seconds after the last waiter leaves), and each waiter listens on a wake channel of its own
-//! (see `queue.rs`).
+//! (see `queue.rs`). A release leaves a record of what it deleted (`release\x1f<token>`) for a
+//! little longer than the node timeout, which a release sent again reads (see `release.lua`).
 //!
 //! Two rules shape their names:
 //!
@@ -68,6 +69,8 @@ pub struct LockKeys {
     pub seen: String,
     /// Prefix of the per-waiter wake channels: `<wake>\x1f<waiter id>`.
     pub wake: String,
+    /// `<release base><token>` records the slots that token's release deleted, briefly.
+    pub release_base: String,
 }
 
 impl LockKeys {
@@ -104,6 +107,7 @@ impl LockKeys {
             superseded: aux("superseded"),
             seen: aux("seen"),
             wake: aux("wake"),
+            release_base: format!("{}{AUX_SEPARATOR}", aux("release")),
             key,
         }
     }
@@ -115,6 +119,11 @@ impl LockKeys {
         } else {
             format!("{}{i}", self.slot_base)
         }
+    }
+
+    /// The record of `token`'s release (see `release.lua`).
+    pub fn release_record(&self, token: &str) -> String {
+        format!("{}{token}", self.release_base)
     }
 
     /// The holder hash of slot `i` (1-based).
@@ -185,7 +194,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn all(k: &LockKeys) -> [String; 15] {
+    fn all(k: &LockKeys) -> [String; 16] {
         [
             k.key.clone(),
             k.fence.clone(),
@@ -202,6 +211,7 @@ mod tests {
             k.superseded.clone(),
             k.seen.clone(),
             k.wake.clone(),
+            k.release_record("0123456789abcdef0123456789abcdef"),
         ]
     }
 
@@ -226,6 +236,10 @@ mod tests {
         assert_eq!(k.slot_key(3), "{lockctl:deploy}\u{1f}slot\u{1f}3");
         assert_eq!(k.slot_holder(3), "{lockctl:deploy}\u{1f}holder\u{1f}3");
         assert_eq!(k.limit, "{lockctl:deploy}\u{1f}limit");
+        assert_eq!(
+            k.release_record("t"),
+            "{lockctl:deploy}\u{1f}release\u{1f}t"
+        );
         assert!(!is_lock_key(k.slot_key(2).as_bytes()));
     }
 

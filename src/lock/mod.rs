@@ -1145,11 +1145,19 @@ impl Engine {
     /// Deletes the lock where it still holds `token`. Ok with the number of nodes released when they
     /// make a quorum.
     pub fn release(&mut self, keys: &LockKeys, token: &str) -> Result<usize, LockError> {
-        let key_list = release_keys(keys);
+        let record = keys.release_record(token);
+        let [k1, k2, k3, k4, k5, k6, k7] = release_keys(keys);
+        let key_list = [k1, k2, k3, k4, k5, k6, k7, record.as_str()];
         let front_ms = self.front_lifetime().as_millis().to_string();
-        let args = release_args(keys, token, &front_ms);
+        // The record outlives the call that may send the release again (one node timeout).
+        let keep_ms = (self.slack() + Duration::from_secs(1))
+            .as_millis()
+            .to_string();
+        let [a, b, c, d, e, f] = release_args(keys, token, &front_ms);
+        let first = [a, b, c, d, e, f, "", &keep_ms, ""];
+        let again = [a, b, c, d, e, f, "", &keep_ms, "1"];
         let results = quorum::all(&mut self.nodes, |_, node| {
-            node.eval("release", &RELEASE, &key_list, &args)
+            node.eval_again("release", &RELEASE, &key_list, &first, &again)
         });
         // Every key of the token is gone; the release held a lease only if one slot had a quorum.
         let (_, released, answered, failures) = tally_slots(results);

@@ -11,12 +11,32 @@
 //! request/response; it is kept only to send a rollback without waiting ([`Node::send_only`]), which the
 //! server runs after the command that timed out, in order, should it ever wake up. A connection found
 //! dropped (`CLIENT KILL`, a server restart), reused or just opened, is reopened once, at once: every
-//! lockctl script leaves the same state when it runs twice. Its reply may differ: in the rare case where
-//! the server ran a release and the connection dropped before the reply, the second send answers "not
-//! ours". Usually the first send never arrived (the server had restarted), and treating every resend
-//! as unsure would turn those clean answers into "unavailable"; the rare false "not ours" is the
-//! smaller harm. A new connection is no safer than an old one: an operator's
-//! `CLIENT KILL TYPE normal` can land between its connect and its first command.
+//! lockctl script leaves the same state when it runs twice. A new connection is no safer than an old
+//! one: an operator's `CLIENT KILL TYPE normal` can land between its connect and its first command.
+//!
+//! The reply to the second send may differ from the first's: a release that ran before its
+//! connection dropped has deleted the key, and the second send finds nothing of ours. Taken as it
+//! comes, that reported a lease held throughout as lost (exit 76). Taking every empty answer to a
+//! second send as ours is wrong the other way: usually the first send never ran (the server had
+//! restarted), and a key lost with a server restarted without data must still be reported lost.
+//! Nor does the run id settle it: a release is often the first command on its connection (every
+//! `lockctl release`), whose `INFO` reply is lost with the script's, and the same server (same run
+//! id) may have lost the key between the sends to `lockctl break`, an expiry (unknown to a
+//! `lockctl release` given a token) or an eviction. What is decided is whether the first send ran
+//! on the data the second one finds, and the server keeps that itself: a release that deletes our
+//! keys records which slots, under the token, for a little longer than the call can last
+//! (`release.lua`), and only the second send ([`Node::eval_again`]) reads the record back, as the
+//! answer the first send got. A key lost before the release, or with a restart without data
+//! between the sends, leaves no record: still "not ours" (76). A record lost with a restart just
+//! after the first send ran gives "not ours" for a release that did run: that rare false report
+//! is the one left. The other scripts need no record: a grant or renewal sent again answers as the
+//! first did.
+//!
+//! lockctl's own signals are never why a read fails: a socket read with a timeout fails with
+//! `EINTR` even under `SA_RESTART`, so they are blocked in every thread but the one that receives
+//! them (`crate::signals`). Were a read interrupted all the same, the reply is not read again on that
+//! connection (redis-rs then skips the next reply, taking it for the one it gave up on): the
+//! connection is dropped and the command sent again, as above.
 //!
 //! A node reaches its server through its endpoint (`super::endpoint`): the URL's server, a cluster's
 //! slot owner (MOVED and ASK are followed here, within the node timeout), or the master a Sentinel
@@ -275,19 +295,20 @@ impl Node {
         f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, NodeFailure> {
         let mut f = f;
-        self.call_with(what, false, |c, _| (f(c), None))
+        self.call_with(what, false, |c, _, _| (f(c), None))
     }
 
     /// [`Node::call`]; `durable`: a write that must reach the master's replicas before it counts.
     /// `f` is told which `INFO` it may send right behind its command, in the same write, and return
     /// the reply of (see [`Node::eval`]): all of it when the connection is new and its server not yet
     /// checked; the replication section when a durable write goes out on a kept connection, so that
-    /// counting the replicas for `WAIT` costs no round trip of its own.
+    /// counting the replicas for `WAIT` costs no round trip of its own. `f` is also told whether this
+    /// is the command sent again after its connection dropped before the reply (see the module docs).
     fn call_with<T>(
         &mut self,
         what: &str,
         durable: bool,
-        f: impl FnMut(&mut Connection, Along) -> (RedisResult<T>, Option<RedisResult<Value>>),
+        f: impl FnMut(&mut Connection, Along, bool) -> (RedisResult<T>, Option<RedisResult<Value>>),
     ) -> Result<T, NodeFailure> {
         let result = self.exchange(what, durable, f);
         // A count of replicas serves only the call whose write read it: one left by a call that
@@ -301,7 +322,7 @@ impl Node {
         &mut self,
         what: &str,
         durable: bool,
-        mut f: impl FnMut(&mut Connection, Along) -> (RedisResult<T>, Option<RedisResult<Value>>),
+        mut f: impl FnMut(&mut Connection, Along, bool) -> (RedisResult<T>, Option<RedisResult<Value>>),
     ) -> Result<T, NodeFailure> {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
@@ -342,7 +363,9 @@ impl Node {
                     run_by(&mut c, deadline, &mut |c: &mut Connection| {
                         redis::cmd("ASKING").query::<()>(c)
                     })
-                    .and_then(|_| run_by(&mut c, deadline, &mut |c| f(c, Along::Nothing).0)),
+                    .and_then(|_| {
+                        run_by(&mut c, deadline, &mut |c| f(c, Along::Nothing, resent).0)
+                    }),
                     true,
                     None,
                 ),
@@ -356,7 +379,7 @@ impl Node {
                     };
                     let conn = self.conn.as_mut().expect("connection just opened");
                     let (result, info) = match limit_by(conn, deadline) {
-                        Ok(()) => f(conn, along),
+                        Ok(()) => f(conn, along, resent),
                         Err(e) => (Err(e), None),
                     };
                     if along == Along::Replication {
@@ -672,9 +695,22 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, NodeFailure> {
+        self.eval_again(what, script, keys, args, args)
+    }
+
+    /// [`Node::eval`], with `again` for the arguments when the script is sent again after its
+    /// connection dropped before the reply: a release asks there for its first send's record.
+    pub fn eval_again(
+        &mut self,
+        what: &str,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        again: &[&str],
+    ) -> Result<Value, NodeFailure> {
         let durable = super::is_durable(script);
         let source = super::script_source(script);
-        let eval_source = |conn: &mut Connection, e: RedisError| match source {
+        let eval_source = |conn: &mut Connection, args: &[&str], e: RedisError| match source {
             Some(source) => redis::cmd("EVAL")
                 .arg(source)
                 .arg(keys.len())
@@ -683,9 +719,12 @@ impl Node {
                 .query(conn),
             None => Err(e),
         };
-        let result = self.call_with(what, durable, |conn, along| {
+        let result = self.call_with(what, durable, |conn, along, resent| {
+            let args = if resent { again } else { args };
             if along != Along::Nothing {
-                return evalsha_then_info(conn, script, keys, args, along, eval_source);
+                return evalsha_then_info(conn, script, keys, args, along, |c, e| {
+                    eval_source(c, args, e)
+                });
             }
             let evalsha = redis::cmd("EVALSHA")
                 .arg(script.get_hash())
@@ -696,7 +735,7 @@ impl Node {
             let result = match evalsha {
                 // A server that never saw the script (new, restarted, flushed): its source, which
                 // also caches it there, in one round trip rather than `SCRIPT LOAD` and a retry.
-                Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, e),
+                Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, args, e),
                 other => other,
             };
             (result, None)

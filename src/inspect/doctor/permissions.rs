@@ -78,11 +78,14 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
             &crate::lock::ALIVE_MS,
         ],
     );
+    // As a release runs it: with the record of what it deleted.
+    let record = keys.release_record(&token);
+    let release_keys: Vec<&str> = queue.iter().copied().chain([record.as_str()]).collect();
     let release = |node: &mut Node| {
         node.eval(
             "release (scratch)",
             &RELEASE,
-            &queue,
+            &release_keys,
             &[
                 &token,
                 &keys.channel,
@@ -90,6 +93,9 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                 bases[1],
                 &keys.wake,
                 &crate::lock::ALIVE_MS,
+                "",
+                "1000",
+                "",
             ],
         )
     };

@@ -2,16 +2,24 @@
 -- release lets in: the first live waiters of the queue, as many as there are free slots (waiters
 -- whose heartbeat expired are dropped first), each on its own channel. The release channel is still
 -- announced for older clients.
--- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters, seen
+-- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters, seen, and (optional)
+--       the record of this token's release
 -- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake
 --       channel prefix, a waiter's lifetime at the front of the queue in ms (the caller's slack
 --       counted), '1' for the rollback of a grant that lost (optional): the waiter goes back to the
---       place in the queue its grant took it from (the holder record keeps it, `queued`)
+--       place in the queue its grant took it from (the holder record keeps it, `queued`); the
+--       record's lifetime in ms (optional, with KEYS[8]), '1' when this is the same release sent
+--       again after its first send's reply was lost (optional)
 -- Returns the slots whose key held our token and was deleted (empty: not ours; expired, broken, taken).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
 -- one), so a release needs no slot number. Every key of the token goes: besides its grant's slot it
 -- may hold a stray in another (a round-1 request that ran late here), which is the caller's too. The
 -- client judges the release by the slot with a quorum. Once no slot is held the limit is forgotten.
+-- A release that deleted something records which slots, for a little longer than the client waits
+-- for the reply: the client sends a release again when the connection drops before the reply, and
+-- the second send finds the first one's deletion; the record (set by the first send, in this
+-- server's data) answers it as the first send did (see node.rs). Nothing but a send of this release
+-- that ran here leaves it, so a key lost with a restart, broken, or expired is still "not ours".
 local token = ARGV[1]
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
@@ -33,7 +41,18 @@ for i = 2, n or 1 do
   end
 end
 if #deleted == 0 then
+  if ARGV[9] == '1' then
+    local done = redis.call('GET', KEYS[8])
+    if done then
+      for s in string.gmatch(done, '%d+') do
+        deleted[#deleted + 1] = tonumber(s)
+      end
+    end
+  end
   return deleted
+end
+if tonumber(ARGV[8] or '') then
+  redis.call('SET', KEYS[8], table.concat(deleted, ','), 'PX', ARGV[8])
 end
 redis.call('PUBLISH', ARGV[2], 'released')
 -- free: the number of free slots.
