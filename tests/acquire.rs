@@ -841,6 +841,49 @@ fn quarantine_is_not_cut_short_by_the_uptime_rounding() {
     );
 }
 
+/// A quarantine with a part below a second (`--quarantine 1ms`, or the default, a `--ttl 2050ms`)
+/// is told by the node as that part once its uptime is one whole second short: "votes in 1ms"
+/// (50ms). The waiter sleeps that long plus a random part of 100 ms, never less: a sleep shortened
+/// by the jitter would go below zero there. Three waiters, each on a lock of its own on a server the
+/// test has just started, must all be granted once the quarantine ends, and at least one of them
+/// must have slept such a remainder (a few do not, when their heartbeat jumps the last second).
+#[test]
+fn a_quarantine_below_a_whole_second_is_waited_out() {
+    let s = Server::start();
+    let waiters: Vec<_> = [
+        ("tiny1", &["--ttl", "5s", "--quarantine", "1ms"][..]),
+        ("tiny2", &["--ttl", "5s", "--quarantine", "1ms"][..]),
+        // The default quarantine: the TTL.
+        ("odd", &["--ttl", "2050ms"][..]),
+    ]
+    .into_iter()
+    .map(|(name, args)| {
+        let mut c = quarantined_on(&s);
+        c.args(["--verbose", "acquire", name, "-w", "30s"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    })
+    .collect();
+    let mut short = 0;
+    for w in waiters {
+        let o = wait_output(w, Duration::from_secs(60));
+        let err = stderr(&o);
+        assert_eq!(code(&o), 0, "{err}");
+        assert!(err.contains("restart quarantine"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        short += err
+            .lines()
+            .filter_map(|l| l.split("waiting up to ").nth(1))
+            .filter_map(|l| l.split(" ms").next()?.parse::<f64>().ok())
+            .filter(|&ms| ms < 101.0)
+            .count();
+    }
+    assert!(short > 0, "no waiter slept a quarantine's last part");
+}
+
 /// The release still announces itself on the name's `released` channel, which lockctl's waiters
 /// listened to before each had a wake channel of its own: an older client waiting there must not
 /// sleep until its next poll (docs/queue.md).
