@@ -532,3 +532,35 @@ fn the_heartbeats_of_a_long_queue_cost_a_bounded_rate() {
         "{calls} script calls in 20 s for {N} queued waiters"
     );
 }
+
+/// Waiters keep their places through a hold of many heartbeats: each beats within its interval
+/// (jittered between 0.8 and 1 of it), far inside the three intervals and the slack for which a
+/// node keeps it and its own loop keeps its ticket. Four waiters queue one after another behind a
+/// holder that keeps the lock 12 s (twelve heartbeats of the front, six of the third waiter); none
+/// may leave the queue meanwhile, and they are served in arrival order. A beat that came up to five
+/// intervals late would make the waiter give up its ticket and queue again at the back (and the node
+/// drop it when its expiry passed, with the others' heartbeats running there).
+#[test]
+fn waiters_keep_their_places_through_a_hold_of_many_heartbeats() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "long");
+    let kids = queue_in_order(&[&s], "long", &file, 4, || lockctl_on(&s));
+    let queued = |s: &Server| s.cmd::<u64>(&["ZCARD", &queue_key("long")]);
+    let start = std::time::Instant::now();
+    let mut fewest = queued(&s);
+    while start.elapsed() < Duration::from_secs(12) {
+        fewest = fewest.min(queued(&s));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = run(lockctl_on(&s).args(["release", "long", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    all_succeed(kids);
+    assert_eq!(fewest, 4, "a waiter left the queue while it waited");
+    assert_eq!(
+        order(&file),
+        ["1", "2", "3", "4"],
+        "waiters lost their places while they waited"
+    );
+}
