@@ -564,3 +564,66 @@ fn waiters_keep_their_places_through_a_hold_of_many_heartbeats() {
         "waiters lost their places while they waited"
     );
 }
+
+/// A signalled waiter exits without waiting for Redis (`queue.rs` `leave`, blind): its leave goes
+/// out on every node without waiting for the answers, so a node that stopped after its last answer
+/// costs the exit nothing; the stopped server runs the leave when it resumes. The waiter stands
+/// fifth (its heartbeat interval 10 s), so the signal comes while it sleeps, not during an attempt
+/// (which waits for its node timeout in any case); its node timeout is 20 s, which a leave that
+/// waited for the stopped node's answer would spend before the exit. The server was started by
+/// the test and is only stopped, never restarted.
+#[test]
+fn a_signalled_waiter_exits_without_waiting_for_a_stopped_node() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "blind");
+    let kids = queue_in_order(&[&s], "blind", &file, 4, || lockctl_on(&s));
+    let mut fifth = lockctl_on(&s)
+        .args([
+            "--node-timeout",
+            "20s",
+            "--verbose",
+            "acquire",
+            "blind",
+            "-w",
+            "120s",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter");
+    let (seen, reader) = stderr_so_far(fifth.stderr.take().unwrap());
+    let sleeping = eventually(Duration::from_secs(30), || {
+        seen.lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split("waiting up to ").nth(1))
+            .filter_map(|l| l.split(" ms").next()?.parse::<f64>().ok())
+            .any(|ms| ms >= 3000.0)
+    });
+    assert!(sleeping, "no long sleep: {}", seen.lock().unwrap());
+    s.pause();
+    kill(fifth.id() as i32, libc::SIGTERM);
+    let signalled = std::time::Instant::now();
+    let o = wait_output(fifth, Duration::from_secs(60));
+    let took = signalled.elapsed();
+    s.resume();
+    reader.join().unwrap();
+    let said = seen.lock().unwrap().clone();
+    assert_eq!(code(&o), 143, "{said}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the signalled waiter took {took:?} to exit: {said}"
+    );
+    assert!(
+        said.contains("given up without waiting for the answer"),
+        "{said}"
+    );
+    // The resumed server ran the leave.
+    wait_queued(&s, "blind", 4);
+    let o = run(lockctl_on(&s).args(["release", "blind", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    all_succeed(kids);
+    assert_eq!(order(&file), ["1", "2", "3", "4"]);
+}
