@@ -847,8 +847,8 @@ fn quarantine_is_not_cut_short_by_the_uptime_rounding() {
 /// A waiter that slept what it was told retried every few tens of milliseconds until the step came:
 /// a quarantine of 1 ms cost one waiter 18 attempts, each refused. Three waiters, each on a lock of
 /// its own on a server the test has just started, must all be granted once the quarantine ends,
-/// each with its attempts paced by its heartbeat (at least 0.8 s apart, the first two aside: the
-/// retry right after subscribing): at most 3 + the whole wait / 0.8 s.
+/// each with its attempts paced by its heartbeat, at least 0.8 s apart: at most 3 + the whole wait
+/// / 0.8 s, a margin of two attempts.
 #[test]
 fn a_quarantine_below_a_whole_second_is_waited_out_without_polling() {
     let s = Server::start();
