@@ -77,7 +77,7 @@ pub fn remaining(quarantine: Duration, uptime_s: u64) -> Duration {
 /// whole seconds, steps, so a part below a second ("votes in 50ms") ends at the next step, up to a
 /// second later. A waiter that slept the part retried until the step came, refused every time.
 pub fn until_uptime_step(told: Duration) -> Duration {
-    Duration::from_secs(told.as_millis().div_ceil(1000) as u64)
+    Duration::from_secs(told.as_nanos().div_ceil(1_000_000_000) as u64)
 }
 
 /// When `quarantined` leaves fewer than `quorum` of `n` nodes able to vote, the time until enough of
