@@ -841,6 +841,52 @@ fn quarantine_is_not_cut_short_by_the_uptime_rounding() {
     );
 }
 
+/// A quarantine with a part below a second (`--quarantine 1ms`, or the default, a `--ttl 2050ms`)
+/// ends at one of the node's uptime steps, which come a whole second apart; the node tells only that
+/// part once its uptime is a step short ("votes in 1ms", "50ms"), through the whole last second.
+/// A waiter that slept what it was told retried every few tens of milliseconds until the step came:
+/// a quarantine of 1 ms cost one waiter 18 attempts, each refused. Three waiters, each on a lock of
+/// its own on a server the test has just started, must all be granted once the quarantine ends,
+/// each with its attempts paced by its heartbeat, at least 0.8 s apart: at most 3 + the whole wait
+/// / 0.8 s, a margin of two attempts.
+#[test]
+fn a_quarantine_below_a_whole_second_is_waited_out_without_polling() {
+    let s = Server::start();
+    let started = Instant::now();
+    let waiters: Vec<_> = [
+        ("tiny1", &["--ttl", "5s", "--quarantine", "1ms"][..]),
+        ("tiny2", &["--ttl", "5s", "--quarantine", "1ms"][..]),
+        // The default quarantine: the TTL.
+        ("odd", &["--ttl", "2050ms"][..]),
+    ]
+    .into_iter()
+    .map(|(name, args)| {
+        let mut c = quarantined_on(&s);
+        c.args(["--verbose", "acquire", name, "-w", "30s"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    })
+    .collect();
+    let outputs: Vec<_> = waiters
+        .into_iter()
+        .map(|w| wait_output(w, Duration::from_secs(60)))
+        .collect();
+    let bound = 3.0 + started.elapsed().as_secs_f64() / 0.8;
+    for o in outputs {
+        let err = stderr(&o);
+        assert_eq!(code(&o), 0, "{err}");
+        assert!(err.contains("restart quarantine"), "{err}");
+        let attempts = err.lines().filter(|l| l.contains("attempt on '")).count();
+        assert!(
+            attempts as f64 <= bound,
+            "{attempts} attempts, at most {bound:.1} due: {err}"
+        );
+    }
+}
+
 /// The release still announces itself on the name's `released` channel, which lockctl's waiters
 /// listened to before each had a wake channel of its own: an older client waiting there must not
 /// sleep until its next poll (docs/queue.md).

@@ -532,3 +532,102 @@ fn the_heartbeats_of_a_long_queue_cost_a_bounded_rate() {
         "{calls} script calls in 20 s for {N} queued waiters"
     );
 }
+
+/// Waiters keep their places through a hold of many heartbeats: each beats within its interval
+/// (jittered between 0.8 and 1 of it), far inside the three intervals and the slack for which a
+/// node keeps it and its own loop keeps its ticket. Four waiters queue one after another behind a
+/// holder that keeps the lock 12 s (twelve heartbeats of the front, six of the third waiter); none
+/// may leave the queue meanwhile, and they are served in arrival order. A beat that came up to five
+/// intervals late would make the waiter give up its ticket and queue again at the back (and the node
+/// drop it when its expiry passed, with the others' heartbeats running there).
+#[test]
+fn waiters_keep_their_places_through_a_hold_of_many_heartbeats() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "long");
+    let kids = queue_in_order(&[&s], "long", &file, 4, || lockctl_on(&s));
+    let queued = |s: &Server| s.cmd::<u64>(&["ZCARD", &queue_key("long")]);
+    let start = std::time::Instant::now();
+    let mut fewest = queued(&s);
+    while start.elapsed() < Duration::from_secs(12) {
+        fewest = fewest.min(queued(&s));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = run(lockctl_on(&s).args(["release", "long", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    all_succeed(kids);
+    assert_eq!(fewest, 4, "a waiter left the queue while it waited");
+    assert_eq!(
+        order(&file),
+        ["1", "2", "3", "4"],
+        "waiters lost their places while they waited"
+    );
+}
+
+/// A signalled waiter exits without waiting for Redis (`queue.rs` `leave`, blind): its leave goes
+/// out on every node without waiting for the answers, so a node that stopped after its last answer
+/// costs the exit nothing; the stopped server runs the leave when it resumes. The waiter stands
+/// fifth (its heartbeat interval 10 s), so the signal comes while it sleeps, not during an attempt
+/// (which waits for its node timeout in any case); its node timeout is 20 s, which a leave that
+/// waited for the stopped node's answer would spend before the exit. The server was started by
+/// the test and is only stopped, never restarted.
+#[test]
+fn a_signalled_waiter_exits_without_waiting_for_a_stopped_node() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut lockctl_on(&s), "blind");
+    let kids = queue_in_order(&[&s], "blind", &file, 4, || lockctl_on(&s));
+    let mut fifth = lockctl_on(&s)
+        .args([
+            "--node-timeout",
+            "20s",
+            "--verbose",
+            "acquire",
+            "blind",
+            "-w",
+            "120s",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter");
+    let (seen, reader) = stderr_so_far(fifth.stderr.take().unwrap());
+    let sleeping = eventually(Duration::from_secs(30), || {
+        seen.lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split("waiting up to ").nth(1))
+            .filter_map(|l| l.split(" ms").next()?.parse::<f64>().ok())
+            .any(|ms| ms >= 3000.0)
+    });
+    assert!(sleeping, "no long sleep: {}", seen.lock().unwrap());
+    s.pause();
+    kill(fifth.id() as i32, libc::SIGTERM);
+    let signalled = std::time::Instant::now();
+    let o = wait_output(fifth, Duration::from_secs(60));
+    let took = signalled.elapsed();
+    s.resume();
+    reader.join().unwrap();
+    let said = seen.lock().unwrap().clone();
+    // The resumed server runs the leave. The others are served before any verdict, so that a
+    // failure leaves no waiter behind.
+    let left = eventually(Duration::from_secs(30), || {
+        s.cmd::<u64>(&["ZCARD", &queue_key("blind")]) == 4
+    });
+    let released = run(lockctl_on(&s).args(["release", "blind", "--token", &token]));
+    all_succeed(kids);
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    assert_eq!(code(&o), 143, "{said}");
+    assert!(left, "the signalled waiter is still queued: {said}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the signalled waiter took {took:?} to exit: {said}"
+    );
+    assert!(
+        said.contains("given up without waiting for the answer"),
+        "{said}"
+    );
+    assert_eq!(order(&file), ["1", "2", "3", "4"]);
+}

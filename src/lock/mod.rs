@@ -854,7 +854,8 @@ impl Engine {
                     queued.push(queue);
                     refusal.answered += 1;
                     run_ids[i] = run_id;
-                    let remaining = Duration::from_millis(remaining_ms);
+                    let remaining =
+                        quarantine::until_uptime_step(Duration::from_millis(remaining_ms));
                     refusal.retry_in = min_opt(refusal.retry_in, remaining);
                     refusal.quarantined.push(Quarantined {
                         node: i,

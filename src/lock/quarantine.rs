@@ -67,7 +67,17 @@ pub fn remaining(quarantine: Duration, uptime_s: u64) -> Duration {
     if quarantine.is_zero() {
         return Duration::ZERO;
     }
-    (quarantine + Duration::from_secs(1)).saturating_sub(Duration::from_secs(uptime_s))
+    until_uptime_step(
+        (quarantine + Duration::from_secs(1)).saturating_sub(Duration::from_secs(uptime_s)),
+    )
+}
+
+/// What is left of a quarantine as `acquire.lua` tells it (the length less the sure uptime),
+/// rounded up to a whole second: the node lets a vote through only when its uptime, which counts
+/// whole seconds, steps, so a part below a second ("votes in 50ms") ends at the next step, up to a
+/// second later. A waiter that slept the part retried until the step came, refused every time.
+pub fn until_uptime_step(told: Duration) -> Duration {
+    Duration::from_secs(told.as_nanos().div_ceil(1_000_000_000) as u64)
 }
 
 /// When `quarantined` leaves fewer than `quorum` of `n` nodes able to vote, the time until enough of
@@ -119,6 +129,14 @@ mod tests {
         assert_eq!(remaining(q, 30), Duration::from_secs(1));
         assert_eq!(remaining(q, 31), Duration::ZERO);
         assert_eq!(remaining(Duration::ZERO, 0), Duration::ZERO);
+        // A part below a second ends at an uptime step: 2050 ms votes at uptime 4, 1 ms at 2.
+        let odd = Duration::from_millis(2050);
+        assert_eq!(remaining(odd, 0), Duration::from_secs(4));
+        assert_eq!(remaining(odd, 3), Duration::from_secs(1));
+        assert_eq!(remaining(odd, 4), Duration::ZERO);
+        let tiny = Duration::from_millis(1);
+        assert_eq!(remaining(tiny, 1), Duration::from_secs(1));
+        assert_eq!(remaining(tiny, 2), Duration::ZERO);
     }
 
     #[test]
