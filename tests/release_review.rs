@@ -141,6 +141,7 @@ fn get_in_db1(s: &Server, key: &str) -> Option<String> {
 /// sent again reads `{key}\x1frelease\x1f<token>` without knowing which send wrote it): exit 0,
 /// "released: the token held one slot of the lock", while the lock is another holder's. The record
 /// tells that some release of this token deleted the key in the last 11 s, not that this one did.
+/// The code before the record exits 76 here.
 #[test]
 fn a_second_release_of_a_token_whose_reply_is_cut_is_still_not_ours() {
     a_second_release_through(Fault::CutTheReply, true);
@@ -221,8 +222,11 @@ fn the_record_expires_and_inspection_ignores_it() {
     );
 }
 
-/// Redlock on three nodes, one of which loses the release's reply with its connection: the resend
-/// there reads the record, and the release counts all three (exit 0, every key gone).
+/// Redlock on three nodes: the third has lost the key (deleted there, as an eviction or a restart
+/// without data would), and the first loses the release's reply with its connection. The resend
+/// there reads the record, so the release holds on two of three, a quorum: exit 0, every key gone.
+/// Without the record (the code before it) the first node answers "not ours" and the release
+/// reports the lease lost (76).
 #[test]
 fn a_redlock_release_with_one_reply_cut_is_done() {
     // TCP servers: the proxy is a TCP one.
@@ -250,6 +254,13 @@ fn a_redlock_release_with_one_reply_cut_is_done() {
     };
     let g = acquire_json(&mut all(&direct), "three", &["--ttl", "120s"]);
     let token = g["token"].as_str().unwrap();
+    let mut c = servers[2].conn();
+    let () = redis::cmd("SELECT").arg(1).query(&mut c).unwrap();
+    let n: i64 = redis::cmd("DEL")
+        .arg("lockctl:three")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 1, "the third node held the key");
     let o = run(all(&through).args(["release", "three", "--token", token]));
     let err = stderr(&o);
     assert!(made.load(Ordering::SeqCst), "no reply was cut: {err}");
@@ -259,12 +270,38 @@ fn a_redlock_release_with_one_reply_cut_is_done() {
     }
 }
 
-/// A handled signal that comes while a one-shot attempt (`acquire -n`, `exec -n`) waits for a node
-/// that does not answer (a redis-server stopped with SIGSTOP) must end the command with 128+N, as
-/// it does when it comes at any other moment. The attempt runs to the node timeout, fails, and the
-/// command reports the failure (69, "Redis unavailable"): the signal, held pending (acquire -n's
-/// `catch`) or queued on the wake channel (exec), is never looked at again; lockctl exits 69 with
-/// SIGTERM still pending, so a script's `kill` is answered as an outage.
+/// A semaphore (`--limit 2`): the holder of slot 2 releases, its reply is cut; the resend reads
+/// the record of slot 2 and the release is done (exit 0), slot 2's key gone and slot 1's holder
+/// untouched. Without the record (the code before it): 76.
+#[test]
+fn a_slot_release_with_its_reply_cut_is_done() {
+    let s = Server::start_tcp();
+    let direct = format!("redis://127.0.0.1:{}/1", s.port.unwrap());
+    warm_up(&direct);
+    let first = acquire_json(&mut on(&direct), "pair", &["--limit", "2", "--ttl", "120s"]);
+    let second = acquire_json(&mut on(&direct), "pair", &["--limit", "2", "--ttl", "120s"]);
+    assert_eq!(second["slot"], 2, "{second}");
+    let (port, made) = faulty_proxy(s.port.unwrap(), Fault::CutTheReply);
+    let url = format!("redis://127.0.0.1:{port}/1");
+    let token = second["token"].as_str().unwrap();
+    let o = run(on(&url).args(["release", "pair", "--token", token]));
+    let err = stderr(&o);
+    assert!(made.load(Ordering::SeqCst), "no reply was cut: {err}");
+    assert_eq!(code(&o), 0, "{err}");
+    assert_eq!(get_in_db1(&s, &slot_key("pair", 2)), None, "{err}");
+    assert_eq!(
+        get_in_db1(&s, "lockctl:pair").as_deref(),
+        first["token"].as_str(),
+        "{err}"
+    );
+}
+
+/// A handled signal that comes while a one-shot attempt (`acquire -n`, `acquire -w 0`, `exec -n`)
+/// waits for a node that does not answer (a redis-server stopped with SIGSTOP) must end the command
+/// with 128+N, as it does at any other moment. The attempt runs to the node timeout, fails, and the
+/// command reports the failure (69, "Redis unavailable"): the signal, held pending (`catch`) or
+/// queued on the wake channel, is never looked at again, so a script's `kill` is answered as an
+/// outage. Not new with the blocked mask: the code before it exits 69 too.
 #[test]
 fn a_signal_during_a_one_shot_attempt_is_not_lost() {
     let s = Server::start_tcp();
@@ -273,6 +310,7 @@ fn a_signal_during_a_one_shot_attempt_is_not_lost() {
     let mut seen = Vec::new();
     for args in [
         &["acquire", "stuck", "-n"][..],
+        &["acquire", "stuck", "-w", "0"][..],
         &["exec", "stuck", "-n", "--", "true"][..],
     ] {
         let mut c = lockctl();
@@ -305,6 +343,7 @@ fn a_signal_during_a_one_shot_attempt_is_not_lost() {
 /// node stopped (SIGSTOP) and the node timeout long (30 s), SIGTERM comes a second in. The wait
 /// ends only when the node call times out (about 30 s): the main thread is in the node's read and
 /// the signal only queues a wake-up it looks at between attempts. `exec -w` is checked the same way.
+/// Not new with the blocked mask: the code before it took as long.
 #[test]
 fn a_signal_ends_a_wait_while_a_node_call_hangs() {
     let s = Server::start_tcp();
