@@ -33,12 +33,12 @@
 //! signal-hook's iterator hands over each signal with its number, on an ordinary thread where any
 //! code may run (locks, `killpg`, waking a waiter), while the handler itself only writes to a pipe.
 //!
-//! **A signal lockctl's parent left ignored stays ignored**, in lockctl and in the job: `nohup
-//! lockctl exec -- job` spares the job a hangup as `nohup job` would, and so does a shell's ignored
-//! SIGINT and SIGQUIT for a background command (`lockctl exec -- job &` in a script). lockctl then
-//! neither handles nor blocks it (it cannot kill lockctl), forwards nothing, and the job inherits
-//! the ignored disposition (exec keeps it). The caller asked for that signal to pass by; taking it
-//! over would undo `nohup` for the one command lockctl runs.
+//! **A signal lockctl's parent left ignored is taken all the same.** The contract forwards SIGINT,
+//! SIGTERM and SIGHUP sent to lockctl, and a script's `lockctl exec -- job &` starts with SIGINT and
+//! SIGQUIT ignored (a non-interactive shell does that to background commands): were lockctl to leave
+//! them ignored, that script's `kill -INT $!` would reach neither lockctl nor the job. So under
+//! `nohup lockctl exec -- job` a hangup reaches the job too; to spare the job, put `nohup` in front
+//! of the job (`lockctl exec -- nohup job`), not of lockctl.
 //!
 //! A command that makes one attempt and never waits (`acquire -n`) needs no thread: [`catch`] blocks
 //! the signals in every thread, so they wait as pending, interrupt nothing and kill nothing, and the
@@ -57,26 +57,7 @@ pub const HANDLED: [i32; 7] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR
 /// again where they are to arrive (the receiving thread, a job).
 static OURS: OnceLock<libc::sigset_t> = OnceLock::new();
 
-/// The handled signals that lockctl's parent had not left ignored (see the module docs).
-static TAKEN: OnceLock<Vec<i32>> = OnceLock::new();
-
-/// The signals of [`HANDLED`] lockctl takes: those not ignored when it started. Read before any
-/// handler is installed, and only once.
-fn taken() -> &'static [i32] {
-    TAKEN.get_or_init(|| {
-        HANDLED
-            .into_iter()
-            .filter(|&s| {
-                // SAFETY: a null new action only reads the disposition into a zeroed struct.
-                let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-                let rc = unsafe { libc::sigaction(s, std::ptr::null(), &mut old) };
-                rc != 0 || old.sa_sigaction != libc::SIG_IGN
-            })
-            .collect()
-    })
-}
-
-/// Blocks the taken signals in the calling thread (those its parent had not blocked already) and
+/// Blocks the handled signals in the calling thread (those its parent had not blocked already) and
 /// returns them.
 fn block() -> std::io::Result<libc::sigset_t> {
     // SAFETY: sigemptyset, sigaddset and sigismember on local sets; pthread_sigmask changes the
@@ -85,7 +66,7 @@ fn block() -> std::io::Result<libc::sigset_t> {
         let mut handled: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut handled);
-        for &s in taken() {
+        for s in HANDLED {
             libc::sigaddset(&mut handled, s);
         }
         let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &handled, &mut old);
@@ -95,7 +76,7 @@ fn block() -> std::io::Result<libc::sigset_t> {
         Ok(*OURS.get_or_init(|| {
             let mut ours: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut ours);
-            for &s in taken() {
+            for s in HANDLED {
                 if libc::sigismember(&old, s) != 1 {
                     libc::sigaddset(&mut ours, s);
                 }
@@ -111,11 +92,10 @@ fn unblock(set: &libc::sigset_t) {
     unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, set, std::ptr::null_mut()) };
 }
 
-/// Starts receiving the handled signals (bar those lockctl's parent left ignored); `on_signal` runs
-/// on the receiving thread for each one. The calling thread, and every thread it starts afterwards,
-/// no longer takes them (see the module docs).
+/// Starts receiving the handled signals; `on_signal` runs on the receiving thread for each one. The
+/// calling thread, and every thread it starts afterwards, no longer takes them (see the module docs).
 pub fn listen(mut on_signal: impl FnMut(i32) + Send + 'static) -> std::io::Result<()> {
-    let mut signals = Signals::new(taken())?;
+    let mut signals = Signals::new(HANDLED)?;
     let ours = block()?;
     let spawned = std::thread::Builder::new()
         .name("signals".into())
@@ -137,10 +117,9 @@ pub fn listen(mut on_signal: impl FnMut(i32) + Send + 'static) -> std::io::Resul
 /// The handled signals held pending, without a thread: see [`Caught::first`].
 pub struct Caught(libc::sigset_t);
 
-/// Blocks the handled signals (bar those lockctl's parent left ignored) in the calling thread and
-/// every thread it starts afterwards, so that they wait, pending, until [`Caught::first`] takes
-/// them; see the module docs. No handler is needed. An ignored one is left out: the kernel would
-/// keep it pending while blocked, and a `trap '' INT` must not stop the command.
+/// Blocks the handled signals in the calling thread and every thread it starts afterwards, so that
+/// they wait, pending, until [`Caught::first`] takes them; see the module docs. No handler is
+/// needed: the kernel keeps a blocked signal pending even when lockctl's parent had it ignored.
 pub fn catch() -> std::io::Result<Caught> {
     Ok(Caught(block()?))
 }
@@ -161,7 +140,6 @@ impl Caught {
 /// For a job's process between fork and exec: the handled signals back to their default action and
 /// unblocked as lockctl's parent had them, so that the job starts as if lockctl had never handled
 /// them (exec resets a handler, but keeps the mask). A signal that came since the fork acts now.
-/// Those the parent left ignored were never taken and stay ignored (exec keeps that too).
 ///
 /// # Safety
 /// Async-signal-safe; only in a forked child before exec.
@@ -169,10 +147,7 @@ pub unsafe fn for_the_job() {
     let Some(ours) = OURS.get() else {
         return;
     };
-    let Some(taken) = TAKEN.get() else {
-        return;
-    };
-    for &s in taken {
+    for s in HANDLED {
         // SAFETY: async-signal-safe; the default action replaces lockctl's handler in this copy.
         unsafe { libc::signal(s, libc::SIG_DFL) };
     }

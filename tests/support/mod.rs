@@ -447,12 +447,7 @@ pub fn snapshot(s: &Server) -> Vec<(String, String)> {
     out
 }
 
-/// lockctl, with the signals it handles at their default action: a signal its parent left ignored
-/// stays ignored in lockctl (`nohup`), so tests run under `nohup` or from a script's background
-/// `&` (SIGINT, SIGQUIT ignored) would otherwise see no signal taken. A test that wants one ignored
-/// sets it in a `pre_exec` of its own, which runs after this one.
 pub fn lockctl() -> Command {
-    use std::os::unix::process::CommandExt;
     let mut c = Command::new(env!("CARGO_BIN_EXE_lockctl"));
     for (k, _) in std::env::vars() {
         if k.starts_with("LOCKCTL_") {
@@ -460,23 +455,6 @@ pub fn lockctl() -> Command {
         }
     }
     c.env("LOCKCTL_QUARANTINE", "0").stdin(Stdio::null());
-    // SAFETY: signal() is async-signal-safe and changes only the forked child's dispositions.
-    unsafe {
-        c.pre_exec(|| {
-            for sig in [
-                libc::SIGINT,
-                libc::SIGTERM,
-                libc::SIGHUP,
-                libc::SIGQUIT,
-                libc::SIGUSR1,
-                libc::SIGUSR2,
-                libc::SIGALRM,
-            ] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            Ok(())
-        });
-    }
     c
 }
 
