@@ -84,7 +84,15 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
         &wake,
     ) {
         Ok(g) => g,
-        Err(e) => return Ok(report(&e, busy)),
+        Err(e) => {
+            // A signal that came during a failed attempt ends the command as at any other moment.
+            let signal = caught
+                .as_mut()
+                .and_then(signals::Caught::first)
+                .or_else(|| wake.pending_signal());
+            let e = signal.map_or(e, |s| LockError::Interrupted(s, None));
+            return Ok(report(&e, busy));
+        }
     };
     if let Some(signal) = caught.as_mut().and_then(signals::Caught::first) {
         // As the engine does when a waiter's signal comes with the grant: give it back.

@@ -33,6 +33,13 @@
 //! signal-hook's iterator hands over each signal with its number, on an ordinary thread where any
 //! code may run (locks, `killpg`, waking a waiter), while the handler itself only writes to a pipe.
 //!
+//! **A signal lockctl's parent left ignored is taken all the same.** The contract forwards SIGINT,
+//! SIGTERM and SIGHUP sent to lockctl, and a script's `lockctl exec -- job &` starts with SIGINT and
+//! SIGQUIT ignored (a non-interactive shell does that to background commands): were lockctl to leave
+//! them ignored, that script's `kill -INT $!` would reach neither lockctl nor the job. So under
+//! `nohup lockctl exec -- job` a hangup reaches the job too; to spare the job, put `nohup` in front
+//! of the job (`lockctl exec -- nohup job`), not of lockctl.
+//!
 //! A command that makes one attempt and never waits (`acquire -n`) needs no thread: [`catch`] blocks
 //! the signals in every thread, so they wait as pending, interrupt nothing and kill nothing, and the
 //! command takes what arrived once its attempt is over. That spares such an invocation a thread it

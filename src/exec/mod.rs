@@ -114,7 +114,13 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         &wake,
     ) {
         Ok(g) => g,
-        Err(e) => return Ok(report(&e, busy)),
+        Err(e) => {
+            // A signal that came during a failed attempt ends the command as at any other moment.
+            let e = wake
+                .pending_signal()
+                .map_or(e, |s| LockError::Interrupted(s, None));
+            return Ok(report(&e, busy));
+        }
     };
     trace!(
         "acquired '{}' with fence {}; starting {command_line}",

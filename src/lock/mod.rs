@@ -1154,9 +1154,11 @@ impl Engine {
         let keep_ms = (self.slack() + Duration::from_secs(1))
             .as_millis()
             .to_string();
+        // This call's own id, the same on its resend: only its own first send's record answers it.
+        let id = new_token();
         let [a, b, c, d, e, f] = release_args(keys, token, &front_ms);
-        let first = [a, b, c, d, e, f, "", &keep_ms, ""];
-        let again = [a, b, c, d, e, f, "", &keep_ms, "1"];
+        let first = [a, b, c, d, e, f, "", &keep_ms, "", &id];
+        let again = [a, b, c, d, e, f, "", &keep_ms, "1", &id];
         let results = quorum::all(&mut self.nodes, |_, node| {
             node.eval_again("release", &RELEASE, &key_list, &first, &again)
         });

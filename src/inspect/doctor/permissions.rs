@@ -81,6 +81,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
     // As a release runs it: with the record of what it deleted.
     let record = keys.release_record(&token);
     let release_keys: Vec<&str> = queue.iter().copied().chain([record.as_str()]).collect();
+    let id = crate::lock::new_token();
     let release = |node: &mut Node| {
         node.eval(
             "release (scratch)",
@@ -96,6 +97,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                 "",
                 "1000",
                 "",
+                &id,
             ],
         )
     };
