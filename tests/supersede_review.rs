@@ -1,5 +1,13 @@
-//! `--supersede` under attack, with real servers: two superseders at once, on one node and on
-//! Redlock.
+//! `--supersede` attacked with real servers (stopped with SIGSTOP, runs of two superseders at
+//! once, a superseder stopped past its lifetime), against the promises of the contract and
+//! docs/queue.md: a superseder that fails or gives up before a quorum took it in displaces
+//! nobody; it displaces once, only waiters queued before it, never itself; the holder is never
+//! touched; of two superseders at once one ends up ahead; nothing stays beyond its documented
+//! expiry. The tests that fail on the current code each say what they show and how often.
+//!
+//! Node timeouts are set per test where a stopped node must hold an attempt in its socket buffer
+//! for a while: the server runs what was buffered when it resumes, in the order the connections
+//! were made.
 
 mod support;
 
@@ -40,7 +48,11 @@ fn fence_of(o: &Output) -> Option<u64> {
 
 /// One round: a holder H, an older plain waiter W queued everywhere, then two `--supersede` waiters
 /// started at the same instant. Returns (W's output, the superseders' outputs, H's fence).
-fn two_superseders(on: &[&Server], lockctl: &dyn Fn() -> Command, name: &str) -> (Output, [Output; 2], u64) {
+fn two_superseders(
+    on: &[&Server],
+    lockctl: &dyn Fn() -> Command,
+    name: &str,
+) -> (Output, [Output; 2], u64) {
     let grant = acquire_json(&mut lockctl(), name, &["--ttl", "60s"]);
     let token = grant["token"].as_str().unwrap().to_string();
     let fence = grant["fence"].as_u64().unwrap();
@@ -52,7 +64,11 @@ fn two_superseders(on: &[&Server], lockctl: &dyn Fn() -> Command, name: &str) ->
     // Both superseders have had time to queue and displace (a generous bound, not a measure).
     std::thread::sleep(Duration::from_secs(2));
     for s in on {
-        assert_eq!(s.get(&format!("lockctl:{name}")), Some(token.clone()), "the holder's key");
+        assert_eq!(
+            s.get(&format!("lockctl:{name}")),
+            Some(token.clone()),
+            "the holder's key"
+        );
     }
     let o = run(lockctl().args(["release", name, "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -90,17 +106,25 @@ fn race(on: &[&Server], lockctl: &dyn Fn() -> Command, rounds: usize) {
             c == [0, 75]
         })
         .count();
-    assert_eq!(good, rounds, "rounds where exactly one superseder was displaced: {outcomes:?}");
+    assert_eq!(
+        good, rounds,
+        "rounds where exactly one superseder was displaced: {outcomes:?}"
+    );
 }
 
 /// One node: the scripts run one after the other, so the later superseder displaces the earlier.
+/// (Held: 50 of 50 rounds.)
 #[test]
 fn two_superseders_at_once_one_wins() {
     let s = Server::start();
     race(&[&s], &|| lockctl_on(&s), 10);
 }
 
-/// Redlock 3: the two superseders' attempts reach the nodes in either order.
+/// Redlock 3: the two superseders' attempts reach the nodes in either order, and each displaces,
+/// on the node where the other's score is below its own, the other one: both exit 75, each naming
+/// the other, and nobody is left waiting (the holder's next grant goes to whoever comes next).
+/// Both were displaced in 11 of 50 rounds (5 runs of 10, each run failing); on the code before
+/// 43c3b1c too (3 of 10), the attempt that displaces having only moved to the next round.
 #[test]
 fn two_superseders_at_once_one_wins_on_redlock() {
     let s = Servers::start(3);
@@ -118,7 +142,9 @@ fn members(s: &Server, name: &str) -> Vec<String> {
 /// which queues S and displaces the older W (S did join, so W's 75 is due). S is then stopped past
 /// its lifetime; a plain waiter L queues meanwhile, behind S, and S is dropped. Resumed, S queues
 /// anew: docs/queue.md says it displaces once, "nor does it displace again when it queues anew
-/// after a stop longer than its lifetime", so L must keep its place and be served.
+/// after a stop longer than its lifetime", so L must keep its place and be served. It displaces L
+/// (6 of 6 runs): with no answer it never left its displacing mode (`Place::supersede_answered`
+/// counts only the replies it read).
 #[test]
 fn a_superseder_that_never_heard_its_first_answer_displaces_again_after_a_lapse() {
     let s = Server::start();
@@ -136,7 +162,11 @@ fn a_superseder_that_never_heard_its_first_answer_displaces_again_after_a_lapse(
     let _: String = s.cmd(&["PING"]);
     let w = wait_output(w, Duration::from_secs(60));
     assert_eq!(code(&w), 75, "W: {}", stderr(&w));
-    assert!(stderr(&w).contains(&format!("pid {sup_pid}")), "{}", stderr(&w));
+    assert!(
+        stderr(&w).contains(&format!("pid {sup_pid}")),
+        "{}",
+        stderr(&w)
+    );
     let before = members(&s, name);
     let l = acquirer(lockctl_on(&s), name, &["--note", "L"]);
     assert!(
@@ -151,7 +181,8 @@ fn a_superseder_that_never_heard_its_first_answer_displaces_again_after_a_lapse(
         .unwrap();
     // S, stopped, is dropped once its heartbeat expiry passes (L's heartbeats run the scripts).
     assert!(
-        eventually(Duration::from_secs(60), || members(&s, name) == [l_id.clone()]),
+        eventually(Duration::from_secs(60), || members(&s, name)
+            == [l_id.clone()]),
         "S never dropped: {:?}",
         members(&s, name)
     );
@@ -164,7 +195,12 @@ fn a_superseder_that_never_heard_its_first_answer_displaces_again_after_a_lapse(
     let sup = wait_output(sup, Duration::from_secs(60));
     eprintln!("L: {:?} {}", l.status, stderr(&l));
     eprintln!("S: {:?} {}", sup.status, stderr(&sup));
-    assert_eq!(code(&l), 0, "L, queued while S was stopped, displaced: {}", stderr(&l));
+    assert_eq!(
+        code(&l),
+        0,
+        "L, queued while S was stopped, displaced: {}",
+        stderr(&l)
+    );
     assert_eq!(code(&sup), 0, "S: {}", stderr(&sup));
 }
 
@@ -209,7 +245,11 @@ fn redlock_lapse(partial: bool) {
     }
     let w = wait_output(w, Duration::from_secs(60));
     assert_eq!(code(&w), 75, "W: {}", stderr(&w));
-    assert!(stderr(&w).contains(&format!("pid {sup_pid}")), "{}", stderr(&w));
+    assert!(
+        stderr(&w).contains(&format!("pid {sup_pid}")),
+        "{}",
+        stderr(&w)
+    );
     kill(sup_pid, libc::SIGSTOP);
     if partial {
         s[1].resume();
@@ -227,15 +267,18 @@ fn redlock_lapse(partial: bool) {
             .collect()
     };
     assert!(
-        eventually(Duration::from_secs(30), || (0..3).all(|i| new_on(i).len() == 1)),
+        eventually(Duration::from_secs(30), || (0..3)
+            .all(|i| new_on(i).len() == 1)),
         "L never queued everywhere"
     );
     let l_id = new_on(0).remove(0);
     // S, stopped, is dropped everywhere once its heartbeat expiry passes.
     assert!(
-        eventually(Duration::from_secs(60), || all
-            .iter()
-            .all(|n| members(n, name) == [l_id.clone()])),
+        eventually(Duration::from_secs(60), || all.iter().all(|n| members(
+            n, name
+        ) == [
+            l_id.clone()
+        ])),
         "S never dropped: {:?}",
         all.iter().map(|n| members(n, name)).collect::<Vec<_>>()
     );
@@ -251,7 +294,12 @@ fn redlock_lapse(partial: bool) {
         let h: Vec<String> = n.cmd(&["HGETALL", &superseded_key(name)]);
         eprintln!("superseded: {h:?}");
     }
-    assert_eq!(code(&l), 0, "L, queued while S was stopped, displaced: {}", stderr(&l));
+    assert_eq!(
+        code(&l),
+        0,
+        "L, queued while S was stopped, displaced: {}",
+        stderr(&l)
+    );
     assert_eq!(code(&sup), 0, "S: {}", stderr(&sup));
 }
 
@@ -263,7 +311,8 @@ fn a_superseder_displaces_once_also_after_a_lapse_on_redlock() {
 
 /// The displacing attempt answered by one node of three (docs/queue.md's gap: W is displaced by a
 /// superseder that a quorum had queued): S stays in its displacing mode, and after its lapse it
-/// queues anew and displaces L, who queued after it.
+/// queues anew and displaces L, who queued after it (6 of 6 runs). S then exits 75 itself,
+/// "superseded" by its own pid (see `a_superseder_never_displaces_itself`).
 #[test]
 fn a_superseder_whose_displacing_attempt_reached_one_node_displaces_again_after_a_lapse() {
     redlock_lapse(true);
@@ -274,7 +323,9 @@ fn a_superseder_whose_displacing_attempt_reached_one_node_displaces_again_after_
 /// a ticket from the server's clock then, above the ticket S carries (the largest nodes 0 and 1
 /// gave). Node 2 then runs the displacing attempt: acquire.lua lowers S's score to the carried
 /// ticket before it looks below the old score, and displaces S itself there. S must not be
-/// displaced, by anyone, least of all by itself, and is granted at the release.
+/// displaced, by anyone, least of all by itself, and is granted at the release. S exits 75,
+/// "superseded in the queue by" its own pid, 5 of 5 runs; on the code before 43c3b1c (which
+/// displaced only on a first enqueue, below the new ticket) the test passes, 4 of 4.
 #[test]
 fn a_superseder_never_displaces_itself() {
     let s = Servers::start(3);
@@ -293,7 +344,8 @@ fn a_superseder_never_displaces_itself() {
     let sup_pid = sup.id();
     let displaced_on = |n: &Server| n.cmd::<i64>(&["EXISTS", &superseded_key(name)]) == 1;
     assert!(
-        eventually(Duration::from_secs(30), || displaced_on(&s[0]) && displaced_on(&s[1])),
+        eventually(Duration::from_secs(30), || displaced_on(&s[0])
+            && displaced_on(&s[1])),
         "S never displaced W on nodes 0 and 1"
     );
     let sup_id = members(&s[0], name);
@@ -312,10 +364,398 @@ fn a_superseder_never_displaces_itself() {
     let o = run(lc().args(["release", name, "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let sup = wait_output(sup, Duration::from_secs(60));
-    eprintln!("S {sup_pid} ({}): {:?} {}", sup_id[0], sup.status, stderr(&sup));
+    eprintln!(
+        "S {sup_pid} ({}): {:?} {}",
+        sup_id[0],
+        sup.status,
+        stderr(&sup)
+    );
     assert!(
         records.iter().all(|r| !r.contains(&sup_id[0])),
         "S's own id among the displaced: {records:?}"
     );
     assert_eq!(code(&sup), 0, "S: {}", stderr(&sup));
+}
+
+/// Once every client of `name` has exited: on every node of `on`, only the fencing counter stays
+/// without an expiry, the queue's keys are gone (within a waiter's lifetime, for one that a node
+/// ran late), and a `superseded` record expires within its minute.
+fn nothing_left(on: &[&Server], name: &str) {
+    let fence = format!("{{lockctl:{name}}}\u{1f}fence");
+    let left = || -> Vec<(String, i64)> {
+        on.iter()
+            .flat_map(|n| {
+                n.keys()
+                    .into_iter()
+                    .filter(|k| k.contains(name) && *k != fence)
+                    .map(|k| {
+                        let ttl: i64 = n.cmd(&["PTTL", &k]);
+                        (k, ttl)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let ok = eventually(Duration::from_secs(15), || {
+        left()
+            .iter()
+            .all(|(k, ttl)| *k == superseded_key(name) && (1..=60_000).contains(ttl))
+    });
+    assert!(ok, "left behind: {:?}", left());
+}
+
+/// How a superseder stops waiting.
+#[derive(Clone, Copy, Debug)]
+enum GiveUp {
+    Signal(i32),
+    Deadline,
+}
+
+/// `n` nodes, the first `stopped` of them stopped before a `--supersede` waiter S arrives, and S
+/// stops waiting (`how`) while they are stopped: S never heard a quorum take it in, so it must
+/// displace nobody, also once the nodes resume and run what was buffered: no `superseded` record,
+/// the older W keeps its place everywhere and is granted at the release.
+fn given_up_during_a_stall(n: usize, stopped: usize, how: GiveUp) {
+    let s = Servers::start(n);
+    let all: Vec<&Server> = s.0.iter().collect();
+    let name = "gaveup";
+    let token = support::queue::hold(&mut s.lockctl(), name);
+    let w = acquirer(s.lockctl(), name, &[]);
+    queued_everywhere(&all, name, 1);
+    let w_id = members(&s[0], name);
+    for node in &all[..stopped] {
+        node.pause();
+    }
+    let extra: &[&str] = match how {
+        GiveUp::Deadline => &["--supersede", "-w", "2s"],
+        GiveUp::Signal(_) => &["--supersede"],
+    };
+    let sup = acquirer(s.lockctl(), name, extra);
+    std::thread::sleep(Duration::from_millis(1500));
+    if let GiveUp::Signal(sig) = how {
+        kill(sup.id() as i32, sig);
+    }
+    let o = wait_output(sup, Duration::from_secs(60));
+    eprintln!("S ({how:?}): {:?} {}", o.status, stderr(&o));
+    assert_ne!(o.status.code(), Some(0), "S was granted");
+    for node in &all[..stopped] {
+        node.resume();
+        let _: String = node.cmd(&["PING"]);
+    }
+    // W heartbeats (1 s) meanwhile: it would have learned of a displacement.
+    std::thread::sleep(Duration::from_secs(3));
+    let records: Vec<i64> = all
+        .iter()
+        .map(|n| n.cmd(&["EXISTS", &superseded_key(name)]))
+        .collect();
+    let queues: Vec<Vec<String>> = all.iter().map(|n| members(n, name)).collect();
+    let r = run(s.lockctl().args(["release", name, "--token", &token]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let w = wait_output(w, Duration::from_secs(60));
+    assert_eq!(
+        records,
+        vec![0; n],
+        "superseded records left by S, who gave up"
+    );
+    assert!(
+        queues.iter().all(|q| q.contains(&w_id[0])),
+        "W lost its place: {queues:?}"
+    );
+    assert_eq!(code(&w), 0, "W: {}", stderr(&w));
+    nothing_left(&all, name);
+}
+
+/// Redlock 3 with two nodes stopped: S, queued on one, is SIGTERMed. (Held: its buffered
+/// attempts wait as any waiter's.)
+#[test]
+fn a_superseder_signalled_before_a_quorum_displaces_nobody_on_redlock() {
+    given_up_during_a_stall(3, 2, GiveUp::Signal(libc::SIGTERM));
+}
+
+/// Redlock 3 with two nodes stopped: S, queued on one, is SIGINTed. (Held.)
+#[test]
+fn a_superseder_interrupted_before_a_quorum_displaces_nobody_on_redlock() {
+    given_up_during_a_stall(3, 2, GiveUp::Signal(libc::SIGINT));
+}
+
+/// Redlock 3 with two nodes stopped: S's `-w 2s` ends. (Held.)
+#[test]
+fn a_superseder_whose_wait_ends_before_a_quorum_displaces_nobody_on_redlock() {
+    given_up_during_a_stall(3, 2, GiveUp::Deadline);
+}
+
+/// One node, stopped: S's attempts go unanswered and S is SIGTERMed; the node then runs them. On
+/// one node the first attempt displaces (its script checks the refusals first), so the buffered
+/// attempt, run after S is gone, displaces W and leaves a `superseded` record naming S: 5 of 5
+/// runs (also before 43c3b1c).
+#[test]
+fn a_superseder_signalled_during_a_stall_displaces_nobody() {
+    given_up_during_a_stall(1, 1, GiveUp::Signal(libc::SIGTERM));
+}
+
+/// One node, stopped: S's `-w 2s` ends (69); the node then runs its attempts, which displace W:
+/// 5 of 5 runs (also before 43c3b1c).
+#[test]
+fn a_superseder_whose_wait_ends_during_a_stall_displaces_nobody() {
+    given_up_during_a_stall(1, 1, GiveUp::Deadline);
+}
+
+/// `--limit 2` with two holders running (their commands sleep, then print their fence) and two
+/// older waiters W1, W2: a `--supersede` waiter S displaces both (75, naming S), a later L queued
+/// behind S keeps its place, the holders' keys stay as they were and their commands run to the end
+/// (exit 0), and S and L are granted once the holders are done, with four distinct fences.
+fn limit_two(on: &[&Server], lockctl: &dyn Fn() -> Command) {
+    let name = "pool";
+    let holder = |cmd: Command| {
+        let mut cmd = cmd;
+        cmd.args(["exec", name, "--limit", "2", "--ttl", "60s", "-c"])
+            .arg("sleep 8; echo fence $LOCKCTL_FENCE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holder")
+    };
+    let slots = || -> Vec<(Option<String>, Option<String>)> {
+        on.iter()
+            .map(|n| (n.get(&slot_key(name, 1)), n.get(&slot_key(name, 2))))
+            .collect()
+    };
+    // One after the other, so that each takes its slot on every node (no split vote).
+    let h1 = holder(lockctl());
+    assert!(
+        eventually(Duration::from_secs(30), || slots()
+            .iter()
+            .all(|(a, _)| a.is_some())),
+        "the first holder never held slot 1 everywhere: {:?}",
+        slots()
+    );
+    let h2 = holder(lockctl());
+    assert!(
+        eventually(Duration::from_secs(30), || slots()
+            .iter()
+            .all(|(_, b)| b.is_some())),
+        "the second holder never held slot 2 everywhere: {:?}",
+        slots()
+    );
+    let held = slots();
+    let lim = ["--limit", "2"];
+    let w1 = acquirer(lockctl(), name, &lim);
+    queued_everywhere(on, name, 1);
+    let w2 = acquirer(lockctl(), name, &lim);
+    queued_everywhere(on, name, 2);
+    let sup = acquirer(
+        lockctl(),
+        name,
+        &["--limit", "2", "--supersede", "--note", "S"],
+    );
+    let sup_pid = sup.id();
+    for w in [w1, w2] {
+        let o = wait_output(w, Duration::from_secs(60));
+        assert_eq!(code(&o), 75, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("pid {sup_pid}")),
+            "{}",
+            stderr(&o)
+        );
+    }
+    queued_everywhere(on, name, 1);
+    let l = acquirer(lockctl(), name, &lim);
+    queued_everywhere(on, name, 2);
+    assert_eq!(slots(), held, "the holders' slots changed");
+    let mut fences = Vec::new();
+    for o in [h1, h2, sup, l].map(|c| wait_output(c, Duration::from_secs(60))) {
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        fences.push(fence_of(&o).expect("a fence"));
+    }
+    let mut distinct = fences.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "fences {fences:?}");
+    assert!(
+        fences[2] > fences[0].max(fences[1]) && fences[3] > fences[0].max(fences[1]),
+        "fences {fences:?}"
+    );
+    nothing_left(on, name);
+}
+
+#[test]
+fn supersede_with_limit_two() {
+    let s = Server::start();
+    limit_two(&[&s], &|| lockctl_on(&s));
+}
+
+#[test]
+fn supersede_with_limit_two_on_redlock() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    limit_two(&all, &|| s.lockctl());
+}
+
+/// Redlock 5: both displaced in 14 of 50 rounds (5 runs of 10, each run failing).
+#[test]
+fn two_superseders_at_once_one_wins_on_redlock_5() {
+    let s = Servers::start(5);
+    let all: Vec<&Server> = s.0.iter().collect();
+    race(&all, &|| s.lockctl(), 10);
+}
+
+/// Redlock 3, node 2 stopped from the start (its 2 s timeout makes S's first attempt last that
+/// long) and node 1 stopped once S is queued on nodes 0 and 1: S's displacing attempt is answered by
+/// node 0 alone, which displaces W, and S's `-w 6s` then ends (69). The gap docs/queue.md
+/// documents ("between the two attempts ... nodes can go down. The second attempt then displaces
+/// on the nodes that accept it"): W exits 75 naming a superseder that never got the lock and is gone.
+#[test]
+#[ignore = "documented gap (docs/queue.md, --supersede): a node stopped between a Redlock superseder's two attempts; the displaced waiter exits 75 naming a superseder that then gives up"]
+fn a_superseder_that_fails_after_a_node_stopped_between_its_attempts_displaces_nobody() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    let name = "between";
+    let lc = || {
+        let mut c = s.lockctl();
+        c.env("LOCKCTL_NODE_TIMEOUT", "2s");
+        c
+    };
+    let token = support::queue::hold(&mut lc(), name);
+    let w = acquirer(lc(), name, &[]);
+    queued_everywhere(&all, name, 1);
+    s[2].pause();
+    let sup = acquirer(lc(), name, &["--supersede", "-w", "6s"]);
+    assert!(
+        eventually(Duration::from_secs(30), || members(&s[0], name).len() == 2
+            && members(&s[1], name).len() == 2),
+        "S never queued on nodes 0 and 1"
+    );
+    s[1].pause();
+    let o = wait_output(sup, Duration::from_secs(60));
+    eprintln!("S: {:?} {}", o.status, stderr(&o));
+    assert_ne!(o.status.code(), Some(0), "S was granted");
+    s[1].resume();
+    s[2].resume();
+    std::thread::sleep(Duration::from_secs(3));
+    let records: Vec<i64> = all
+        .iter()
+        .map(|n| n.cmd(&["EXISTS", &superseded_key(name)]))
+        .collect();
+    let r = run(lc().args(["release", name, "--token", &token]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let w = wait_output(w, Duration::from_secs(60));
+    eprintln!("W: {:?} {}", w.status, stderr(&w));
+    assert_eq!(
+        records,
+        [0, 0, 0],
+        "superseded records left by S, which failed"
+    );
+    assert_eq!(code(&w), 0, "W: {}", stderr(&w));
+}
+
+/// docs/queue.md's key table: `superseded` (displaced waiter id → the superseder's record)
+/// "expires after a minute". Each displacement renews the whole hash's expiry, so a record stays
+/// as long as displacements keep coming within a minute of each other (a stream of superseders,
+/// one per CI push, keeps every record ever written): here W's record is still there 70 s after W
+/// was displaced, because a second superseder displaced the first one 45 s in (RUNS).
+#[test]
+fn a_superseded_record_expires_after_a_minute() {
+    let s = Server::start();
+    let name = "records";
+    let o = run(lockctl_on(&s).args(["acquire", name, "--ttl", "5m"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let token = stdout(&o);
+    let w = acquirer(lockctl_on(&s), name, &[]);
+    queued_everywhere(&[&s], name, 1);
+    let w_id = members(&s, name).remove(0);
+    let s1 = acquirer(lockctl_on(&s), name, &["--supersede", "--note", "S1"]);
+    let o = wait_output(w, Duration::from_secs(60));
+    assert_eq!(code(&o), 75, "W: {}", stderr(&o));
+    let displaced = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs(45));
+    let s2 = acquirer(lockctl_on(&s), name, &["--supersede", "--note", "S2"]);
+    let o = wait_output(s1, Duration::from_secs(60));
+    assert_eq!(code(&o), 75, "S1: {}", stderr(&o));
+    std::thread::sleep(Duration::from_secs(70).saturating_sub(displaced.elapsed()));
+    let kept: i64 = s.cmd(&["HEXISTS", &superseded_key(name), &w_id]);
+    let r = run(lockctl_on(&s).args(["release", name, "--token", &token]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let o = wait_output(s2, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "S2: {}", stderr(&o));
+    assert_eq!(
+        kept,
+        0,
+        "W's record outlived its minute ({:?} after)",
+        displaced.elapsed()
+    );
+}
+
+/// Redlock 3, node 2 stopped while a `--supersede` waiter S (node timeout 1 s) makes its first
+/// attempt and while a plain waiter L arrives after it (node timeout 200 ms, so that L's first
+/// attempt and the one carrying its ticket reach node 2's socket before S's displacing attempt
+/// does). Node 2, resumed, runs them in that order: S queued at a ticket from its clock then, L
+/// queued after it, then lowered to L's ticket (below S's score there, as L's ticket comes from
+/// before the resume), then S's displacing attempt, which looks below S's old score there and
+/// displaces L. L arrived after S on every node and must keep its place. L is displaced (and S
+/// with it, by itself), 3 of 3 runs. (Before 43c3b1c the setup does not arise: S displaced W in
+/// its first attempt.)
+#[test]
+fn a_later_waiter_is_never_displaced() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    let name = "later";
+    let lc = |timeout: &str| {
+        let mut c = s.lockctl();
+        c.env("LOCKCTL_NODE_TIMEOUT", timeout);
+        c
+    };
+    let token = support::queue::hold(&mut lc("1s"), name);
+    let w = acquirer(lc("1s"), name, &[]);
+    queued_everywhere(&all, name, 1);
+    let w_id = members(&s[0], name).remove(0);
+    s[2].pause();
+    let sup = acquirer(lc("1s"), name, &["--supersede", "--note", "S"]);
+    assert!(
+        eventually(Duration::from_secs(30), || members(&s[0], name).len() == 2
+            && members(&s[1], name).len() == 2),
+        "S never queued on nodes 0 and 1"
+    );
+    let sup_id = members(&s[0], name)
+        .into_iter()
+        .find(|m| *m != w_id)
+        .unwrap();
+    let l = acquirer(lc("200ms"), name, &["--note", "L"]);
+    let l_id = || {
+        members(&s[0], name)
+            .into_iter()
+            .find(|m| *m != w_id && *m != sup_id)
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || l_id().is_some()),
+        "L never queued"
+    );
+    let l_id = l_id().unwrap();
+    let displaced_on = |n: &Server| n.cmd::<i64>(&["EXISTS", &superseded_key(name)]) == 1;
+    assert!(
+        eventually(Duration::from_secs(30), || displaced_on(&s[0])
+            && displaced_on(&s[1])),
+        "S never displaced W on nodes 0 and 1"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    s[2].resume();
+    let _: String = s[2].cmd(&["PING"]);
+    let w = wait_output(w, Duration::from_secs(60));
+    assert_eq!(code(&w), 75, "W: {}", stderr(&w));
+    std::thread::sleep(Duration::from_secs(2));
+    let records: Vec<Vec<String>> = all
+        .iter()
+        .map(|n| n.cmd(&["HKEYS", &superseded_key(name)]))
+        .collect();
+    let r = run(lc("1s").args(["release", name, "--token", &token]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let l = wait_output(l, Duration::from_secs(60));
+    let sup = wait_output(sup, Duration::from_secs(60));
+    eprintln!("W {w_id}, S {sup_id}, L {l_id}; records {records:?}");
+    eprintln!("S: {:?} {}", sup.status, stderr(&sup));
+    eprintln!("L: {:?} {}", l.status, stderr(&l));
+    assert!(
+        records.iter().all(|r| !r.contains(&l_id)),
+        "L, who arrived after S, among the displaced: {records:?}"
+    );
+    assert_eq!(code(&l), 0, "L: {}", stderr(&l));
 }
