@@ -496,7 +496,7 @@ impl Engine {
             _ if self.supersede => queue::Mode::Supersede,
             _ => queue::Mode::Wait,
         };
-        let mut place = queue::Place::new(mode, self.slack(), self.nodes.len());
+        let mut place = queue::Place::new(mode, self.slack());
         let wake_channel = keys.wake_channel(&place.id);
         let mut waiter = wait::Waiter::new(keys, &wake_channel, policy, self.nodes.len());
         let all = vec![true; self.nodes.len()];

@@ -106,9 +106,10 @@ pub struct Place {
     /// 64 random bits, 16 hex digits: the waiter's member in the queue and its wake channel.
     pub id: String,
     pub mode: Mode,
-    /// A `--supersede` waiter's next attempt may displace the older waiters: from the start on one
-    /// node, whose script checks every refusal before it displaces; on Redlock once a quorum queued
-    /// or granted the waiter, so that an attempt a majority refuses displaces nobody elsewhere.
+    /// A `--supersede` waiter's next attempt may displace the older waiters: once a quorum (one
+    /// node: the node) queued or granted it in an answer it read, so that an attempt refused by a
+    /// majority, or left unanswered by a stopped node and run there after the waiter gave up,
+    /// displaces nobody.
     armed: bool,
     /// The ticket every node orders this waiter by, once one was given.
     pub ticket: Option<u64>,
@@ -136,13 +137,12 @@ pub struct Place {
 }
 
 impl Place {
-    /// `nodes`: how many nodes the attempts go to.
-    pub fn new(mode: Mode, slack: Duration, nodes: usize) -> Place {
+    pub fn new(mode: Mode, slack: Duration) -> Place {
         Place {
             slack,
             id: new_waiter_id(),
             mode,
-            armed: nodes == 1,
+            armed: false,
             ticket: None,
             queued: false,
             sent: false,
@@ -164,10 +164,10 @@ impl Place {
     }
 
     /// After a refused attempt of a `--supersede` waiter that `accepted` nodes queued or granted, of
-    /// `quorum`: true when it should send its next attempt at once, the one that displaces. On
-    /// Redlock the waiters queued before it are displaced only in a round after a quorum took it in,
-    /// so that an attempt refused by a majority (a peer's key, another `--limit`, too few nodes
-    /// reached) displaces nobody on the others. The displacing round done on a quorum, it waits as
+    /// `quorum`: true when it should send its next attempt at once, the one that displaces. The
+    /// waiters queued before it are displaced only in a round after a quorum took it in, so that
+    /// an attempt refused by a majority (a peer's key, another `--limit`, too few nodes reached)
+    /// displaces nobody on the others, nor one that a stopped node runs after the waiter gave up. The displacing round done on a quorum, it waits as
     /// any other waiter and displaces nobody again.
     pub fn supersede_answered(&mut self, accepted: usize, quorum: usize) -> bool {
         if self.mode != Mode::Supersede || accepted < quorum {
@@ -191,6 +191,9 @@ impl Place {
     /// stopped) may have been dropped from the queue; it queues again behind those who kept
     /// waiting. An outage is no gap: the waiter kept trying at least once per interval (less the
     /// time an attempt took, which the slack covers), so it keeps its ticket and is put back at it.
+    /// A `--supersede` waiter that may have been queued before such a gap queues again as a plain
+    /// one: it may have displaced already (an attempt whose answer it never read may have run),
+    /// and those queued since came after it.
     pub fn check_lapse(&mut self) {
         let now = Stamp::now();
         if self
@@ -198,6 +201,9 @@ impl Place {
             .is_some_and(|t| now.elapsed_since(t) > self.interval * 3 + self.slack)
         {
             self.ticket = None;
+            if self.mode == Mode::Supersede && (self.sent || self.queued) {
+                self.mode = Mode::Wait;
+            }
         }
         self.last_try = Some(now);
     }
@@ -338,7 +344,7 @@ mod tests {
     #[test]
     fn a_superseder_displaces_once_a_quorum_took_it_in() {
         // Redlock 3: it waits as any waiter until two nodes took it in, then displaces.
-        let mut p = Place::new(Mode::Supersede, Duration::ZERO, 3);
+        let mut p = Place::new(Mode::Supersede, Duration::ZERO);
         assert_eq!(p.mode_arg(), "w");
         assert!(!p.supersede_answered(1, 2));
         assert_eq!(p.mode_arg(), "w");
@@ -350,22 +356,39 @@ mod tests {
         assert!(!p.supersede_answered(3, 2));
         assert_eq!(p.mode, Mode::Wait);
         assert_eq!(p.mode_arg(), "w");
-        // One node: its script refuses before it displaces, so the first attempt may displace.
-        let mut one = Place::new(Mode::Supersede, Duration::ZERO, 1);
-        assert_eq!(one.mode_arg(), "s");
+        // One node alike: an attempt it never read an answer of displaces nobody.
+        let mut one = Place::new(Mode::Supersede, Duration::ZERO);
+        assert_eq!(one.mode_arg(), "w");
         assert!(!one.supersede_answered(0, 1));
+        assert_eq!(one.mode_arg(), "w");
+        assert!(one.supersede_answered(1, 1));
         assert_eq!(one.mode_arg(), "s");
         assert!(!one.supersede_answered(1, 1));
         assert_eq!(one.mode_arg(), "w");
-        let mut plain = Place::new(Mode::Wait, Duration::ZERO, 3);
+        let mut plain = Place::new(Mode::Wait, Duration::ZERO);
         assert!(!plain.supersede_answered(3, 2));
         assert_eq!(plain.mode_arg(), "w");
-        assert_eq!(Place::new(Mode::Once, Duration::ZERO, 3).mode_arg(), "n");
+        assert_eq!(Place::new(Mode::Once, Duration::ZERO).mode_arg(), "n");
+    }
+
+    #[test]
+    fn a_lapsed_superseder_queues_again_as_a_plain_waiter() {
+        let mut p = Place::new(Mode::Supersede, Duration::ZERO);
+        p.check_lapse();
+        p.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
+        // Nothing went out yet: it may still displace.
+        p.check_lapse();
+        assert_eq!(p.mode, Mode::Supersede);
+        p.sent = true;
+        p.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
+        p.check_lapse();
+        assert_eq!(p.mode, Mode::Wait);
+        assert_eq!(p.mode_arg(), "w");
     }
 
     #[test]
     fn a_lapsed_waiter_queues_again() {
-        let mut p = Place::new(Mode::Wait, Duration::ZERO, 1);
+        let mut p = Place::new(Mode::Wait, Duration::ZERO);
         assert_eq!(p.id.len(), 16);
         p.ticket = Some(5);
         p.check_lapse();
@@ -384,7 +407,7 @@ mod tests {
         p.check_lapse();
         assert_eq!(p.ticket, None);
         // A slow node timeout's slack: the nodes keep the waiter longer, and so does its loop.
-        let mut slow = Place::new(Mode::Wait, Duration::from_secs(6), 1);
+        let mut slow = Place::new(Mode::Wait, Duration::from_secs(6));
         slow.ticket = Some(8);
         slow.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
         slow.check_lapse();

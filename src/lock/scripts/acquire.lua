@@ -195,6 +195,32 @@ end
 -- Queue: `ahead` counts the live waiters before this caller. A caller with a ticket (Redlock: the
 -- maximum over the nodes) is placed by it on every node, so that every node orders alike.
 if id ~= '' then
+  -- The records of displaced waiters live a minute each (`until`, server ms). The hash's field ''
+  -- holds the soonest `until`: once it passes, the expired records go.
+  local soonest = tonumber(redis.call('HGET', KEYS[9], '') or '')
+  if soonest and soonest <= now_ms then
+    local all = redis.call('HGETALL', KEYS[9])
+    local gone, left = {}, nil
+    for i = 1, #all, 2 do
+      if all[i] ~= '' then
+        local ok, r = pcall(cjson.decode, all[i + 1])
+        local till = ok and type(r) == 'table' and tonumber(r['until'])
+        if till and till <= now_ms then
+          gone[#gone + 1] = all[i]
+        elseif till and (not left or till < left) then
+          left = till
+        end
+      end
+    end
+    if #gone > 0 then
+      redis.call('HDEL', KEYS[9], unpack(gone))
+    end
+    if left then
+      redis.call('HSET', KEYS[9], '', left)
+    else
+      redis.call('HDEL', KEYS[9], '')
+    end
+  end
   local by = redis.call('HGET', KEYS[9], id)
   if by then
     return {4, by, run_id()}
@@ -203,36 +229,54 @@ end
 local queued = false
 if id ~= '' and mode ~= 'n' then
   local score = redis.call('ZSCORE', KEYS[5], id)
-  -- --supersede: the waiters below this score here are displaced.
+  -- --supersede: the waiters below this score here are displaced. Taken before the carried ticket
+  -- lowers the caller's score: a node that ran the caller's first attempt late (stopped meanwhile)
+  -- gave it a ticket above the carried one, and the waiters between the two came here after it.
+  -- The carried ticket bounds it too, so that the caller itself (now at that ticket) and those
+  -- placed above it everywhere are never below the bound.
   local bound
   if score then
     queued = true
     bound = score
     if ticket ~= '' and score ~= ticket then
       redis.call('ZADD', KEYS[5], 'XX', ticket, id)
+      if less(ticket, score) then
+        bound = ticket
+      end
     end
   end
   if ticket ~= '' and less(redis.call('GET', KEYS[8]) or '0', ticket) then
     redis.call('SET', KEYS[8], ticket)
   end
   if mode == 's' and not queued and ticket == '' then
+    -- An older client's first attempt (this one sends 's' only once queued): queued below.
     ticket = new_ticket()
     bound = ticket
   end
   if mode == 's' and bound then
-    -- --supersede, sent only when no refusal can end the attempt any more: on one node in this
-    -- call (the refusals above come first), on Redlock in the round after a quorum queued or
-    -- granted the caller (docs/queue.md). The waiters queued here before it stop waiting and learn
-    -- who displaced them: those below its score as this node gave it (later arrivals here have
-    -- higher ones). A node where it is not queued although it carries a ticket (put back after a
-    -- restart, or its grant here was rolled back) displaces nobody.
-    local older = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. bound)
+    -- --supersede, sent only once a quorum (one node: the node) queued or granted the caller in an
+    -- earlier attempt, so that an attempt refused anywhere displaces nobody (docs/queue.md). The
+    -- waiters queued here before it stop waiting and learn who displaced them: those below the
+    -- bound. A node where it is not queued (put back after a restart, or its grant here was
+    -- rolled back) displaces nobody.
+    local older = {}
+    for _, w in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. bound)) do
+      if w ~= id then
+        older[#older + 1] = w
+      end
+    end
     if #older > 0 then
-      local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note})
+      local till = now_ms + 60000
+      local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note,
+        ['until'] = till})
       for _, w in ipairs(older) do
         redis.call('HSET', KEYS[9], w, by)
         redis.call('PUBLISH', wake .. '\031' .. w, 'superseded')
       end
+      if not redis.call('HGET', KEYS[9], '') then
+        redis.call('HSET', KEYS[9], '', till)
+      end
+      -- The hash goes with its newest record.
       redis.call('PEXPIRE', KEYS[9], 60000)
       redis.call('ZREM', KEYS[5], unpack(older))
       redis.call('ZREM', KEYS[6], unpack(older))
