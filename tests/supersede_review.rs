@@ -677,6 +677,59 @@ fn a_superseder_that_fails_after_a_node_stopped_between_its_attempts_displaces_n
     assert_eq!(code(&w), 0, "W: {}", stderr(&w));
 }
 
+/// The same stop between a Redlock superseder's two attempts, seen from the nodes that ran the
+/// displacing attempt late: node 1 queued S (it answered S's first attempt) and ran the displacing
+/// attempt at its resume, after S had given up on its answer and gone; node 2 answered neither.
+/// Node 0 ran it in time and displaced W (the gap above), so W leaves everywhere; nodes 1 and 2
+/// must displace nobody, so no `superseded` record there. On the code before the displacing
+/// attempt carried its deadline, node 1 displaced W at its resume.
+#[test]
+fn a_displacing_attempt_run_late_displaces_nobody_on_redlock() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    let name = "late";
+    let lc = || {
+        let mut c = s.lockctl();
+        c.env("LOCKCTL_NODE_TIMEOUT", "2s");
+        c
+    };
+    let token = support::queue::hold(&mut lc(), name);
+    let w = acquirer(lc(), name, &[]);
+    queued_everywhere(&all, name, 1);
+    let w_id = members(&s[0], name).remove(0);
+    s[2].pause();
+    let sup = acquirer(lc(), name, &["--supersede", "-w", "6s"]);
+    assert!(
+        eventually(Duration::from_secs(30), || members(&s[0], name).len() == 2
+            && members(&s[1], name).len() == 2),
+        "S never queued on nodes 0 and 1"
+    );
+    s[1].pause();
+    let o = wait_output(sup, Duration::from_secs(60));
+    eprintln!("S: {:?} {}", o.status, stderr(&o));
+    assert_ne!(o.status.code(), Some(0), "S was granted");
+    s[1].resume();
+    s[2].resume();
+    for n in &all[1..] {
+        let _: String = n.cmd(&["PING"]);
+    }
+    // What the nodes buffered has run (a generous bound, not a measure).
+    std::thread::sleep(Duration::from_secs(1));
+    let records: Vec<i64> = all
+        .iter()
+        .map(|n| n.cmd(&["EXISTS", &superseded_key(name)]))
+        .collect();
+    let r = run(lc().args(["release", name, "--token", &token]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let w = wait_output(w, Duration::from_secs(60));
+    eprintln!(
+        "W {w_id}: {:?} {}; records {records:?}",
+        w.status,
+        stderr(&w)
+    );
+    assert_eq!(records[1..], [0, 0], "superseded records on the late nodes");
+}
+
 /// docs/queue.md's key table: `superseded` (displaced waiter id → the superseder's record)
 /// "expires after a minute". Each displacement renews the whole hash's expiry, so a record stays
 /// as long as displacements keep coming within a minute of each other (a stream of superseders,

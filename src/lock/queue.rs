@@ -134,6 +134,9 @@ pub struct Place {
     /// Per node: its subscription to the wake channel stands. A node gives a waiter that does not
     /// listen there the front's heartbeat, since only heartbeats then show that it lives.
     pub listening: Vec<bool>,
+    /// Per node: its clock (server ms) in its answer to the last attempt, which queued us, and
+    /// when we read that answer (`None`: no such answer).
+    pub heard: Vec<Option<(u64, Stamp)>>,
 }
 
 impl Place {
@@ -151,6 +154,7 @@ impl Place {
             hint: None,
             position: None,
             listening: Vec::new(),
+            heard: Vec::new(),
         }
     }
 
@@ -169,16 +173,52 @@ impl Place {
     /// an attempt refused by a majority (a peer's key, another `--limit`, too few nodes reached)
     /// displaces nobody on the others, nor one that a stopped node runs after the waiter gave up. The displacing round done on a quorum, it waits as
     /// any other waiter and displaces nobody again.
-    pub fn supersede_answered(&mut self, accepted: usize, quorum: usize) -> bool {
-        if self.mode != Mode::Supersede || accepted < quorum {
+    /// `displacing`: of those, the nodes to which the attempt went in time to displace there (see
+    /// [`Place::displace_until`]).
+    pub fn supersede_answered(
+        &mut self,
+        accepted: usize,
+        displacing: usize,
+        quorum: usize,
+    ) -> bool {
+        if self.mode != Mode::Supersede {
             return false;
         }
         if self.armed {
-            self.mode = Mode::Wait;
+            if displacing >= quorum {
+                self.mode = Mode::Wait;
+            }
+            return false;
+        }
+        if accepted < quorum {
             return false;
         }
         self.armed = true;
         true
+    }
+
+    /// The script's deadline argument for node `i`, for an attempt started at `started` with that
+    /// node's `timeout`: '' when the attempt does not displace; else the server time after which
+    /// the node displaces nobody, '0' when no recent answer of the node gave its clock. The node
+    /// answered at `t` (its clock) no later than we read it, and we wait for this attempt's answer
+    /// at least `timeout` from `started`; so a node that runs the attempt by `t + (started - read)
+    /// + timeout` on its clock runs it while we still wait for its answer (its clock may not run
+    /// fast). Later, we may have given up: a stopped node runs what its socket buffered at the
+    /// resume, also after we left.
+    pub fn displace_until(&self, i: usize, started: Stamp, timeout: Duration) -> String {
+        if self.mode_arg() != Mode::Supersede.arg() {
+            return String::new();
+        }
+        match self.heard.get(i).copied().flatten() {
+            Some((t, read)) => {
+                let since = started.elapsed_since(read);
+                let until = t
+                    .saturating_add(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+                    .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+                until.to_string()
+            }
+            None => "0".to_string(),
+        }
     }
 
     /// The ticket as the script's argument.
@@ -346,29 +386,49 @@ mod tests {
         // Redlock 3: it waits as any waiter until two nodes took it in, then displaces.
         let mut p = Place::new(Mode::Supersede, Duration::ZERO);
         assert_eq!(p.mode_arg(), "w");
-        assert!(!p.supersede_answered(1, 2));
+        assert!(!p.supersede_answered(1, 0, 2));
         assert_eq!(p.mode_arg(), "w");
-        assert!(p.supersede_answered(2, 2));
+        assert!(p.supersede_answered(2, 0, 2));
         assert_eq!(p.mode_arg(), "s");
-        // The displacing attempt reached one node only: the next one displaces too.
-        assert!(!p.supersede_answered(1, 2));
+        // The displacing attempt reached one node in time: the next one displaces too.
+        assert!(!p.supersede_answered(3, 1, 2));
         assert_eq!(p.mode_arg(), "s");
-        assert!(!p.supersede_answered(3, 2));
+        assert!(!p.supersede_answered(3, 2, 2));
         assert_eq!(p.mode, Mode::Wait);
         assert_eq!(p.mode_arg(), "w");
         // One node alike: an attempt it never read an answer of displaces nobody.
         let mut one = Place::new(Mode::Supersede, Duration::ZERO);
         assert_eq!(one.mode_arg(), "w");
-        assert!(!one.supersede_answered(0, 1));
+        assert!(!one.supersede_answered(0, 0, 1));
         assert_eq!(one.mode_arg(), "w");
-        assert!(one.supersede_answered(1, 1));
+        assert!(one.supersede_answered(1, 0, 1));
         assert_eq!(one.mode_arg(), "s");
-        assert!(!one.supersede_answered(1, 1));
+        assert!(!one.supersede_answered(1, 1, 1));
         assert_eq!(one.mode_arg(), "w");
         let mut plain = Place::new(Mode::Wait, Duration::ZERO);
-        assert!(!plain.supersede_answered(3, 2));
+        assert!(!plain.supersede_answered(3, 3, 2));
         assert_eq!(plain.mode_arg(), "w");
         assert_eq!(Place::new(Mode::Once, Duration::ZERO).mode_arg(), "n");
+    }
+
+    #[test]
+    fn a_displacing_attempt_is_bounded_by_the_last_answer() {
+        let mut p = Place::new(Mode::Supersede, Duration::ZERO);
+        let now = Stamp::now();
+        // Not displacing yet: no deadline.
+        assert_eq!(p.displace_until(0, now, Duration::from_millis(500)), "");
+        p.supersede_answered(1, 0, 1);
+        // No answer of that node gave its clock: it displaces nobody.
+        assert_eq!(p.displace_until(0, now, Duration::from_millis(500)), "0");
+        let read = Stamp::at(now.since_boot() - Duration::from_millis(300));
+        p.heard = vec![Some((1_000_000, read)), None];
+        let until: u64 = p
+            .displace_until(0, now, Duration::from_millis(500))
+            .parse()
+            .unwrap();
+        // Its clock then, the 300 ms since we read it (to the ms, down), and the node timeout.
+        assert!((1_000_799..=1_000_800).contains(&until), "{until}");
+        assert_eq!(p.displace_until(1, now, Duration::from_millis(500)), "0");
     }
 
     #[test]

@@ -11,19 +11,21 @@
 --       front of the queue in ms (three heartbeats), the longest heartbeat interval in ms, '1' when
 --       the caller listens on its wake channel on this node (its subscription stands), the caller's
 --       slack in ms ('' = 0: how much longer than its interval an attempt of its may take, two node
---       timeouts), added to each of its lifetimes
+--       timeouts), added to each of its lifetimes, the server time (ms) after which mode 's'
+--       displaces nobody (none: displace; the caller stops waiting for this answer then)
 -- Returns {1, fence, run id, slot}               granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
 --         {0, pttl, host, pid, command, run id, ticket, ahead, waiting, note, interval ms,
---          {{slot, host, pid, command, note}, ...}, hint ms}
+--          {{slot, host, pid, command, note}, ...}, hint ms, server time ms}
 --                                                no slot for us (pttl: the soonest a slot frees), or
 --                                                live waiters are queued ahead (ticket '' when the
 --                                                caller is not queued; interval: when to heartbeat;
 --                                                then every holder of a semaphore, N > 1; hint:
 --                                                come back within it, a waiter ahead is pending,
 --                                                0 = none)
---         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms, hint ms}
+--         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms, hint ms,
+--          server time ms}
 --                                                this node started too recently to vote
 --         {3, the limit in use, host, pid, command, run id, 'peer' when held by a client that is
 --          not lockctl}                          the name is used with another limit
@@ -223,7 +225,18 @@ if id ~= '' then
   end
   local by = redis.call('HGET', KEYS[9], id)
   if by then
-    return {4, by, run_id()}
+    -- Displaced here by a superseder that comes before the caller in the order every node agrees
+    -- on (by ticket, then id): a node that saw the caller arrive first, before either carried its
+    -- ticket here. Two superseders at once would each displace the other on some node; only the
+    -- later one's displacement stands, and the caller is put back at its ticket below.
+    local ok, r = pcall(cjson.decode, by)
+    local t = ok and type(r) == 'table' and r.ticket
+    if ticket ~= '' and type(t) == 'string'
+        and (less(t, ticket) or (t == ticket and type(r.id) == 'string' and r.id < id)) then
+      redis.call('HDEL', KEYS[9], id)
+    else
+      return {4, by, run_id()}
+    end
   end
 end
 local queued = false
@@ -253,7 +266,10 @@ if id ~= '' and mode ~= 'n' then
     ticket = new_ticket()
     bound = ticket
   end
-  if mode == 's' and bound then
+  -- Past the caller's deadline it no longer waits for this answer: it may have given up since (a
+  -- stopped node runs what its socket buffered when it resumes), so it displaces nobody.
+  local late = ARGV[20] and ARGV[20] ~= '' and now_ms > tonumber(ARGV[20])
+  if mode == 's' and bound and not late then
     -- --supersede, sent only once a quorum (one node: the node) queued or granted the caller in an
     -- earlier attempt, so that an attempt refused anywhere displaces nobody (docs/queue.md). The
     -- waiters queued here before it stop waiting and learn who displaced them: those below the
@@ -268,7 +284,7 @@ if id ~= '' and mode ~= 'n' then
     if #older > 0 then
       local till = now_ms + 60000
       local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note,
-        ['until'] = till})
+        ['until'] = till, ticket = ticket ~= '' and ticket or bound, id = id})
       for _, w in ipairs(older) do
         redis.call('HSET', KEYS[9], w, by)
         redis.call('PUBLISH', wake .. '\031' .. w, 'superseded')
@@ -386,6 +402,7 @@ if ahead >= free or not pick or quarantined then
     table.insert(quarantined, waiting)
     table.insert(quarantined, interval)
     table.insert(quarantined, hint)
+    table.insert(quarantined, now_ms)
     return quarantined
   end
   -- A semaphore's busy message names every holder.
@@ -399,10 +416,10 @@ if ahead >= free or not pick or quarantined then
   local h = busy_token and holder_of(busy_slot or 1, busy_token)
   if not h then
     return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, '', interval, holders,
-      hint}
+      hint, now_ms}
   end
   return {0, busy_pttl, h[2] or '', h[3] or '', h[4] or '', run_id(), ticket, ahead, waiting,
-    h[6] or '', interval, holders, hint}
+    h[6] or '', interval, holders, hint, now_ms}
 end
 
 -- Granted: the caller leaves the queue; the last one out takes the queue's keys along. Its place is
