@@ -201,10 +201,10 @@ impl Place {
     /// node's `timeout`: '' when the attempt does not displace; else the server time after which
     /// the node displaces nobody, '0' when no recent answer of the node gave its clock. The node
     /// answered at `t` (its clock) no later than we read it, and we wait for this attempt's answer
-    /// at least `timeout` from `started`; so a node that runs the attempt by `t + (started - read)
-    /// + timeout` on its clock runs it while we still wait for its answer (its clock may not run
-    /// fast). Later, we may have given up: a stopped node runs what its socket buffered at the
-    /// resume, also after we left.
+    /// at least `timeout` from `started`; so a node that runs the attempt by `t`, plus the time
+    /// from reading to `started`, plus `timeout`, on its clock, runs it while we still wait for
+    /// its answer (its clock may not run fast). Later, we may have given up: a stopped node runs
+    /// what its socket buffered at the resume, also after we left.
     pub fn displace_until(&self, i: usize, started: Stamp, timeout: Duration) -> String {
         if self.mode_arg() != Mode::Supersede.arg() {
             return String::new();
