@@ -291,6 +291,8 @@ struct Refusal {
     reorder: bool,
     /// Nodes that queued us or granted (the grant may have been rolled back since).
     accepted: usize,
+    /// Nodes that queued us in an attempt that could displace there (`--supersede`, in time).
+    displacing: usize,
     /// The most waiters any node counted, besides us.
     waiting: u64,
     /// Nodes where no slot is held and only waiters queued ahead refused us (who may be held up by
@@ -345,6 +347,8 @@ struct QueueReply {
     interval: Option<Duration>,
     /// Come back within this while a waiter ahead is pending here (`front.lua`, `pending_ahead`).
     hint: Option<Duration>,
+    /// The node's clock (server ms) as it answered (`None`: an older script).
+    now_ms: Option<u64>,
 }
 
 /// The engine over a set of nodes.
@@ -496,7 +500,7 @@ impl Engine {
             _ if self.supersede => queue::Mode::Supersede,
             _ => queue::Mode::Wait,
         };
-        let mut place = queue::Place::new(mode, self.slack(), self.nodes.len());
+        let mut place = queue::Place::new(mode, self.slack());
         let wake_channel = keys.wake_channel(&place.id);
         let mut waiter = wait::Waiter::new(keys, &wake_channel, policy, self.nodes.len());
         let all = vec![true; self.nodes.len()];
@@ -560,7 +564,11 @@ impl Engine {
                             return Err(err);
                         }
                     }
-                    let displace = place.supersede_answered(refusal.accepted, self.quorum());
+                    let displace = place.supersede_answered(
+                        refusal.accepted,
+                        refusal.displacing,
+                        self.quorum(),
+                    );
                     if (refusal.reorder || displace) && !waiter.deadline_passed() {
                         // The nodes gave different tickets: put the largest on them before waiting.
                         // A --supersede waiter that a quorum took in displaces the older waiters in
@@ -757,6 +765,13 @@ impl Engine {
 
         let started = Stamp::now();
         place.sent |= place.mode != queue::Mode::Once;
+        // A displacing attempt displaces on a node only while we still wait for its answer there.
+        let deadlines: Vec<String> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| place.displace_until(i, started, node.timeout()))
+            .collect();
         let round1 = quorum::all(&mut self.nodes, |i, node| {
             let listening = if place.listening.get(i) == Some(&true) {
                 "1"
@@ -783,9 +798,13 @@ impl Engine {
                 longest_ms.as_str(),
                 listening,
                 slack_ms.as_str(),
+                deadlines[i].as_str(),
             ];
-            node.eval("acquire", &ACQUIRE, &key_list, &args)
-                .and_then(|v| parse_round1(v, &node.display))
+            let reply = node
+                .eval("acquire", &ACQUIRE, &key_list, &args)
+                .and_then(|v| parse_round1(v, &node.display));
+            // When the answer was read: no sooner than the node gave it.
+            (reply, Stamp::now())
         });
 
         let mut refusal = Refusal {
@@ -802,7 +821,17 @@ impl Engine {
         let mut run_ids = vec![String::new(); n];
         let mut maybe_applied = vec![false; n];
         let mut queued: Vec<QueueReply> = Vec::new();
-        for (i, r) in round1.into_iter().enumerate() {
+        let mut heard = vec![None; n];
+        let mut refusal_displacing = 0;
+        let mut hear = |i: usize, queue: &QueueReply, read: Stamp| {
+            if queue.ticket.is_some() {
+                heard[i] = queue.now_ms.map(|t| (t, read));
+                if !matches!(deadlines[i].as_str(), "" | "0") {
+                    refusal_displacing += 1;
+                }
+            }
+        };
+        for (i, (r, read)) in round1.into_iter().enumerate() {
             match r {
                 Ok(Round1::Won(fence, run_id, slot)) => {
                     refusal.answered += 1;
@@ -830,6 +859,7 @@ impl Engine {
                     run_id,
                     queue,
                 }) => {
+                    hear(i, &queue, read);
                     queued.push(queue);
                     refusal.answered += 1;
                     refusal.busy[i] = true;
@@ -851,6 +881,7 @@ impl Engine {
                     run_id,
                     queue,
                 }) => {
+                    hear(i, &queue, read);
                     queued.push(queue);
                     refusal.answered += 1;
                     run_ids[i] = run_id;
@@ -876,6 +907,8 @@ impl Engine {
             }
         }
         refusal.accepted = refusal.wins + queued.iter().filter(|q| q.ticket.is_some()).count();
+        refusal.displacing = refusal_displacing;
+        place.heard = heard;
         self.place(place, &queued, &mut refusal);
 
         if let Some((a, b)) = same_server(&run_ids) {
@@ -1541,6 +1574,7 @@ fn parse_round1(v: Value, node: &str) -> Result<Round1, NodeFailure> {
         waiting: int(at + 2).unwrap_or(0).max(0) as u64,
         interval: ms(interval),
         hint: ms(hint).filter(|h| !h.is_zero()),
+        now_ms: int(hint + 1).and_then(|t| u64::try_from(t).ok()),
     };
     match int(0) {
         Some(1) => {

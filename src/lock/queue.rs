@@ -106,9 +106,10 @@ pub struct Place {
     /// 64 random bits, 16 hex digits: the waiter's member in the queue and its wake channel.
     pub id: String,
     pub mode: Mode,
-    /// A `--supersede` waiter's next attempt may displace the older waiters: from the start on one
-    /// node, whose script checks every refusal before it displaces; on Redlock once a quorum queued
-    /// or granted the waiter, so that an attempt a majority refuses displaces nobody elsewhere.
+    /// A `--supersede` waiter's next attempt may displace the older waiters: once a quorum (one
+    /// node: the node) queued or granted it in an answer it read, so that an attempt refused by a
+    /// majority, or left unanswered by a stopped node and run there after the waiter gave up,
+    /// displaces nobody.
     armed: bool,
     /// The ticket every node orders this waiter by, once one was given.
     pub ticket: Option<u64>,
@@ -133,16 +134,18 @@ pub struct Place {
     /// Per node: its subscription to the wake channel stands. A node gives a waiter that does not
     /// listen there the front's heartbeat, since only heartbeats then show that it lives.
     pub listening: Vec<bool>,
+    /// Per node: its clock (server ms) in its answer to the last attempt, which queued us, and
+    /// when we read that answer (`None`: no such answer).
+    pub heard: Vec<Option<(u64, Stamp)>>,
 }
 
 impl Place {
-    /// `nodes`: how many nodes the attempts go to.
-    pub fn new(mode: Mode, slack: Duration, nodes: usize) -> Place {
+    pub fn new(mode: Mode, slack: Duration) -> Place {
         Place {
             slack,
             id: new_waiter_id(),
             mode,
-            armed: nodes == 1,
+            armed: false,
             ticket: None,
             queued: false,
             sent: false,
@@ -151,6 +154,7 @@ impl Place {
             hint: None,
             position: None,
             listening: Vec::new(),
+            heard: Vec::new(),
         }
     }
 
@@ -164,21 +168,57 @@ impl Place {
     }
 
     /// After a refused attempt of a `--supersede` waiter that `accepted` nodes queued or granted, of
-    /// `quorum`: true when it should send its next attempt at once, the one that displaces. On
-    /// Redlock the waiters queued before it are displaced only in a round after a quorum took it in,
-    /// so that an attempt refused by a majority (a peer's key, another `--limit`, too few nodes
-    /// reached) displaces nobody on the others. The displacing round done on a quorum, it waits as
+    /// `quorum`: true when it should send its next attempt at once, the one that displaces. The
+    /// waiters queued before it are displaced only in a round after a quorum took it in, so that
+    /// an attempt refused by a majority (a peer's key, another `--limit`, too few nodes reached)
+    /// displaces nobody on the others, nor one that a stopped node runs after the waiter gave up. The displacing round done on a quorum, it waits as
     /// any other waiter and displaces nobody again.
-    pub fn supersede_answered(&mut self, accepted: usize, quorum: usize) -> bool {
-        if self.mode != Mode::Supersede || accepted < quorum {
+    /// `displacing`: of those, the nodes to which the attempt went in time to displace there (see
+    /// [`Place::displace_until`]).
+    pub fn supersede_answered(
+        &mut self,
+        accepted: usize,
+        displacing: usize,
+        quorum: usize,
+    ) -> bool {
+        if self.mode != Mode::Supersede {
             return false;
         }
         if self.armed {
-            self.mode = Mode::Wait;
+            if displacing >= quorum {
+                self.mode = Mode::Wait;
+            }
+            return false;
+        }
+        if accepted < quorum {
             return false;
         }
         self.armed = true;
         true
+    }
+
+    /// The script's deadline argument for node `i`, for an attempt started at `started` with that
+    /// node's `timeout`: '' when the attempt does not displace; else the server time after which
+    /// the node displaces nobody, '0' when no recent answer of the node gave its clock. The node
+    /// answered at `t` (its clock) no later than we read it, and we wait for this attempt's answer
+    /// at least `timeout` from `started`; so a node that runs the attempt by `t`, plus the time
+    /// from reading to `started`, plus `timeout`, on its clock, runs it while we still wait for
+    /// its answer (its clock may not run fast). Later, we may have given up: a stopped node runs
+    /// what its socket buffered at the resume, also after we left.
+    pub fn displace_until(&self, i: usize, started: Stamp, timeout: Duration) -> String {
+        if self.mode_arg() != Mode::Supersede.arg() {
+            return String::new();
+        }
+        match self.heard.get(i).copied().flatten() {
+            Some((t, read)) => {
+                let since = started.elapsed_since(read);
+                let until = t
+                    .saturating_add(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+                    .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+                until.to_string()
+            }
+            None => "0".to_string(),
+        }
     }
 
     /// The ticket as the script's argument.
@@ -191,6 +231,9 @@ impl Place {
     /// stopped) may have been dropped from the queue; it queues again behind those who kept
     /// waiting. An outage is no gap: the waiter kept trying at least once per interval (less the
     /// time an attempt took, which the slack covers), so it keeps its ticket and is put back at it.
+    /// A `--supersede` waiter that may have been queued before such a gap queues again as a plain
+    /// one: it may have displaced already (an attempt whose answer it never read may have run),
+    /// and those queued since came after it.
     pub fn check_lapse(&mut self) {
         let now = Stamp::now();
         if self
@@ -198,6 +241,9 @@ impl Place {
             .is_some_and(|t| now.elapsed_since(t) > self.interval * 3 + self.slack)
         {
             self.ticket = None;
+            if self.mode == Mode::Supersede && (self.sent || self.queued) {
+                self.mode = Mode::Wait;
+            }
         }
         self.last_try = Some(now);
     }
@@ -338,34 +384,71 @@ mod tests {
     #[test]
     fn a_superseder_displaces_once_a_quorum_took_it_in() {
         // Redlock 3: it waits as any waiter until two nodes took it in, then displaces.
-        let mut p = Place::new(Mode::Supersede, Duration::ZERO, 3);
+        let mut p = Place::new(Mode::Supersede, Duration::ZERO);
         assert_eq!(p.mode_arg(), "w");
-        assert!(!p.supersede_answered(1, 2));
+        assert!(!p.supersede_answered(1, 0, 2));
         assert_eq!(p.mode_arg(), "w");
-        assert!(p.supersede_answered(2, 2));
+        assert!(p.supersede_answered(2, 0, 2));
         assert_eq!(p.mode_arg(), "s");
-        // The displacing attempt reached one node only: the next one displaces too.
-        assert!(!p.supersede_answered(1, 2));
+        // The displacing attempt reached one node in time: the next one displaces too.
+        assert!(!p.supersede_answered(3, 1, 2));
         assert_eq!(p.mode_arg(), "s");
-        assert!(!p.supersede_answered(3, 2));
+        assert!(!p.supersede_answered(3, 2, 2));
         assert_eq!(p.mode, Mode::Wait);
         assert_eq!(p.mode_arg(), "w");
-        // One node: its script refuses before it displaces, so the first attempt may displace.
-        let mut one = Place::new(Mode::Supersede, Duration::ZERO, 1);
-        assert_eq!(one.mode_arg(), "s");
-        assert!(!one.supersede_answered(0, 1));
-        assert_eq!(one.mode_arg(), "s");
-        assert!(!one.supersede_answered(1, 1));
+        // One node alike: an attempt it never read an answer of displaces nobody.
+        let mut one = Place::new(Mode::Supersede, Duration::ZERO);
         assert_eq!(one.mode_arg(), "w");
-        let mut plain = Place::new(Mode::Wait, Duration::ZERO, 3);
-        assert!(!plain.supersede_answered(3, 2));
+        assert!(!one.supersede_answered(0, 0, 1));
+        assert_eq!(one.mode_arg(), "w");
+        assert!(one.supersede_answered(1, 0, 1));
+        assert_eq!(one.mode_arg(), "s");
+        assert!(!one.supersede_answered(1, 1, 1));
+        assert_eq!(one.mode_arg(), "w");
+        let mut plain = Place::new(Mode::Wait, Duration::ZERO);
+        assert!(!plain.supersede_answered(3, 3, 2));
         assert_eq!(plain.mode_arg(), "w");
-        assert_eq!(Place::new(Mode::Once, Duration::ZERO, 3).mode_arg(), "n");
+        assert_eq!(Place::new(Mode::Once, Duration::ZERO).mode_arg(), "n");
+    }
+
+    #[test]
+    fn a_displacing_attempt_is_bounded_by_the_last_answer() {
+        let mut p = Place::new(Mode::Supersede, Duration::ZERO);
+        let now = Stamp::now();
+        // Not displacing yet: no deadline.
+        assert_eq!(p.displace_until(0, now, Duration::from_millis(500)), "");
+        p.supersede_answered(1, 0, 1);
+        // No answer of that node gave its clock: it displaces nobody.
+        assert_eq!(p.displace_until(0, now, Duration::from_millis(500)), "0");
+        let read = Stamp::at(now.since_boot() - Duration::from_millis(300));
+        p.heard = vec![Some((1_000_000, read)), None];
+        let until: u64 = p
+            .displace_until(0, now, Duration::from_millis(500))
+            .parse()
+            .unwrap();
+        // Its clock then, the 300 ms since we read it (to the ms, down), and the node timeout.
+        assert!((1_000_799..=1_000_800).contains(&until), "{until}");
+        assert_eq!(p.displace_until(1, now, Duration::from_millis(500)), "0");
+    }
+
+    #[test]
+    fn a_lapsed_superseder_queues_again_as_a_plain_waiter() {
+        let mut p = Place::new(Mode::Supersede, Duration::ZERO);
+        p.check_lapse();
+        p.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
+        // Nothing went out yet: it may still displace.
+        p.check_lapse();
+        assert_eq!(p.mode, Mode::Supersede);
+        p.sent = true;
+        p.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
+        p.check_lapse();
+        assert_eq!(p.mode, Mode::Wait);
+        assert_eq!(p.mode_arg(), "w");
     }
 
     #[test]
     fn a_lapsed_waiter_queues_again() {
-        let mut p = Place::new(Mode::Wait, Duration::ZERO, 1);
+        let mut p = Place::new(Mode::Wait, Duration::ZERO);
         assert_eq!(p.id.len(), 16);
         p.ticket = Some(5);
         p.check_lapse();
@@ -384,7 +467,7 @@ mod tests {
         p.check_lapse();
         assert_eq!(p.ticket, None);
         // A slow node timeout's slack: the nodes keep the waiter longer, and so does its loop.
-        let mut slow = Place::new(Mode::Wait, Duration::from_secs(6), 1);
+        let mut slow = Place::new(Mode::Wait, Duration::from_secs(6));
         slow.ticket = Some(8);
         slow.last_try = Some(Stamp::at(Stamp::now().since_boot() - ALIVE * 2));
         slow.check_lapse();

@@ -11,19 +11,21 @@
 --       front of the queue in ms (three heartbeats), the longest heartbeat interval in ms, '1' when
 --       the caller listens on its wake channel on this node (its subscription stands), the caller's
 --       slack in ms ('' = 0: how much longer than its interval an attempt of its may take, two node
---       timeouts), added to each of its lifetimes
+--       timeouts), added to each of its lifetimes, the server time (ms) after which mode 's'
+--       displaces nobody (none: displace; the caller stops waiting for this answer then)
 -- Returns {1, fence, run id, slot}               granted (fence as a decimal string, exact over 64
 --                                                bits; the server's run id, which changes with every
 --                                                restart and tells two spellings of one server apart)
 --         {0, pttl, host, pid, command, run id, ticket, ahead, waiting, note, interval ms,
---          {{slot, host, pid, command, note}, ...}, hint ms}
+--          {{slot, host, pid, command, note}, ...}, hint ms, server time ms}
 --                                                no slot for us (pttl: the soonest a slot frees), or
 --                                                live waiters are queued ahead (ticket '' when the
 --                                                caller is not queued; interval: when to heartbeat;
 --                                                then every holder of a semaphore, N > 1; hint:
 --                                                come back within it, a waiter ahead is pending,
 --                                                0 = none)
---         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms, hint ms}
+--         {2, remaining quarantine ms, run id, uptime s, ticket, ahead, waiting, interval ms, hint ms,
+--          server time ms}
 --                                                this node started too recently to vote
 --         {3, the limit in use, host, pid, command, run id, 'peer' when held by a client that is
 --          not lockctl}                          the name is used with another limit
@@ -195,44 +197,102 @@ end
 -- Queue: `ahead` counts the live waiters before this caller. A caller with a ticket (Redlock: the
 -- maximum over the nodes) is placed by it on every node, so that every node orders alike.
 if id ~= '' then
+  -- The records of displaced waiters live a minute each (`until`, server ms). The hash's field ''
+  -- holds the soonest `until`: once it passes, the expired records go.
+  local soonest = tonumber(redis.call('HGET', KEYS[9], '') or '')
+  if soonest and soonest <= now_ms then
+    local all = redis.call('HGETALL', KEYS[9])
+    local gone, left = {}, nil
+    for i = 1, #all, 2 do
+      if all[i] ~= '' then
+        local ok, r = pcall(cjson.decode, all[i + 1])
+        local till = ok and type(r) == 'table' and tonumber(r['until'])
+        if till and till <= now_ms then
+          gone[#gone + 1] = all[i]
+        elseif till and (not left or till < left) then
+          left = till
+        end
+      end
+    end
+    if #gone > 0 then
+      redis.call('HDEL', KEYS[9], unpack(gone))
+    end
+    if left then
+      redis.call('HSET', KEYS[9], '', left)
+    else
+      redis.call('HDEL', KEYS[9], '')
+    end
+  end
   local by = redis.call('HGET', KEYS[9], id)
   if by then
-    return {4, by, run_id()}
+    -- Displaced here by a superseder that comes before the caller in the order every node agrees
+    -- on (by ticket, then id): a node that saw the caller arrive first, before either carried its
+    -- ticket here. Two superseders at once would each displace the other on some node; only the
+    -- later one's displacement stands, and the caller is put back at its ticket below.
+    local ok, r = pcall(cjson.decode, by)
+    local t = ok and type(r) == 'table' and r.ticket
+    if ticket ~= '' and type(t) == 'string'
+        and (less(t, ticket) or (t == ticket and type(r.id) == 'string' and r.id < id)) then
+      redis.call('HDEL', KEYS[9], id)
+    else
+      return {4, by, run_id()}
+    end
   end
 end
 local queued = false
 if id ~= '' and mode ~= 'n' then
   local score = redis.call('ZSCORE', KEYS[5], id)
-  -- --supersede: the waiters below this score here are displaced.
+  -- --supersede: the waiters below this score here are displaced. Taken before the carried ticket
+  -- lowers the caller's score: a node that ran the caller's first attempt late (stopped meanwhile)
+  -- gave it a ticket above the carried one, and the waiters between the two came here after it.
+  -- The carried ticket bounds it too, so that the caller itself (now at that ticket) and those
+  -- placed above it everywhere are never below the bound.
   local bound
   if score then
     queued = true
     bound = score
     if ticket ~= '' and score ~= ticket then
       redis.call('ZADD', KEYS[5], 'XX', ticket, id)
+      if less(ticket, score) then
+        bound = ticket
+      end
     end
   end
   if ticket ~= '' and less(redis.call('GET', KEYS[8]) or '0', ticket) then
     redis.call('SET', KEYS[8], ticket)
   end
   if mode == 's' and not queued and ticket == '' then
+    -- An older client's first attempt (this one sends 's' only once queued): queued below.
     ticket = new_ticket()
     bound = ticket
   end
-  if mode == 's' and bound then
-    -- --supersede, sent only when no refusal can end the attempt any more: on one node in this
-    -- call (the refusals above come first), on Redlock in the round after a quorum queued or
-    -- granted the caller (docs/queue.md). The waiters queued here before it stop waiting and learn
-    -- who displaced them: those below its score as this node gave it (later arrivals here have
-    -- higher ones). A node where it is not queued although it carries a ticket (put back after a
-    -- restart, or its grant here was rolled back) displaces nobody.
-    local older = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. bound)
+  -- Past the caller's deadline it no longer waits for this answer: it may have given up since (a
+  -- stopped node runs what its socket buffered when it resumes), so it displaces nobody.
+  local late = ARGV[20] and ARGV[20] ~= '' and now_ms > tonumber(ARGV[20])
+  if mode == 's' and bound and not late then
+    -- --supersede, sent only once a quorum (one node: the node) queued or granted the caller in an
+    -- earlier attempt, so that an attempt refused anywhere displaces nobody (docs/queue.md). The
+    -- waiters queued here before it stop waiting and learn who displaced them: those below the
+    -- bound. A node where it is not queued (put back after a restart, or its grant here was
+    -- rolled back) displaces nobody.
+    local older = {}
+    for _, w in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. bound)) do
+      if w ~= id then
+        older[#older + 1] = w
+      end
+    end
     if #older > 0 then
-      local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note})
+      local till = now_ms + 60000
+      local by = cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6], note = note,
+        ['until'] = till, ticket = ticket ~= '' and ticket or bound, id = id})
       for _, w in ipairs(older) do
         redis.call('HSET', KEYS[9], w, by)
         redis.call('PUBLISH', wake .. '\031' .. w, 'superseded')
       end
+      if not redis.call('HGET', KEYS[9], '') then
+        redis.call('HSET', KEYS[9], '', till)
+      end
+      -- The hash goes with its newest record.
       redis.call('PEXPIRE', KEYS[9], 60000)
       redis.call('ZREM', KEYS[5], unpack(older))
       redis.call('ZREM', KEYS[6], unpack(older))
@@ -342,6 +402,7 @@ if ahead >= free or not pick or quarantined then
     table.insert(quarantined, waiting)
     table.insert(quarantined, interval)
     table.insert(quarantined, hint)
+    table.insert(quarantined, now_ms)
     return quarantined
   end
   -- A semaphore's busy message names every holder.
@@ -355,10 +416,10 @@ if ahead >= free or not pick or quarantined then
   local h = busy_token and holder_of(busy_slot or 1, busy_token)
   if not h then
     return {0, busy_pttl or -2, '', '', '', run_id(), ticket, ahead, waiting, '', interval, holders,
-      hint}
+      hint, now_ms}
   end
   return {0, busy_pttl, h[2] or '', h[3] or '', h[4] or '', run_id(), ticket, ahead, waiting,
-    h[6] or '', interval, holders, hint}
+    h[6] or '', interval, holders, hint, now_ms}
 end
 
 -- Granted: the caller leaves the queue; the last one out takes the queue's keys along. Its place is
