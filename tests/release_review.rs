@@ -63,26 +63,31 @@ fn relay(client: TcpStream, server: TcpStream) {
 }
 
 fn faulty(client: TcpStream, server: TcpStream, fault: Fault, made: Arc<AtomicBool>) {
-    let armed = Arc::new(AtomicBool::new(false));
+    match fault {
+        Fault::CutTheReply => proxy::cut_the_scripts_reply(
+            client,
+            server,
+            || {},
+            move || made.store(true, Ordering::SeqCst),
+        ),
+        Fault::DropTheScript => drop_the_script(client, server, made),
+    }
+}
+
+/// Relays `client` to `server` until a script comes, then closes both without sending it.
+fn drop_the_script(client: TcpStream, server: TcpStream, made: Arc<AtomicBool>) {
     let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    let (arm, dropped) = (Arc::clone(&armed), Arc::clone(&made));
     let (c_close, s_close) = (client.try_clone().unwrap(), server.try_clone().unwrap());
     std::thread::spawn(move || {
         let mut seen = Vec::new();
         let mut buf = [0u8; 16384];
         while let Ok(n @ 1..) = c_in.read(&mut buf) {
             seen.extend_from_slice(&buf[..n]);
-            let script = seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
-                || seen.windows(13).any(|w| w == b"$7\r\nEVALSHA\r\n");
-            if script {
-                if let Fault::DropTheScript = fault {
-                    dropped.store(true, Ordering::SeqCst);
-                    let _ = c_close.shutdown(Shutdown::Both);
-                    let _ = s_close.shutdown(Shutdown::Both);
-                    return;
-                }
-                // Set before the script reaches the server, hence before its reply can come.
-                arm.store(true, Ordering::SeqCst);
+            if proxy::holds_a_script(&seen) {
+                made.store(true, Ordering::SeqCst);
+                let _ = c_close.shutdown(Shutdown::Both);
+                let _ = s_close.shutdown(Shutdown::Both);
+                return;
             }
             if s_out.write_all(&buf[..n]).is_err() {
                 break;
@@ -92,18 +97,7 @@ fn faulty(client: TcpStream, server: TcpStream, fault: Fault, made: Arc<AtomicBo
     });
     std::thread::spawn(move || {
         let (mut s_in, mut c_out) = (server, client);
-        let mut buf = [0u8; 16384];
-        while let Ok(n @ 1..) = s_in.read(&mut buf) {
-            if armed.load(Ordering::SeqCst) {
-                made.store(true, Ordering::SeqCst);
-                let _ = c_out.shutdown(Shutdown::Both);
-                let _ = s_in.shutdown(Shutdown::Both);
-                return;
-            }
-            if c_out.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
+        let _ = std::io::copy(&mut s_in, &mut c_out);
         let _ = c_out.shutdown(Shutdown::Write);
     });
 }

@@ -44,6 +44,26 @@ fn queued_everywhere(on: &[&Server], name: &str, count: u64) {
     assert!(ok, "{count} waiter(s) not queued on every node");
 }
 
+/// `name` held on every node of `s` and a waiter W queued behind the holder on each, lockctl given
+/// a node timeout of `timeout` (a stopped node costs a command that long, no more). Returns that
+/// lockctl, the holder's token and W.
+fn held_with_a_waiter<'a>(
+    s: &'a Servers,
+    name: &str,
+    timeout: &'static str,
+) -> (impl Fn() -> Command + 'a, String, Child) {
+    let lc = move || {
+        let mut c = s.lockctl();
+        c.env("LOCKCTL_NODE_TIMEOUT", timeout);
+        c
+    };
+    let token = support::queue::hold(&mut lc(), name);
+    let w = acquirer(lc(), name, &[]);
+    let all: Vec<&Server> = s.0.iter().collect();
+    queued_everywhere(&all, name, 1);
+    (lc, token, w)
+}
+
 fn fence_of(o: &Output) -> Option<u64> {
     stdout(o).strip_prefix("fence ")?.parse().ok()
 }
@@ -246,14 +266,7 @@ fn redlock_lapse(partial: bool) {
     let s = Servers::start(3);
     let all: Vec<&Server> = s.0.iter().collect();
     let name = "lapse";
-    let lc = || {
-        let mut c = s.lockctl();
-        c.env("LOCKCTL_NODE_TIMEOUT", "2s");
-        c
-    };
-    let token = support::queue::hold(&mut lc(), name);
-    let w = acquirer(lc(), name, &[]);
-    queued_everywhere(&all, name, 1);
+    let (lc, token, w) = held_with_a_waiter(&s, name, "2s");
     if partial {
         s[2].pause();
     }
@@ -367,14 +380,7 @@ fn a_superseder_never_displaces_itself() {
     let s = Servers::start(3);
     let all: Vec<&Server> = s.0.iter().collect();
     let name = "self";
-    let lc = || {
-        let mut c = s.lockctl();
-        c.env("LOCKCTL_NODE_TIMEOUT", "1s");
-        c
-    };
-    let token = support::queue::hold(&mut lc(), name);
-    let w = acquirer(lc(), name, &[]);
-    queued_everywhere(&all, name, 1);
+    let (lc, token, w) = held_with_a_waiter(&s, name, "1s");
     s[2].pause();
     let sup = acquirer(lc(), name, &["--supersede", "--note", "S"]);
     let sup_pid = sup.id();
@@ -649,14 +655,7 @@ fn a_superseder_that_fails_after_a_node_stopped_between_its_attempts_displaces_n
     let s = Servers::start(3);
     let all: Vec<&Server> = s.0.iter().collect();
     let name = "between";
-    let lc = || {
-        let mut c = s.lockctl();
-        c.env("LOCKCTL_NODE_TIMEOUT", "2s");
-        c
-    };
-    let token = support::queue::hold(&mut lc(), name);
-    let w = acquirer(lc(), name, &[]);
-    queued_everywhere(&all, name, 1);
+    let (lc, token, w) = held_with_a_waiter(&s, name, "2s");
     s[2].pause();
     let sup = acquirer(lc(), name, &["--supersede", "-w", "6s"]);
     assert!(
@@ -698,14 +697,7 @@ fn a_displacing_attempt_run_late_displaces_nobody_on_redlock() {
     let s = Servers::start(3);
     let all: Vec<&Server> = s.0.iter().collect();
     let name = "late";
-    let lc = || {
-        let mut c = s.lockctl();
-        c.env("LOCKCTL_NODE_TIMEOUT", "2s");
-        c
-    };
-    let token = support::queue::hold(&mut lc(), name);
-    let w = acquirer(lc(), name, &[]);
-    queued_everywhere(&all, name, 1);
+    let (lc, token, w) = held_with_a_waiter(&s, name, "2s");
     let w_id = members(&s[0], name).remove(0);
     s[2].pause();
     let sup = acquirer(lc(), name, &["--supersede", "-w", "6s"]);

@@ -11,7 +11,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -306,7 +306,14 @@ fn faulty_proxy_with(
             let Ok(client) = client else { return };
             match plan.get(i) {
                 Some(Fault::CutTheScriptsReply) => {
-                    cut_the_scripts_reply(client, upstream, &made, before.take())
+                    let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+                    let (before, made) = (before.take(), Arc::clone(&made));
+                    proxy::cut_the_scripts_reply(
+                        client,
+                        server,
+                        move || before.map_or((), |before| before()),
+                        move || made.lock().unwrap().push("the script's reply cut"),
+                    )
                 }
                 Some(Fault::Close) => {
                     made.lock().unwrap().push("closed before the handshake");
@@ -317,54 +324,6 @@ fn faulty_proxy_with(
         }
     });
     (port, faults)
-}
-
-fn cut_the_scripts_reply(
-    client: TcpStream,
-    upstream: u16,
-    faults: &Arc<Mutex<Vec<&'static str>>>,
-    mut before: Option<Box<dyn FnOnce() + Send>>,
-) {
-    let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
-    let armed = Arc::new(AtomicBool::new(false));
-    let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    let arm = Arc::clone(&armed);
-    std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 16384];
-        while let Ok(n @ 1..) = c_in.read(&mut buf) {
-            seen.extend_from_slice(&buf[..n]);
-            // Set before the command reaches the server, hence before its reply can come back.
-            if seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
-                || seen.windows(13).any(|w| w == b"$7\r\nEVALSHA\r\n")
-            {
-                arm.store(true, Ordering::SeqCst);
-                if let Some(before) = before.take() {
-                    before();
-                }
-            }
-            if s_out.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-    });
-    let faults = Arc::clone(faults);
-    std::thread::spawn(move || {
-        let (mut s_in, mut c_out) = (server, client);
-        let mut buf = [0u8; 16384];
-        while let Ok(n @ 1..) = s_in.read(&mut buf) {
-            if armed.load(Ordering::SeqCst) {
-                faults.lock().unwrap().push("the script's reply cut");
-                let _ = c_out.shutdown(Shutdown::Both);
-                let _ = s_in.shutdown(Shutdown::Both);
-                return;
-            }
-            if c_out.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-        let _ = c_out.shutdown(Shutdown::Write);
-    });
 }
 
 /// `acquire cut -n` in database 1 of `s` through `port`, after the scripts were loaded on `s`

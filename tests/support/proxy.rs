@@ -130,3 +130,58 @@ fn parse_command(b: &[u8]) -> Option<(String, usize)> {
     words[0].make_ascii_uppercase();
     Some((words.join(" "), at))
 }
+
+/// Whether `seen`, a client's bytes so far, hold a script command (`EVAL`, `EVALSHA`).
+pub fn holds_a_script(seen: &[u8]) -> bool {
+    seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
+        || seen.windows(13).any(|w| w == b"$7\r\nEVALSHA\r\n")
+}
+
+/// Relays `client` to `server` and, once a script (`EVAL`, `EVALSHA`) has gone by, cuts both at
+/// the server's next bytes: the script runs, its reply is lost with the connection. `before` runs
+/// once, when the script has come and before it goes on to the server; `cut` when the cut is made.
+pub fn cut_the_scripts_reply(
+    client: TcpStream,
+    server: TcpStream,
+    before: impl FnOnce() + Send + 'static,
+    cut: impl FnOnce() + Send + 'static,
+) {
+    let armed = Arc::new(AtomicBool::new(false));
+    let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let arm = Arc::clone(&armed);
+    std::thread::spawn(move || {
+        let mut before = Some(before);
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = c_in.read(&mut buf) {
+            seen.extend_from_slice(&buf[..n]);
+            if holds_a_script(&seen) {
+                // Set before the script reaches the server, hence before its reply can come.
+                arm.store(true, Ordering::SeqCst);
+                if let Some(before) = before.take() {
+                    before();
+                }
+            }
+            if s_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = s_out.shutdown(Shutdown::Write);
+    });
+    std::thread::spawn(move || {
+        let (mut s_in, mut c_out) = (server, client);
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = s_in.read(&mut buf) {
+            if armed.load(Ordering::SeqCst) {
+                cut();
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+                return;
+            }
+            if c_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = c_out.shutdown(Shutdown::Write);
+    });
+}
