@@ -25,8 +25,8 @@ const AOF: [&str; 6] = [
 /// lockctl on `s`, with a node timeout of 2 s: every write fsyncs, and on a loaded machine one
 /// outlasted the default 500 ms; that grant, run late, then held the name for its 60 s TTL against
 /// the same acquire's next attempt (most likely the rollback sent behind it was lost with its
-/// connection, the
-/// open case of `slots_review5.rs` `a_late_answer_of_a_stopped_node_leaves_nothing_after_a_refusal`).
+/// connection, the open case of `slots_review5.rs`
+/// `a_late_answer_of_a_stopped_node_leaves_nothing_after_a_refusal`).
 fn on(s: &Server) -> Command {
     let mut c = lockctl_on(s);
     c.env("LOCKCTL_NODE_TIMEOUT", "2s");
