@@ -1190,10 +1190,9 @@ impl Engine {
         // This call's own id, the same on its resend: only its own first send's record answers it.
         let id = new_token();
         let [a, b, c, d, e, f] = release_args(keys, token, &front_ms);
-        let first = [a, b, c, d, e, f, "", &keep_ms, "", &id];
-        let again = [a, b, c, d, e, f, "", &keep_ms, "1", &id];
+        let args = [a, b, c, d, e, f, "", &keep_ms, &id];
         let results = quorum::all(&mut self.nodes, |_, node| {
-            node.eval_again("release", &RELEASE, &key_list, &first, &again)
+            node.eval("release", &RELEASE, &key_list, &args)
         });
         // Every key of the token is gone; the release held a lease only if one slot had a quorum.
         let (_, released, answered, failures) = tally_slots(results);

@@ -25,9 +25,9 @@
 //! `lockctl release` given a token) or an eviction. What is decided is whether the first send ran
 //! on the data the second one finds, and the server keeps that itself: a release that deletes our
 //! keys records which slots, under the token, for a little longer than the call can last
-//! (`release.lua`), and only the second send ([`Node::eval_again`]) reads the record back, as the
-//! answer the first send got. The record holds the release call's own random id, which the second
-//! send carries too, and answers only a send with that id: the token alone cannot tell this call's
+//! (`release.lua`), and a send that finds nothing of ours reads the record back, as the answer the
+//! first send got. The record holds the release call's own random id, which the second send
+//! carries too, and answers only a send with that id (so a first send never finds one): the token alone cannot tell this call's
 //! first send from an earlier release of the same token (`lockctl release --token T` run twice, a
 //! job releasing through `LOCKCTL_TOKEN`), and a token that holds nothing any more must still be
 //! told so when its second release's reply is cut. A key lost before the release, or with a
@@ -299,20 +299,19 @@ impl Node {
         f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, NodeFailure> {
         let mut f = f;
-        self.call_with(what, false, |c, _, _| (f(c), None))
+        self.call_with(what, false, |c, _| (f(c), None))
     }
 
     /// [`Node::call`]; `durable`: a write that must reach the master's replicas before it counts.
     /// `f` is told which `INFO` it may send right behind its command, in the same write, and return
     /// the reply of (see [`Node::eval`]): all of it when the connection is new and its server not yet
     /// checked; the replication section when a durable write goes out on a kept connection, so that
-    /// counting the replicas for `WAIT` costs no round trip of its own. `f` is also told whether this
-    /// is the command sent again after its connection dropped before the reply (see the module docs).
+    /// counting the replicas for `WAIT` costs no round trip of its own.
     fn call_with<T>(
         &mut self,
         what: &str,
         durable: bool,
-        f: impl FnMut(&mut Connection, Along, bool) -> (RedisResult<T>, Option<RedisResult<Value>>),
+        f: impl FnMut(&mut Connection, Along) -> (RedisResult<T>, Option<RedisResult<Value>>),
     ) -> Result<T, NodeFailure> {
         let result = self.exchange(what, durable, f);
         // A count of replicas serves only the call whose write read it: one left by a call that
@@ -326,7 +325,7 @@ impl Node {
         &mut self,
         what: &str,
         durable: bool,
-        mut f: impl FnMut(&mut Connection, Along, bool) -> (RedisResult<T>, Option<RedisResult<Value>>),
+        mut f: impl FnMut(&mut Connection, Along) -> (RedisResult<T>, Option<RedisResult<Value>>),
     ) -> Result<T, NodeFailure> {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
@@ -367,9 +366,7 @@ impl Node {
                     run_by(&mut c, deadline, &mut |c: &mut Connection| {
                         redis::cmd("ASKING").query::<()>(c)
                     })
-                    .and_then(|_| {
-                        run_by(&mut c, deadline, &mut |c| f(c, Along::Nothing, resent).0)
-                    }),
+                    .and_then(|_| run_by(&mut c, deadline, &mut |c| f(c, Along::Nothing).0)),
                     true,
                     None,
                 ),
@@ -383,7 +380,7 @@ impl Node {
                     };
                     let conn = self.conn.as_mut().expect("connection just opened");
                     let (result, info) = match limit_by(conn, deadline) {
-                        Ok(()) => f(conn, along, resent),
+                        Ok(()) => f(conn, along),
                         Err(e) => (Err(e), None),
                     };
                     if along == Along::Replication {
@@ -699,22 +696,9 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, NodeFailure> {
-        self.eval_again(what, script, keys, args, args)
-    }
-
-    /// [`Node::eval`], with `again` for the arguments when the script is sent again after its
-    /// connection dropped before the reply: a release asks there for its first send's record.
-    pub fn eval_again(
-        &mut self,
-        what: &str,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        again: &[&str],
-    ) -> Result<Value, NodeFailure> {
         let durable = super::is_durable(script);
         let source = super::script_source(script);
-        let eval_source = |conn: &mut Connection, args: &[&str], e: RedisError| match source {
+        let eval_source = |conn: &mut Connection, e: RedisError| match source {
             Some(source) => redis::cmd("EVAL")
                 .arg(source)
                 .arg(keys.len())
@@ -723,12 +707,9 @@ impl Node {
                 .query(conn),
             None => Err(e),
         };
-        let result = self.call_with(what, durable, |conn, along, resent| {
-            let args = if resent { again } else { args };
+        let result = self.call_with(what, durable, |conn, along| {
             if along != Along::Nothing {
-                return evalsha_then_info(conn, script, keys, args, along, |c, e| {
-                    eval_source(c, args, e)
-                });
+                return evalsha_then_info(conn, script, keys, args, along, eval_source);
             }
             let evalsha = redis::cmd("EVALSHA")
                 .arg(script.get_hash())
@@ -739,7 +720,7 @@ impl Node {
             let result = match evalsha {
                 // A server that never saw the script (new, restarted, flushed): its source, which
                 // also caches it there, in one round trip rather than `SCRIPT LOAD` and a retry.
-                Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, args, e),
+                Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, e),
                 other => other,
             };
             (result, None)

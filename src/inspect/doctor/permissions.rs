@@ -96,7 +96,6 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                 &crate::lock::ALIVE_MS,
                 "",
                 "1000",
-                "",
                 &id,
             ],
         )

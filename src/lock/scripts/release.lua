@@ -8,8 +8,7 @@
 --       channel prefix, a waiter's lifetime at the front of the queue in ms (the caller's slack
 --       counted), '1' for the rollback of a grant that lost (optional): the waiter goes back to the
 --       place in the queue its grant took it from (the holder record keeps it, `queued`); the
---       record's lifetime in ms (optional, with KEYS[8]), '1' when this is the same release sent
---       again after its first send's reply was lost (optional), this release call's own random id
+--       record's lifetime in ms (optional, with KEYS[8]), this release call's own random id
 --       (optional, with KEYS[8]; the same on its resend)
 -- Returns the slots whose key held our token and was deleted (empty: not ours; expired, broken, taken).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
@@ -20,9 +19,10 @@
 -- little longer than the client waits for the reply: the client sends a release again when the
 -- connection drops before the reply, and the second send finds the first one's deletion; the record
 -- (set by the first send, in this server's data) answers it as the first send did (see node.rs).
--- Only a record with the resend's own id counts: the token alone cannot tell this call's first send
+-- Only a record with the call's own id counts: the token alone cannot tell this call's first send
 -- from an earlier release of the same token (`lockctl release --token T` run twice), whose record
--- must not make a token that holds nothing any more look released. Nothing but a send of this call
+-- must not make a token that holds nothing any more look released. No send needs to say it is a
+-- resend: a first send finds no record with its id, since only a send of the same call writes one. Nothing but a send of this call
 -- that ran here leaves it, so a key lost with a restart, broken, or expired is still "not ours".
 local token = ARGV[1]
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
@@ -45,10 +45,10 @@ for i = 2, n or 1 do
   end
 end
 if #deleted == 0 then
-  if ARGV[9] == '1' then
+  if KEYS[8] then
     local done = redis.call('GET', KEYS[8])
     local id, slots = string.match(done or '', '^([^:]*):(.*)$')
-    if id and id ~= '' and id == ARGV[10] then
+    if id and id ~= '' and id == ARGV[9] then
       for s in string.gmatch(slots, '%d+') do
         deleted[#deleted + 1] = tonumber(s)
       end
@@ -57,7 +57,7 @@ if #deleted == 0 then
   return deleted
 end
 if tonumber(ARGV[8] or '') then
-  redis.call('SET', KEYS[8], (ARGV[10] or '') .. ':' .. table.concat(deleted, ','), 'PX', ARGV[8])
+  redis.call('SET', KEYS[8], (ARGV[9] or '') .. ':' .. table.concat(deleted, ','), 'PX', ARGV[8])
 end
 redis.call('PUBLISH', ARGV[2], 'released')
 -- free: the number of free slots.
