@@ -171,10 +171,10 @@ impl Place {
     /// `quorum`: true when it should send its next attempt at once, the one that displaces. The
     /// waiters queued before it are displaced only in a round after a quorum took it in, so that
     /// an attempt refused by a majority (a peer's key, another `--limit`, too few nodes reached)
-    /// displaces nobody on the others, nor one that a stopped node runs after the waiter gave up. The displacing round done on a quorum, it waits as
-    /// any other waiter and displaces nobody again.
-    /// `displacing`: of those, the nodes to which the attempt went in time to displace there (see
-    /// [`Place::displace_until`]).
+    /// displaces nobody on the others, nor one that a stopped node runs after the waiter gave up.
+    /// The displacing round done on a quorum, it waits as any other waiter and displaces nobody
+    /// again. `displacing`: of those, the nodes to which the attempt went in time to displace there
+    /// (see [`Place::displace_until`]).
     pub fn supersede_answered(
         &mut self,
         accepted: usize,
