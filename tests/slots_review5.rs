@@ -714,13 +714,17 @@ fn an_exec_renewal_after_a_restart_leaves_a_peers_key_alone() {
         .unwrap()
         .trim()
         .to_string();
-    for i in 0..3 {
-        assert_eq!(
-            s[i].get("lockctl:pool").as_deref(),
-            Some(token.as_str()),
-            "node {i}"
-        );
-    }
+    // Every node holds it (seen late on node 2 in two CI runs: read again for a while, and show
+    // what node 2 keeps if it never comes).
+    let everywhere = eventually(Duration::from_secs(10), || {
+        (0..3).all(|i| s[i].get("lockctl:pool").as_deref() == Some(token.as_str()))
+    });
+    assert!(
+        everywhere,
+        "token {token}: nodes hold {:?}; node 2 keeps {:?}",
+        (0..3).map(|i| s[i].get("lockctl:pool")).collect::<Vec<_>>(),
+        support::snapshot(&s[2])
+    );
     s[2].restart_empty();
     assert!(peer_set(&s[2], "lockctl:pool", "peer-token", 60_000));
     let restarted = Instant::now();
