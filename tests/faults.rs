@@ -37,13 +37,23 @@ const RUN_BOUND: Duration = Duration::from_secs(75);
 
 /// One critical section. `$DIR` holds the counter, the logs and the SQLite store; `$HOLD` is how
 /// long the section sleeps between reading and writing the counter; `$W` names the worker.
+///
+/// The counter's write and its record in `done` are one step, as a job's commit is: a SIGTERM that
+/// comes during them (a lost lease's, which often lands right at the end of the sleep, as the holder
+/// learns of the loss about when its section ends) is taken once they are over. Without that, the
+/// job killed between the shell's truncating open and its write leaves an empty counter, which the
+/// next section reads as 0, and one killed between the two writes leaves an update without its
+/// record: both look like an overlap that never happened.
 const SECTION: &str = r#"set -eu
 f=$LOCKCTL_FENCE
 echo "$f" >> "$DIR/entered"
 n=$(cat "$DIR/counter")
 sleep "$HOLD"
+trap 'stop=1' TERM
 echo $((n + 1)) > "$DIR/counter"
 echo "$f" >> "$DIR/done"
+trap - TERM
+[ -z "${stop:-}" ] || kill -TERM $$
 r=$(sqlite3 -cmd ".timeout 20000" "$DIR/store.db" "BEGIN IMMEDIATE; INSERT INTO log(fence, worker) SELECT $f, '$W' WHERE $f > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;")
 echo "section fence=$f accepted=$r"
 "#;
