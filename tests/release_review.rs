@@ -43,23 +43,11 @@ fn faulty_proxy(upstream: u16, fault: Fault) -> (u16, Arc<AtomicBool>) {
             if i == 0 {
                 faulty(client, server, fault, Arc::clone(&done));
             } else {
-                relay(client, server);
+                proxy::pass_through(client, server);
             }
         }
     });
     (port, made)
-}
-
-fn relay(client: TcpStream, server: TcpStream) {
-    for (mut from, mut to) in [
-        (client.try_clone().unwrap(), server.try_clone().unwrap()),
-        (server, client),
-    ] {
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut from, &mut to);
-            let _ = to.shutdown(Shutdown::Write);
-        });
-    }
 }
 
 fn faulty(client: TcpStream, server: TcpStream, fault: Fault, made: Arc<AtomicBool>) {

@@ -319,7 +319,12 @@ fn faulty_proxy_with(
                     made.lock().unwrap().push("closed before the handshake");
                     drop(client);
                 }
-                None => relay(client, upstream),
+                None => {
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                        continue;
+                    };
+                    proxy::pass_through(client, server);
+                }
             }
         }
     });
@@ -348,21 +353,6 @@ fn cut_lock(s: &Server) -> (bool, Option<String>) {
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
     let held = redis::cmd("GET").arg("lockctl:cut").query(&mut c).unwrap();
     (keys.iter().any(|k| k.ends_with("fence")), held)
-}
-
-fn relay(client: TcpStream, upstream: u16) {
-    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-        return;
-    };
-    for (mut from, mut to) in [
-        (client.try_clone().unwrap(), server.try_clone().unwrap()),
-        (server, client),
-    ] {
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut from, &mut to);
-            let _ = to.shutdown(Shutdown::Write);
-        });
-    }
 }
 
 /// A script that ran on a node whose reply was lost with its connection, when the node then cannot

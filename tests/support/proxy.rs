@@ -131,6 +131,20 @@ fn parse_command(b: &[u8]) -> Option<(String, usize)> {
     Some((words.join(" "), at))
 }
 
+/// Relays `client` and `server` both ways, a thread each way, passing each side's end of stream on
+/// to the other: a connection without faults.
+pub fn pass_through(client: TcpStream, server: TcpStream) {
+    for (mut from, mut to) in [
+        (client.try_clone().unwrap(), server.try_clone().unwrap()),
+        (server, client),
+    ] {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(Shutdown::Write);
+        });
+    }
+}
+
 /// Whether `seen`, a client's bytes so far, hold a script command (`EVAL`, `EVALSHA`).
 pub fn holds_a_script(seen: &[u8]) -> bool {
     seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
