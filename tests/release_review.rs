@@ -83,11 +83,7 @@ fn drop_the_script(client: TcpStream, server: TcpStream, made: Arc<AtomicBool>) 
         }
         let _ = s_out.shutdown(Shutdown::Write);
     });
-    std::thread::spawn(move || {
-        let (mut s_in, mut c_out) = (server, client);
-        let _ = std::io::copy(&mut s_in, &mut c_out);
-        let _ = c_out.shutdown(Shutdown::Write);
-    });
+    proxy::one_way(server, client);
 }
 
 /// lockctl on `url`, no quarantine (every server here was just started by the test), a node

@@ -552,9 +552,7 @@ impl HoldingProxy {
                     let mut buf = [0u8; 16384];
                     while let Ok(n @ 1..) = c_in.read(&mut buf) {
                         let chunk = &buf[..n];
-                        if chunk.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
-                            || chunk.windows(13).any(|w| w == b"$7\r\nEVALSHA\r\n")
-                        {
+                        if proxy::holds_a_script(chunk) {
                             let _ = up.compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst);
                         }
                         if s_out.write_all(chunk).is_err() {
@@ -631,11 +629,7 @@ fn garbling_proxy(upstream: u16) -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
             let Ok(client) = client else { return };
             count.fetch_add(1, Ordering::SeqCst);
             let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
-            let (mut from, mut to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut from, &mut to);
-                let _ = to.shutdown(Shutdown::Write);
-            });
+            proxy::one_way(client.try_clone().unwrap(), server.try_clone().unwrap());
             let left = Arc::clone(&left);
             std::thread::spawn(move || {
                 let (mut s_in, mut c_out) = (server, client);
