@@ -94,6 +94,18 @@ fn on(url: &str) -> std::process::Command {
     c
 }
 
+/// Starts lockctl with `args` on `url`, no quarantine and a node timeout of `timeout`, its stderr
+/// piped.
+fn spawn_on(url: &str, timeout: &str, args: &[&str]) -> std::process::Child {
+    lockctl()
+        .args(["-r", url, "--quarantine", "0", "--node-timeout", timeout])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Loads the scripts on `s` (database 1) with a grant and its release, so that the first
 /// `EVALSHA` through a proxy runs its script instead of failing NOSCRIPT.
 fn warm_up(direct: &str) {
@@ -293,14 +305,7 @@ fn a_signal_during_a_one_shot_attempt_is_not_lost() {
         &["acquire", "stuck", "-w", "0"][..],
         &["exec", "stuck", "-n", "--", "true"][..],
     ] {
-        let mut c = lockctl();
-        let child = c
-            .args(["-r", &s.url(), "--quarantine", "0", "--node-timeout", "3s"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn_on(&s.url(), "3s", args);
         // Its attempt is under way: the stopped server accepts the connection, never answers.
         std::thread::sleep(Duration::from_millis(700));
         kill(child.id() as i32, libc::SIGTERM);
@@ -337,13 +342,7 @@ fn a_signal_ends_a_wait_while_a_node_call_hangs() {
         &["acquire", "stuck", "-w", "120s"][..],
         &["exec", "stuck", "-w", "120s", "--", "true"][..],
     ] {
-        let child = lockctl()
-            .args(["-r", &s.url(), "--quarantine", "0", "--node-timeout", "30s"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn_on(&s.url(), "30s", args);
         std::thread::sleep(Duration::from_secs(1));
         let sent = Instant::now();
         kill(child.id() as i32, libc::SIGTERM);
