@@ -39,6 +39,15 @@ pub fn report(err: &LockError, busy: Exit) -> Exit {
     err.exit(busy)
 }
 
+/// Reports a failed acquire attempt: a signal that came during it (`signal`) ends the command as at
+/// any other moment, so it is reported as the interruption rather than as the attempt's error.
+pub fn report_failed_attempt(err: LockError, signal: Option<i32>, busy: Exit) -> Exit {
+    report(
+        &signal.map_or(err, |s| LockError::Interrupted(s, None)),
+        busy,
+    )
+}
+
 /// The parent process and its command line: `acquire` exits at once, so its caller (the script that
 /// will hold the lock) is the holder worth naming.
 fn parent_holder() -> Holder {
@@ -85,13 +94,11 @@ pub fn acquire(settings: &Settings, args: &AcquireArgs) -> anyhow::Result<Exit> 
     ) {
         Ok(g) => g,
         Err(e) => {
-            // A signal that came during a failed attempt ends the command as at any other moment.
             let signal = caught
                 .as_mut()
                 .and_then(signals::Caught::first)
                 .or_else(|| wake.pending_signal());
-            let e = signal.map_or(e, |s| LockError::Interrupted(s, None));
-            return Ok(report(&e, busy));
+            return Ok(report_failed_attempt(e, signal, busy));
         }
     };
     if let Some(signal) = caught.as_mut().and_then(signals::Caught::first) {

@@ -390,6 +390,30 @@ fn a_waiter_is_listed_before_any_call_recorded_a_look_at_the_queue() {
     assert!(checked, "status never ran within a stopped waiter's expiry");
 }
 
+/// Asserts that the waiter `w` exits 75, displaced by the superseder of pid `pid` and note "build 3".
+fn displaced_by_build_3(w: Child, pid: u64) {
+    let o = wait_output(w, Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert!(err.contains("superseded"), "{err}");
+    assert!(err.contains(&format!("pid {pid}")), "{err}");
+    assert!(err.contains("note: build 3"), "{err}");
+}
+
+/// Releases "sup", held with `token`, through `lockctl`; asserts that the superseder `c` is then
+/// granted.
+fn granted_after_the_release(mut lockctl: Command, token: &str, c: Child) {
+    let o = run(lockctl.args(["release", "sup", "--token", token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(c, Duration::from_secs(60));
+    assert_eq!(
+        (code(&o), stdout(&o)),
+        (0, "held".to_string()),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// `--supersede` displaces the older waiters, never the holder.
 fn supersede_case(servers: &[&Server], lockctl: impl Fn() -> Command) {
     let token = hold(&mut lockctl(), "sup");
@@ -399,12 +423,7 @@ fn supersede_case(servers: &[&Server], lockctl: impl Fn() -> Command) {
     wait_queued(servers, "sup", 2);
     let c = acquirer(&mut lockctl(), "sup", &["--supersede", "--note", "build 3"]);
     let c_pid = c.id() as u64;
-    let o = wait_output(a, Duration::from_secs(60));
-    let err = stderr(&o);
-    assert_eq!(code(&o), 75, "{err}");
-    assert!(err.contains("superseded"), "{err}");
-    assert!(err.contains(&format!("pid {c_pid}")), "{err}");
-    assert!(err.contains("note: build 3"), "{err}");
+    displaced_by_build_3(a, c_pid);
     let o = wait_output(b, Duration::from_secs(60));
     assert_eq!(code(&o), 3, "-E applies: {}", stderr(&o));
     // The holder is untouched; the superseder alone waits.
@@ -419,15 +438,7 @@ fn supersede_case(servers: &[&Server], lockctl: impl Fn() -> Command) {
         "{:?}",
         status_json(&mut lockctl(), "sup")["waiters"]
     );
-    let o = run(lockctl().args(["release", "sup", "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let o = wait_output(c, Duration::from_secs(60));
-    assert_eq!(
-        (code(&o), stdout(&o)),
-        (0, "held".to_string()),
-        "{}",
-        stderr(&o)
-    );
+    granted_after_the_release(lockctl(), &token, c);
 }
 
 #[test]
@@ -505,21 +516,8 @@ fn a_supersede_displaces_once_a_quorum_takes_it_in() {
     assert_eq!(members(&s[2], "sup").len(), 2);
     s[0].resume();
     s[1].resume();
-    let o = wait_output(w, Duration::from_secs(60));
-    let err = stderr(&o);
-    assert_eq!(code(&o), 75, "{err}");
-    assert!(err.contains("superseded"), "{err}");
-    assert!(err.contains(&format!("pid {c_pid}")), "{err}");
-    assert!(err.contains("note: build 3"), "{err}");
-    let o = run(s.lockctl().args(["release", "sup", "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let o = wait_output(c, Duration::from_secs(60));
-    assert_eq!(
-        (code(&o), stdout(&o)),
-        (0, "held".to_string()),
-        "{}",
-        stderr(&o)
-    );
+    displaced_by_build_3(w, c_pid);
+    granted_after_the_release(s.lockctl(), &token, c);
 }
 
 #[test]

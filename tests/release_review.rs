@@ -43,23 +43,11 @@ fn faulty_proxy(upstream: u16, fault: Fault) -> (u16, Arc<AtomicBool>) {
             if i == 0 {
                 faulty(client, server, fault, Arc::clone(&done));
             } else {
-                relay(client, server);
+                proxy::pass_through(client, server);
             }
         }
     });
     (port, made)
-}
-
-fn relay(client: TcpStream, server: TcpStream) {
-    for (mut from, mut to) in [
-        (client.try_clone().unwrap(), server.try_clone().unwrap()),
-        (server, client),
-    ] {
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut from, &mut to);
-            let _ = to.shutdown(Shutdown::Write);
-        });
-    }
 }
 
 fn faulty(client: TcpStream, server: TcpStream, fault: Fault, made: Arc<AtomicBool>) {
@@ -95,11 +83,7 @@ fn drop_the_script(client: TcpStream, server: TcpStream, made: Arc<AtomicBool>) 
         }
         let _ = s_out.shutdown(Shutdown::Write);
     });
-    std::thread::spawn(move || {
-        let (mut s_in, mut c_out) = (server, client);
-        let _ = std::io::copy(&mut s_in, &mut c_out);
-        let _ = c_out.shutdown(Shutdown::Write);
-    });
+    proxy::one_way(server, client);
 }
 
 /// lockctl on `url`, no quarantine (every server here was just started by the test), a node
@@ -108,6 +92,18 @@ fn on(url: &str) -> std::process::Command {
     let mut c = lockctl();
     c.args(["-r", url, "--quarantine", "0", "--node-timeout", "5s"]);
     c
+}
+
+/// Starts lockctl with `args` on `url`, no quarantine and a node timeout of `timeout`, its stderr
+/// piped.
+fn spawn_on(url: &str, timeout: &str, args: &[&str]) -> std::process::Child {
+    lockctl()
+        .args(["-r", url, "--quarantine", "0", "--node-timeout", timeout])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// Loads the scripts on `s` (database 1) with a grant and its release, so that the first
@@ -309,14 +305,7 @@ fn a_signal_during_a_one_shot_attempt_is_not_lost() {
         &["acquire", "stuck", "-w", "0"][..],
         &["exec", "stuck", "-n", "--", "true"][..],
     ] {
-        let mut c = lockctl();
-        let child = c
-            .args(["-r", &s.url(), "--quarantine", "0", "--node-timeout", "3s"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn_on(&s.url(), "3s", args);
         // Its attempt is under way: the stopped server accepts the connection, never answers.
         std::thread::sleep(Duration::from_millis(700));
         kill(child.id() as i32, libc::SIGTERM);
@@ -353,13 +342,7 @@ fn a_signal_ends_a_wait_while_a_node_call_hangs() {
         &["acquire", "stuck", "-w", "120s"][..],
         &["exec", "stuck", "-w", "120s", "--", "true"][..],
     ] {
-        let child = lockctl()
-            .args(["-r", &s.url(), "--quarantine", "0", "--node-timeout", "30s"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn_on(&s.url(), "30s", args);
         std::thread::sleep(Duration::from_secs(1));
         let sent = Instant::now();
         kill(child.id() as i32, libc::SIGTERM);

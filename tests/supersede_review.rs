@@ -44,6 +44,15 @@ fn queued_everywhere(on: &[&Server], name: &str, count: u64) {
     assert!(ok, "{count} waiter(s) not queued on every node");
 }
 
+/// Holds `name` through `lockctl` and queues a waiter W behind the holder on every node of `on`;
+/// returns the holder's token and W.
+fn with_a_waiter(on: &[&Server], lockctl: impl Fn() -> Command, name: &str) -> (String, Child) {
+    let token = support::queue::hold(&mut lockctl(), name);
+    let w = acquirer(lockctl(), name, &[]);
+    queued_everywhere(on, name, 1);
+    (token, w)
+}
+
 /// `name` held on every node of `s` and a waiter W queued behind the holder on each, lockctl given
 /// a node timeout of `timeout` (a stopped node costs a command that long, no more). Returns that
 /// lockctl, the holder's token and W.
@@ -57,11 +66,15 @@ fn held_with_a_waiter<'a>(
         c.env("LOCKCTL_NODE_TIMEOUT", timeout);
         c
     };
-    let token = support::queue::hold(&mut lc(), name);
-    let w = acquirer(lc(), name, &[]);
     let all: Vec<&Server> = s.0.iter().collect();
-    queued_everywhere(&all, name, 1);
+    let (token, w) = with_a_waiter(&all, lc, name);
     (lc, token, w)
+}
+
+/// Releases `name` held with `token` through `lockctl`; asserts that the release succeeded.
+fn release(mut lockctl: Command, name: &str, token: &str) {
+    let o = run(lockctl.args(["release", name, "--token", token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
 fn fence_of(o: &Output) -> Option<u64> {
@@ -111,8 +124,7 @@ fn two_superseders(
         now, counters,
         "the fencing counter moved while the holder held"
     );
-    let o = run(lockctl().args(["release", name, "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    release(lockctl(), name, &token);
     let a = wait_output(a, Duration::from_secs(60));
     let b = wait_output(b, Duration::from_secs(60));
     (w, [a, b], fence)
@@ -181,6 +193,68 @@ fn members(s: &Server, name: &str) -> Vec<String> {
     s.cmd(&["ZRANGE", &queue_key(name), "0", "-1"])
 }
 
+/// Whether each node of `on` keeps a `superseded` record for `name` (1) or not (0).
+fn records_on(on: &[&Server], name: &str) -> Vec<i64> {
+    on.iter()
+        .map(|n| n.cmd(&["EXISTS", &superseded_key(name)]))
+        .collect()
+}
+
+/// The ids of the waiters each node of `on` records as displaced from `name`'s queue.
+fn displaced_ids(on: &[&Server], name: &str) -> Vec<Vec<String>> {
+    on.iter()
+        .map(|n| n.cmd(&["HKEYS", &superseded_key(name)]))
+        .collect()
+}
+
+/// Asserts that W and a superseder S are queued for `name` on nodes 0 and 1 of `s` within 30 s.
+fn queued_on_0_and_1(s: &Servers, name: &str) {
+    assert!(
+        eventually(Duration::from_secs(30), || members(&s[0], name).len() == 2
+            && members(&s[1], name).len() == 2),
+        "S never queued on nodes 0 and 1"
+    );
+}
+
+/// Asserts that a superseder displaced W from `name`'s queue on nodes 0 and 1 of `s` within 30 s.
+fn displaced_on_0_and_1(s: &Servers, name: &str) {
+    let displaced_on = |n: &Server| n.cmd::<i64>(&["EXISTS", &superseded_key(name)]) == 1;
+    assert!(
+        eventually(Duration::from_secs(30), || displaced_on(&s[0])
+            && displaced_on(&s[1])),
+        "S never displaced W on nodes 0 and 1"
+    );
+}
+
+/// Redlock 3, node 2 stopped while a superseder S (node timeout 1 s) displaces W on nodes 0 and 1:
+/// resumes node 2 once S's displacing attempt has timed out there, asserts that W exits 75, and
+/// returns the ids each node records as displaced once node 2 has run what it buffered.
+fn displaced_once_node_2_resumes(s: &Servers, w: Child, name: &str) -> Vec<Vec<String>> {
+    // The displacing attempt times out on node 2 (1 s) and S waits on as a plain waiter.
+    std::thread::sleep(Duration::from_millis(1500));
+    s[2].resume();
+    let _: String = s[2].cmd(&["PING"]);
+    let w = wait_output(w, Duration::from_secs(60));
+    assert_eq!(code(&w), 75, "W: {}", stderr(&w));
+    std::thread::sleep(Duration::from_secs(2));
+    displaced_ids(&s.0.iter().collect::<Vec<_>>(), name)
+}
+
+/// Redlock 3: node 2 stopped, a `--supersede -w 6s` waiter S started through `lockctl`, node 1
+/// stopped once S is queued on nodes 0 and 1, so that S's displacing attempt is answered by node 0
+/// alone; asserts that S gives up ungranted, then resumes nodes 1 and 2.
+fn given_up_between_its_attempts(s: &Servers, lockctl: Command, name: &str) {
+    s[2].pause();
+    let sup = acquirer(lockctl, name, &["--supersede", "-w", "6s"]);
+    queued_on_0_and_1(s, name);
+    s[1].pause();
+    let o = wait_output(sup, Duration::from_secs(60));
+    eprintln!("S: {:?} {}", o.status, stderr(&o));
+    assert_ne!(o.status.code(), Some(0), "S was granted");
+    s[1].resume();
+    s[2].resume();
+}
+
 /// One node, stopped while a `--supersede` waiter S makes its first attempts: none is answered, so
 /// S never learns that it joined the queue. At the resume the server runs S's buffered attempts,
 /// which queue S. S is then stopped past its lifetime; a plain waiter L queues meanwhile, behind
@@ -196,9 +270,7 @@ fn members(s: &Server, name: &str) -> Vec<String> {
 fn a_superseder_that_never_heard_its_first_answer_displaces_again_after_a_lapse() {
     let s = Server::start();
     let name = "lapse";
-    let token = support::queue::hold(&mut lockctl_on(&s), name);
-    let w = acquirer(lockctl_on(&s), name, &[]);
-    queued_everywhere(&[&s], name, 1);
+    let (token, w) = with_a_waiter(&[&s], || lockctl_on(&s), name);
     let w_id = members(&s, name).remove(0);
     s.pause();
     let sup = acquirer(lockctl_on(&s), name, &["--supersede", "--note", "S"]);
@@ -237,8 +309,7 @@ fn a_superseder_that_never_heard_its_first_answer_displaces_again_after_a_lapse(
     // S's next attempt runs at once; give it time to queue (a generous bound).
     std::thread::sleep(Duration::from_secs(2));
     let records: Vec<String> = s.cmd(&["HKEYS", &superseded_key(name)]);
-    let o = run(lockctl_on(&s).args(["release", name, "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    release(lockctl_on(&s), name, &token);
     let w = wait_output(w, Duration::from_secs(60));
     let l = wait_output(l, Duration::from_secs(60));
     let sup = wait_output(sup, Duration::from_secs(60));
@@ -273,11 +344,7 @@ fn redlock_lapse(partial: bool) {
     let sup = acquirer(lc(), name, &["--supersede", "--note", "S", "-v"]);
     let sup_pid = sup.id() as i32;
     if partial {
-        assert!(
-            eventually(Duration::from_secs(30), || members(&s[0], name).len() == 2
-                && members(&s[1], name).len() == 2),
-            "S never queued on nodes 0 and 1"
-        );
+        queued_on_0_and_1(&s, name);
         s[1].pause();
         // The displacing attempt reaches node 0 and times out on the others.
         assert!(
@@ -329,8 +396,7 @@ fn redlock_lapse(partial: bool) {
     );
     kill(sup_pid, libc::SIGCONT);
     std::thread::sleep(Duration::from_secs(3));
-    let o = run(lc().args(["release", name, "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    release(lc(), name, &token);
     let l = wait_output(l, Duration::from_secs(60));
     let sup = wait_output(sup, Duration::from_secs(60));
     eprintln!("L: {:?} {}", l.status, stderr(&l));
@@ -378,33 +444,16 @@ fn a_superseder_whose_displacing_attempt_reached_one_node_displaces_again_after_
 #[test]
 fn a_superseder_never_displaces_itself() {
     let s = Servers::start(3);
-    let all: Vec<&Server> = s.0.iter().collect();
     let name = "self";
     let (lc, token, w) = held_with_a_waiter(&s, name, "1s");
     s[2].pause();
     let sup = acquirer(lc(), name, &["--supersede", "--note", "S"]);
     let sup_pid = sup.id();
-    let displaced_on = |n: &Server| n.cmd::<i64>(&["EXISTS", &superseded_key(name)]) == 1;
-    assert!(
-        eventually(Duration::from_secs(30), || displaced_on(&s[0])
-            && displaced_on(&s[1])),
-        "S never displaced W on nodes 0 and 1"
-    );
+    displaced_on_0_and_1(&s, name);
     let sup_id = members(&s[0], name);
     assert_eq!(sup_id.len(), 1, "S alone queued on node 0: {sup_id:?}");
-    // The displacing attempt times out on node 2 (1 s) and S waits on as a plain waiter.
-    std::thread::sleep(Duration::from_millis(1500));
-    s[2].resume();
-    let _: String = s[2].cmd(&["PING"]);
-    let w = wait_output(w, Duration::from_secs(60));
-    assert_eq!(code(&w), 75, "W: {}", stderr(&w));
-    std::thread::sleep(Duration::from_secs(2));
-    let records: Vec<Vec<String>> = all
-        .iter()
-        .map(|n| n.cmd(&["HKEYS", &superseded_key(name)]))
-        .collect();
-    let o = run(lc().args(["release", name, "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let records = displaced_once_node_2_resumes(&s, w, name);
+    release(lc(), name, &token);
     let sup = wait_output(sup, Duration::from_secs(60));
     eprintln!(
         "S {sup_pid} ({}): {:?} {}",
@@ -461,9 +510,7 @@ fn given_up_during_a_stall(n: usize, stopped: usize, how: GiveUp) {
     let s = Servers::start(n);
     let all: Vec<&Server> = s.0.iter().collect();
     let name = "gaveup";
-    let token = support::queue::hold(&mut s.lockctl(), name);
-    let w = acquirer(s.lockctl(), name, &[]);
-    queued_everywhere(&all, name, 1);
+    let (token, w) = with_a_waiter(&all, || s.lockctl(), name);
     let w_id = members(&s[0], name);
     for node in &all[..stopped] {
         node.pause();
@@ -486,13 +533,9 @@ fn given_up_during_a_stall(n: usize, stopped: usize, how: GiveUp) {
     }
     // W heartbeats (1 s) meanwhile: it would have learned of a displacement.
     std::thread::sleep(Duration::from_secs(3));
-    let records: Vec<i64> = all
-        .iter()
-        .map(|n| n.cmd(&["EXISTS", &superseded_key(name)]))
-        .collect();
+    let records = records_on(&all, name);
     let queues: Vec<Vec<String>> = all.iter().map(|n| members(n, name)).collect();
-    let r = run(s.lockctl().args(["release", name, "--token", &token]));
-    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    release(s.lockctl(), name, &token);
     let w = wait_output(w, Duration::from_secs(60));
     assert_eq!(
         records,
@@ -656,26 +699,10 @@ fn a_superseder_that_fails_after_a_node_stopped_between_its_attempts_displaces_n
     let all: Vec<&Server> = s.0.iter().collect();
     let name = "between";
     let (lc, token, w) = held_with_a_waiter(&s, name, "2s");
-    s[2].pause();
-    let sup = acquirer(lc(), name, &["--supersede", "-w", "6s"]);
-    assert!(
-        eventually(Duration::from_secs(30), || members(&s[0], name).len() == 2
-            && members(&s[1], name).len() == 2),
-        "S never queued on nodes 0 and 1"
-    );
-    s[1].pause();
-    let o = wait_output(sup, Duration::from_secs(60));
-    eprintln!("S: {:?} {}", o.status, stderr(&o));
-    assert_ne!(o.status.code(), Some(0), "S was granted");
-    s[1].resume();
-    s[2].resume();
+    given_up_between_its_attempts(&s, lc(), name);
     std::thread::sleep(Duration::from_secs(3));
-    let records: Vec<i64> = all
-        .iter()
-        .map(|n| n.cmd(&["EXISTS", &superseded_key(name)]))
-        .collect();
-    let r = run(lc().args(["release", name, "--token", &token]));
-    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let records = records_on(&all, name);
+    release(lc(), name, &token);
     let w = wait_output(w, Duration::from_secs(60));
     eprintln!("W: {:?} {}", w.status, stderr(&w));
     assert_eq!(
@@ -699,30 +726,14 @@ fn a_displacing_attempt_run_late_displaces_nobody_on_redlock() {
     let name = "late";
     let (lc, token, w) = held_with_a_waiter(&s, name, "2s");
     let w_id = members(&s[0], name).remove(0);
-    s[2].pause();
-    let sup = acquirer(lc(), name, &["--supersede", "-w", "6s"]);
-    assert!(
-        eventually(Duration::from_secs(30), || members(&s[0], name).len() == 2
-            && members(&s[1], name).len() == 2),
-        "S never queued on nodes 0 and 1"
-    );
-    s[1].pause();
-    let o = wait_output(sup, Duration::from_secs(60));
-    eprintln!("S: {:?} {}", o.status, stderr(&o));
-    assert_ne!(o.status.code(), Some(0), "S was granted");
-    s[1].resume();
-    s[2].resume();
+    given_up_between_its_attempts(&s, lc(), name);
     for n in &all[1..] {
         let _: String = n.cmd(&["PING"]);
     }
     // What the nodes buffered has run (a generous bound, not a measure).
     std::thread::sleep(Duration::from_secs(1));
-    let records: Vec<i64> = all
-        .iter()
-        .map(|n| n.cmd(&["EXISTS", &superseded_key(name)]))
-        .collect();
-    let r = run(lc().args(["release", name, "--token", &token]));
-    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let records = records_on(&all, name);
+    release(lc(), name, &token);
     let w = wait_output(w, Duration::from_secs(60));
     eprintln!(
         "W {w_id}: {:?} {}; records {records:?}",
@@ -759,8 +770,7 @@ fn a_superseded_record_expires_after_a_minute() {
     assert_eq!(code(&o), 75, "S1: {}", stderr(&o));
     std::thread::sleep(Duration::from_secs(70).saturating_sub(displaced.elapsed()));
     let kept: i64 = s.cmd(&["HEXISTS", &superseded_key(name), &w_id]);
-    let r = run(lockctl_on(&s).args(["release", name, "--token", &token]));
-    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    release(lockctl_on(&s), name, &token);
     let o = wait_output(s2, Duration::from_secs(60));
     assert_eq!(code(&o), 0, "S2: {}", stderr(&o));
     assert_eq!(
@@ -790,17 +800,11 @@ fn a_later_waiter_is_never_displaced() {
         c.env("LOCKCTL_NODE_TIMEOUT", timeout);
         c
     };
-    let token = support::queue::hold(&mut lc("1s"), name);
-    let w = acquirer(lc("1s"), name, &[]);
-    queued_everywhere(&all, name, 1);
+    let (token, w) = with_a_waiter(&all, || lc("1s"), name);
     let w_id = members(&s[0], name).remove(0);
     s[2].pause();
     let sup = acquirer(lc("1s"), name, &["--supersede", "--note", "S"]);
-    assert!(
-        eventually(Duration::from_secs(30), || members(&s[0], name).len() == 2
-            && members(&s[1], name).len() == 2),
-        "S never queued on nodes 0 and 1"
-    );
+    queued_on_0_and_1(&s, name);
     let sup_id = members(&s[0], name)
         .into_iter()
         .find(|m| *m != w_id)
@@ -816,24 +820,9 @@ fn a_later_waiter_is_never_displaced() {
         "L never queued"
     );
     let l_id = l_id().unwrap();
-    let displaced_on = |n: &Server| n.cmd::<i64>(&["EXISTS", &superseded_key(name)]) == 1;
-    assert!(
-        eventually(Duration::from_secs(30), || displaced_on(&s[0])
-            && displaced_on(&s[1])),
-        "S never displaced W on nodes 0 and 1"
-    );
-    std::thread::sleep(Duration::from_millis(1500));
-    s[2].resume();
-    let _: String = s[2].cmd(&["PING"]);
-    let w = wait_output(w, Duration::from_secs(60));
-    assert_eq!(code(&w), 75, "W: {}", stderr(&w));
-    std::thread::sleep(Duration::from_secs(2));
-    let records: Vec<Vec<String>> = all
-        .iter()
-        .map(|n| n.cmd(&["HKEYS", &superseded_key(name)]))
-        .collect();
-    let r = run(lc("1s").args(["release", name, "--token", &token]));
-    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    displaced_on_0_and_1(&s, name);
+    let records = displaced_once_node_2_resumes(&s, w, name);
+    release(lc("1s"), name, &token);
     let l = wait_output(l, Duration::from_secs(60));
     let sup = wait_output(sup, Duration::from_secs(60));
     eprintln!("W {w_id}, S {sup_id}, L {l_id}; records {records:?}");

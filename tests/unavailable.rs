@@ -319,7 +319,12 @@ fn faulty_proxy_with(
                     made.lock().unwrap().push("closed before the handshake");
                     drop(client);
                 }
-                None => relay(client, upstream),
+                None => {
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                        continue;
+                    };
+                    proxy::pass_through(client, server);
+                }
             }
         }
     });
@@ -348,21 +353,6 @@ fn cut_lock(s: &Server) -> (bool, Option<String>) {
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
     let held = redis::cmd("GET").arg("lockctl:cut").query(&mut c).unwrap();
     (keys.iter().any(|k| k.ends_with("fence")), held)
-}
-
-fn relay(client: TcpStream, upstream: u16) {
-    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-        return;
-    };
-    for (mut from, mut to) in [
-        (client.try_clone().unwrap(), server.try_clone().unwrap()),
-        (server, client),
-    ] {
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut from, &mut to);
-            let _ = to.shutdown(Shutdown::Write);
-        });
-    }
 }
 
 /// A script that ran on a node whose reply was lost with its connection, when the node then cannot
@@ -562,9 +552,7 @@ impl HoldingProxy {
                     let mut buf = [0u8; 16384];
                     while let Ok(n @ 1..) = c_in.read(&mut buf) {
                         let chunk = &buf[..n];
-                        if chunk.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
-                            || chunk.windows(13).any(|w| w == b"$7\r\nEVALSHA\r\n")
-                        {
+                        if proxy::holds_a_script(chunk) {
                             let _ = up.compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst);
                         }
                         if s_out.write_all(chunk).is_err() {
@@ -641,11 +629,7 @@ fn garbling_proxy(upstream: u16) -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
             let Ok(client) = client else { return };
             count.fetch_add(1, Ordering::SeqCst);
             let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
-            let (mut from, mut to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut from, &mut to);
-                let _ = to.shutdown(Shutdown::Write);
-            });
+            proxy::one_way(client.try_clone().unwrap(), server.try_clone().unwrap());
             let left = Arc::clone(&left);
             std::thread::spawn(move || {
                 let (mut s_in, mut c_out) = (server, client);

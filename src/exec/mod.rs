@@ -36,7 +36,7 @@ use std::sync::{mpsc::Sender, Arc, Mutex};
 use anyhow::Context;
 
 use crate::cli::ExecArgs;
-use crate::commands::{report, wait_policy};
+use crate::commands::{report, report_failed_attempt, wait_policy};
 use crate::config::{check_name, Settings};
 use crate::exit::{Exit, LockError};
 use crate::lock::{Engine, Holder, WaitPolicy, Wake, Wakeup};
@@ -114,13 +114,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         &wake,
     ) {
         Ok(g) => g,
-        Err(e) => {
-            // A signal that came during a failed attempt ends the command as at any other moment.
-            let e = wake
-                .pending_signal()
-                .map_or(e, |s| LockError::Interrupted(s, None));
-            return Ok(report(&e, busy));
-        }
+        Err(e) => return Ok(report_failed_attempt(e, wake.pending_signal(), busy)),
     };
     trace!(
         "acquired '{}' with fence {}; starting {command_line}",

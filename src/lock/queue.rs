@@ -381,33 +381,36 @@ mod tests {
         );
     }
 
+    /// `supersede_answered`'s verdict on an attempt, and the mode the next attempt is sent with.
+    fn answered(
+        p: &mut Place,
+        accepted: usize,
+        displacing: usize,
+        quorum: usize,
+    ) -> (bool, &'static str) {
+        let again = p.supersede_answered(accepted, displacing, quorum);
+        (again, p.mode_arg())
+    }
+
     #[test]
     fn a_superseder_displaces_once_a_quorum_took_it_in() {
         // Redlock 3: it waits as any waiter until two nodes took it in, then displaces.
         let mut p = Place::new(Mode::Supersede, Duration::ZERO);
         assert_eq!(p.mode_arg(), "w");
-        assert!(!p.supersede_answered(1, 0, 2));
-        assert_eq!(p.mode_arg(), "w");
-        assert!(p.supersede_answered(2, 0, 2));
-        assert_eq!(p.mode_arg(), "s");
+        assert_eq!(answered(&mut p, 1, 0, 2), (false, "w"));
+        assert_eq!(answered(&mut p, 2, 0, 2), (true, "s"));
         // The displacing attempt reached one node in time: the next one displaces too.
-        assert!(!p.supersede_answered(3, 1, 2));
-        assert_eq!(p.mode_arg(), "s");
-        assert!(!p.supersede_answered(3, 2, 2));
+        assert_eq!(answered(&mut p, 3, 1, 2), (false, "s"));
+        assert_eq!(answered(&mut p, 3, 2, 2), (false, "w"));
         assert_eq!(p.mode, Mode::Wait);
-        assert_eq!(p.mode_arg(), "w");
         // One node alike: an attempt it never read an answer of displaces nobody.
         let mut one = Place::new(Mode::Supersede, Duration::ZERO);
         assert_eq!(one.mode_arg(), "w");
-        assert!(!one.supersede_answered(0, 0, 1));
-        assert_eq!(one.mode_arg(), "w");
-        assert!(one.supersede_answered(1, 0, 1));
-        assert_eq!(one.mode_arg(), "s");
-        assert!(!one.supersede_answered(1, 1, 1));
-        assert_eq!(one.mode_arg(), "w");
+        assert_eq!(answered(&mut one, 0, 0, 1), (false, "w"));
+        assert_eq!(answered(&mut one, 1, 0, 1), (true, "s"));
+        assert_eq!(answered(&mut one, 1, 1, 1), (false, "w"));
         let mut plain = Place::new(Mode::Wait, Duration::ZERO);
-        assert!(!plain.supersede_answered(3, 3, 2));
-        assert_eq!(plain.mode_arg(), "w");
+        assert_eq!(answered(&mut plain, 3, 3, 2), (false, "w"));
         assert_eq!(Place::new(Mode::Once, Duration::ZERO).mode_arg(), "n");
     }
 

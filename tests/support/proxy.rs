@@ -131,6 +131,21 @@ fn parse_command(b: &[u8]) -> Option<(String, usize)> {
     Some((words.join(" "), at))
 }
 
+/// Copies `from` to `to` on a thread of its own until `from` ends, then passes the end on to `to`.
+pub fn one_way(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from, &mut to);
+        let _ = to.shutdown(Shutdown::Write);
+    });
+}
+
+/// Relays `client` and `server` both ways, a thread each way, passing each side's end of stream on
+/// to the other: a connection without faults.
+pub fn pass_through(client: TcpStream, server: TcpStream) {
+    one_way(client.try_clone().unwrap(), server.try_clone().unwrap());
+    one_way(server, client);
+}
+
 /// Whether `seen`, a client's bytes so far, hold a script command (`EVAL`, `EVALSHA`).
 pub fn holds_a_script(seen: &[u8]) -> bool {
     seen.windows(10).any(|w| w == b"$4\r\nEVAL\r\n")
