@@ -181,11 +181,16 @@ fn a_replica_exits_78_and_names_the_fix() {
         "127.0.0.1",
         &master.port.unwrap().to_string(),
     ]);
+    // Synced as both ends see it: the replica's link is up a moment before its master, which lockctl
+    // asks, lists it online (after the replica's first acknowledgement).
     assert!(
         eventually(std::time::Duration::from_secs(90), || {
             replica
                 .cmd::<String>(&["INFO", "replication"])
                 .contains("master_link_status:up")
+                && master
+                    .cmd::<String>(&["INFO", "replication"])
+                    .contains("state=online")
         }),
         "the replica never synced"
     );
