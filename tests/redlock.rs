@@ -437,7 +437,7 @@ fn quarantine_keeps_restarted_nodes_from_voting() {
 #[test]
 fn a_quarantine_that_alone_blocks_the_quorum_is_named_with_a_node_down() {
     let mut servers = Servers::start(3);
-    wait_out_quarantine(&servers, 5);
+    servers.wait_out_quarantine(5);
     servers[1].restart_empty();
     servers[2].kill();
     let mut c = servers.lockctl();
@@ -979,25 +979,10 @@ fn a_majority_restarted_after_the_grant_ends_the_lease() {
 /// holder's fence; it records the node's new run id, so when the key disappears there again (an
 /// eviction, here a DEL) the renewals leave it gone instead of taking it for another restart. The next
 /// grant, through the restarted node, gets a larger fence.
-/// Waits until every server votes under a quarantine of `secs` seconds (uptime - 1 s >= secs), so
-/// that a grant wins all of them.
-fn wait_out_quarantine(servers: &Servers, secs: u64) {
-    let up = |s: &Server| -> u64 {
-        let info: String = s.cmd(&["INFO", "server"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-            .map_or(0, |u| u.trim().parse().unwrap())
-    };
-    assert!(eventually(Duration::from_secs(secs + 10), || servers
-        .0
-        .iter()
-        .all(|s| up(s) > secs)));
-}
-
 #[test]
 fn renewal_recreates_a_key_lost_in_a_minority_restart_after_its_quarantine() {
     let mut servers = Servers::start(3);
-    wait_out_quarantine(&servers, 3);
+    servers.wait_out_quarantine(3);
     let mut cmd = servers.lockctl();
     cmd.env_remove("LOCKCTL_QUARANTINE").args([
         "-v",
@@ -1051,7 +1036,7 @@ fn renewal_recreates_a_key_lost_in_a_minority_restart_after_its_quarantine() {
 #[test]
 fn renewal_recreates_the_holder_record_with_its_note() {
     let mut servers = Servers::start(3);
-    wait_out_quarantine(&servers, 3);
+    servers.wait_out_quarantine(3);
     let mut cmd = servers.lockctl();
     cmd.env_remove("LOCKCTL_QUARANTINE").args([
         "exec",
@@ -1400,15 +1385,6 @@ fn four_nodes_need_three() {
     assert_eq!(servers[0].get(&key("quad")).as_deref(), Some(FOREIGN));
 }
 
-/// The uptime of a server in whole seconds, as it reports it.
-fn uptime(s: &Server) -> u64 {
-    let info: String = s.cmd(&["INFO", "server"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("uptime_in_seconds in INFO server")
-}
-
 /// The quarantine is the whole period asked, not a part of it: checked once the restarted servers
 /// are several seconds old, a long quarantine still keeps them from voting, and a short one that has
 /// passed lets them. (A check made while the uptime is still 0 cannot tell a full quarantine from
@@ -1422,7 +1398,7 @@ fn quarantine_holds_for_the_whole_period_asked() {
     servers[2].restart_empty();
     assert!(
         eventually(Duration::from_secs(30), || {
-            uptime(&servers[1]) >= 4 && uptime(&servers[2]) >= 4
+            servers[1].uptime() >= 4 && servers[2].uptime() >= 4
         }),
         "the restarted servers never reached 4 s of uptime"
     );
@@ -1510,7 +1486,7 @@ fn recreated_keys_raise_counters_across_a_digit_boundary() {
     assert!(eventually(Duration::from_secs(30), || servers
         .0
         .iter()
-        .all(|s| uptime(s) >= 4)));
+        .all(|s| s.uptime() >= 4)));
     let mut cmd = servers.lockctl();
     cmd.env_remove("LOCKCTL_QUARANTINE").args([
         "exec",

@@ -289,6 +289,16 @@ pub fn server_major_version() -> u32 {
 }
 
 impl Server {
+    /// The server's uptime in whole seconds, as it reports it (`uptime_in_seconds` is floor(now) -
+    /// floor(start), so it can read a second high: lockctl's quarantine counts only `uptime - 1`).
+    pub fn uptime(&self) -> u64 {
+        let info: String = self.cmd(&["INFO", "server"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("uptime_in_seconds in INFO server")
+    }
+
     /// A server on a unix socket that runs DEBUG (POPULATE, SLEEP). Redis 7 refuses DEBUG unless
     /// started with `--enable-debug-command yes`, an option that older servers reject at start-up.
     pub fn with_debug_command() -> Server {
@@ -358,6 +368,19 @@ impl Servers {
     /// The URLs as one LOCKCTL_REDIS value.
     pub fn urls(&self) -> String {
         urls_of(&self.0)
+    }
+
+    /// Waits until every server votes under a quarantine of `secs` seconds (uptime - 1 s >= secs),
+    /// so that a grant wins all of them: servers started one after the other may pass their uptime
+    /// steps a second apart, and a grant from the others leaves the last one without a key.
+    pub fn wait_out_quarantine(&self, secs: u64) {
+        assert!(
+            eventually(Duration::from_secs(secs + 10), || self
+                .0
+                .iter()
+                .all(|s| s.uptime() > secs)),
+            "the servers never passed a quarantine of {secs} s"
+        );
     }
 
     /// A lockctl command pointed at all servers.
