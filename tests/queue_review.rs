@@ -631,3 +631,71 @@ fn a_signalled_waiter_exits_without_waiting_for_a_stopped_node() {
     );
     assert_eq!(order(&file), ["1", "2", "3", "4"]);
 }
+
+/// A Redlock waiter that queues anew after a lapse puts one ticket on every node before it waits:
+/// the nodes give it tickets from their own clocks, which differ, and docs/queue.md has it send the
+/// largest at once ("which puts it on a quorum before it waits"). X, second in the queue (1 s
+/// heartbeats, node timeout 500 ms: dropped 4 s after its last attempt), is stopped (SIGSTOP)
+/// until six later waiters have queued and every node dropped it; resumed, it gives up its ticket
+/// and queues again, eighth, where its heartbeat is 30 s. Within 10 s of the resume every node
+/// must hold it at the same ticket. (The stop also drops its wake subscriptions: their reads fail
+/// with EINTR at the SIGCONT, see signal(7). So its first wait subscribes again and retries at
+/// once, which evens the tickets even without `Engine::acquire`'s own resend.)
+#[test]
+fn a_waiter_queued_anew_after_a_lapse_has_one_ticket_on_every_node() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    let name = "relapse";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let lc = || {
+        let mut c = s.lockctl();
+        c.env("LOCKCTL_NODE_TIMEOUT", "500ms");
+        c
+    };
+    let members = |n: &Server| n.cmd::<Vec<String>>(&["ZRANGE", &queue_key(name), "0", "-1"]);
+    let token = hold(&mut lc(), name);
+    let mut kids = vec![waiter(&mut lc(), name, &file, "W1", &[])];
+    for n in &all {
+        wait_queued(n, name, 1);
+    }
+    let w1 = members(&s[0]);
+    let x = waiter(&mut lc(), name, &file, "X", &[]);
+    for n in &all {
+        wait_queued(n, name, 2);
+    }
+    let x_id = members(&s[0])
+        .into_iter()
+        .find(|m| !w1.contains(m))
+        .unwrap();
+    kill(x.id() as i32, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(5));
+    for k in 2..=7 {
+        kids.push(waiter(&mut lc(), name, &file, &format!("W{k}"), &[]));
+    }
+    let dropped = eventually(Duration::from_secs(30), || {
+        all.iter()
+            .all(|n| n.cmd::<u64>(&["ZCARD", &queue_key(name)]) == 7 && !members(n).contains(&x_id))
+    });
+    kill(x.id() as i32, libc::SIGCONT);
+    let resumed = std::time::Instant::now();
+    let score = |n: &Server| n.cmd::<Option<String>>(&["ZSCORE", &queue_key(name), &x_id]);
+    let mut scores = Vec::new();
+    let even = eventually(Duration::from_secs(10), || {
+        scores = all.iter().map(|n| score(n)).collect();
+        scores[0].is_some() && scores.iter().all(|t| *t == scores[0])
+    });
+    let took = resumed.elapsed();
+    let o = run(lc().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    kids.push(x);
+    all_succeed(kids);
+    assert!(
+        dropped,
+        "X was not dropped on every node while it was stopped"
+    );
+    assert!(
+        even,
+        "X's tickets still differ {took:?} after the resume: {scores:?}"
+    );
+}

@@ -834,3 +834,81 @@ fn a_later_waiter_is_never_displaced() {
     );
     assert_eq!(code(&l), 0, "L: {}", stderr(&l));
 }
+
+/// Redlock 3, six plain waiters queued behind the holder, then a `--supersede` waiter S: the six
+/// must have exited, displaced, within 10 s of S's start, though S, queued seventh, is told a
+/// heartbeat interval of 26 s (it grows with the square of the distance from the front). S
+/// displaces in the attempt after the one a quorum took it in, which comes at once: `Engine::acquire`
+/// sends it again at once, and so does its first wait, which subscribes to the wake channels and
+/// then retries (so dropping the former alone, `reorder || displace` -> `&&`, still passes here).
+#[test]
+fn a_superseder_far_back_displaces_at_once() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    let name = "far";
+    let token = support::queue::hold(&mut s.lockctl(), name);
+    let mut waiters = Vec::new();
+    for k in 1..=6 {
+        waiters.push(acquirer(s.lockctl(), name, &["--note", &format!("W{k}")]));
+        queued_everywhere(&all, name, k);
+    }
+    let started = std::time::Instant::now();
+    let sup = acquirer(s.lockctl(), name, &["--supersede", "--note", "S"]);
+    // A displaced waiter is woken and exits at once.
+    let outs: Vec<Output> = waiters
+        .into_iter()
+        .map(|w| wait_output(w, Duration::from_secs(60)))
+        .collect();
+    let took = started.elapsed();
+    let r = run(s.lockctl().args(["release", name, "--token", &token]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let sup = wait_output(sup, Duration::from_secs(60));
+    assert!(
+        took < Duration::from_secs(10),
+        "the six exited {took:?} after S started (its heartbeat is 26 s)"
+    );
+    for (k, o) in outs.iter().enumerate() {
+        assert_eq!(code(o), 75, "W{}: {}", k + 1, stderr(o));
+    }
+    assert_eq!(code(&sup), 0, "S: {}", stderr(&sup));
+    assert!(fence_of(&sup).is_some(), "S: {}", stdout(&sup));
+}
+
+/// As above, but S first reaches one node of three: the other two are stopped (SIGSTOP) when S
+/// starts and resumed two seconds later. The attempt after the resume is the first that a quorum
+/// takes in; S must displace the six within 10 s of the resume, not at its next heartbeat (26 s).
+#[test]
+fn a_superseder_far_back_displaces_at_once_when_a_quorum_comes_late() {
+    let s = Servers::start(3);
+    let all: Vec<&Server> = s.0.iter().collect();
+    let name = "late";
+    let token = support::queue::hold(&mut s.lockctl(), name);
+    let mut waiters = Vec::new();
+    for k in 1..=6 {
+        waiters.push(acquirer(s.lockctl(), name, &["--note", &format!("W{k}")]));
+        queued_everywhere(&all, name, k);
+    }
+    s[1].pause();
+    s[2].pause();
+    let sup = acquirer(s.lockctl(), name, &["--supersede", "--note", "S"]);
+    std::thread::sleep(Duration::from_secs(2));
+    s[1].resume();
+    s[2].resume();
+    let resumed = std::time::Instant::now();
+    let outs: Vec<Output> = waiters
+        .into_iter()
+        .map(|w| wait_output(w, Duration::from_secs(60)))
+        .collect();
+    let took = resumed.elapsed();
+    let r = run(s.lockctl().args(["release", name, "--token", &token]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let sup = wait_output(sup, Duration::from_secs(60));
+    for (k, o) in outs.iter().enumerate() {
+        assert_eq!(code(o), 75, "W{}: {}", k + 1, stderr(o));
+    }
+    assert!(
+        took < Duration::from_secs(10),
+        "the six exited {took:?} after the resume (S's heartbeat is 26 s)"
+    );
+    assert_eq!(code(&sup), 0, "S: {}", stderr(&sup));
+}
