@@ -27,10 +27,10 @@
 //! keys records which slots, under the token, for a little longer than the call can last
 //! (`release.lua`), and a send that finds nothing of ours reads the record back, as the answer the
 //! first send got. The record holds the release call's own random id, which the second send
-//! carries too, and answers only a send with that id (so a first send never finds one): the token alone cannot tell this call's
-//! first send from an earlier release of the same token (`lockctl release --token T` run twice, a
-//! job releasing through `LOCKCTL_TOKEN`), and a token that holds nothing any more must still be
-//! told so when its second release's reply is cut. A key lost before the release, or with a
+//! carries too, and answers only a send with that id (so a first send never finds one): the token
+//! alone cannot tell this call's first send from an earlier release of the same token (`lockctl
+//! release --token T` run twice, a job releasing through `LOCKCTL_TOKEN`), and a token that holds
+//! nothing any more must still be told so when its second release's reply is cut. A key lost before the release, or with a
 //! restart without data between the sends, leaves no record: still "not ours" (76). A record lost
 //! with a restart just after the first send ran gives "not ours" for a release that did run: that
 //! rare false report is the one left. The other scripts need no record: a grant or renewal sent

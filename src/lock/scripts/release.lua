@@ -22,8 +22,9 @@
 -- Only a record with the call's own id counts: the token alone cannot tell this call's first send
 -- from an earlier release of the same token (`lockctl release --token T` run twice), whose record
 -- must not make a token that holds nothing any more look released. No send needs to say it is a
--- resend: a first send finds no record with its id, since only a send of the same call writes one. Nothing but a send of this call
--- that ran here leaves it, so a key lost with a restart, broken, or expired is still "not ours".
+-- resend: a first send finds no record with its id, since only a send of the same call writes one.
+-- Nothing but a send of this call that ran here leaves it, so a key lost with a restart, broken, or
+-- expired is still "not ours".
 local token = ARGV[1]
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
