@@ -627,7 +627,6 @@ fn peers_and_semaphores_never_share_slot_one_on_redlock() {
 /// the connection unread, rollback included (docs/queue.md, "A node that stalls", says the same
 /// of a closed connection's leave).
 #[test]
-#[ignore = "open: a server that resumes with an answer it cannot write to the connection lockctl closed on exit drops that connection unread, so the rollback sent behind the late attempt is lost and its grant stays for the lease's TTL; sending it on a new connection too would close this, but costs a connection (tests/redlock.rs asserts the rollback opens none)"]
 fn a_late_answer_of_a_stopped_node_leaves_nothing_after_a_refusal() {
     let s = Servers::start(3);
     for i in [0, 1] {
