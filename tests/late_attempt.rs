@@ -298,3 +298,37 @@ fn a_stopped_node_runs_the_rollback_sent_on_a_new_connection() {
         assert!(pttl > 0 && pttl <= 10_000, "tcp {tcp}: {pttl}");
     }
 }
+
+/// A node whose connections need a password gets no new connection for the rollback: a stopped
+/// server answers no AUTH, so that connect could only wait out the node timeout. The rollback goes
+/// on the old connection alone, as before (a server that drops it unread keeps the late grant for
+/// its TTL there: docs/redlock.md, "Rollback"). Node 2 is stopped while the waiter sleeps after its
+/// first attempt, so that its second times out on the connection the first one authenticated.
+#[test]
+fn a_node_that_needs_a_password_gets_no_new_connection_for_the_rollback() {
+    let s = Servers(vec![Server::start(), Server::start(), Server::start_tcp()]);
+    let o = run(lockctl_on(&s[2]).args(["exec", "warm-up", "--", "true"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for i in 0..3 {
+        let _: () = s[i].cmd(&["SET", "lockctl:pool", PEER, "PX", "60000"]);
+    }
+    let _: () = s[2].cmd(&["CONFIG", "SET", "requirepass", "pw"]);
+    let port = s[2].port.unwrap();
+    let urls = format!("{},{},redis://:pw@127.0.0.1:{port}", s[0].url(), s[1].url());
+    let o = change_during_a_sleep(
+        lockctl()
+            .env("LOCKCTL_REDIS", urls)
+            .env("LOCKCTL_NODE_TIMEOUT", "300ms")
+            .args(["acquire", "pool", "-w", "2s", "--verbose"]),
+        || s[2].pause(),
+    );
+    s[2].resume();
+    let e = stderr(&o);
+    assert_eq!(code(&o), 75, "{e}");
+    assert!(e.contains("sent without waiting"), "no rollback went out: {e}");
+    assert!(
+        e.contains("no new connection (its handshake waits for the server's answer)")
+            && !e.contains("sent on a new connection too"),
+        "a new connection was tried: {e}"
+    );
+}
