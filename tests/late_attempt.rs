@@ -26,23 +26,26 @@ use support::*;
 /// One RESP command: its arguments, the name first.
 type Command = Vec<Vec<u8>>;
 
+/// One connection's bytes so far, and whether the client closed it.
+type Kept = Arc<Mutex<(Vec<u8>, bool)>>;
+
 /// A listener that accepts and keeps what each connection sends, and never answers.
 struct Stopped {
     port: u16,
-    /// Per connection, in the order accepted: the bytes so far, and whether the client closed it.
-    conns: Arc<Mutex<Vec<Arc<Mutex<(Vec<u8>, bool)>>>>>,
+    /// Per connection, in the order accepted.
+    conns: Arc<Mutex<Vec<Kept>>>,
 }
 
 impl Stopped {
     fn start() -> Stopped {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let conns: Arc<Mutex<Vec<Arc<Mutex<(Vec<u8>, bool)>>>>> = Arc::default();
+        let conns: Arc<Mutex<Vec<Kept>>> = Arc::default();
         let all = Arc::clone(&conns);
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(mut client) = client else { return };
-                let kept = Arc::new(Mutex::new((Vec::new(), false)));
+                let kept: Kept = Arc::new(Mutex::new((Vec::new(), false)));
                 all.lock().unwrap().push(Arc::clone(&kept));
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 16384];
@@ -86,7 +89,10 @@ impl Stopped {
 /// The commands in a client's bytes (arrays of bulk strings).
 fn parse(mut buf: &[u8]) -> Vec<Command> {
     fn line(buf: &mut &[u8]) -> usize {
-        let end = buf.windows(2).position(|w| w == b"\r\n").expect("a RESP line");
+        let end = buf
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a RESP line");
         let n = std::str::from_utf8(&buf[1..end]).unwrap().parse().unwrap();
         *buf = &buf[end + 2..];
         n
@@ -122,7 +128,10 @@ fn play(s: &Server, cmd: &Command) -> redis::RedisResult<redis::Value> {
 
 /// The keys of `pool` on `s` (release records aside, see `Server::keys`).
 fn pool_keys(s: &Server) -> Vec<String> {
-    s.keys().into_iter().filter(|k| k.contains("pool")).collect()
+    s.keys()
+        .into_iter()
+        .filter(|k| k.contains("pool"))
+        .collect()
 }
 
 const PEER: &str = "peer-token";
@@ -210,7 +219,11 @@ fn a_late_attempt(first: First, held: bool) -> redis::Value {
         assert_eq!(s[2].get("lockctl:pool").as_deref(), Some(PEER));
     }
     for i in [0, 1] {
-        assert_eq!(pool_keys(&s[i]), vec!["lockctl:pool".to_string()], "node {i}");
+        assert_eq!(
+            pool_keys(&s[i]),
+            vec!["lockctl:pool".to_string()],
+            "node {i}"
+        );
     }
     answer
 }
@@ -325,7 +338,10 @@ fn a_node_that_needs_a_password_gets_no_new_connection_for_the_rollback() {
     s[2].resume();
     let e = stderr(&o);
     assert_eq!(code(&o), 75, "{e}");
-    assert!(e.contains("sent without waiting"), "no rollback went out: {e}");
+    assert!(
+        e.contains("sent without waiting"),
+        "no rollback went out: {e}"
+    );
     assert!(
         e.contains("no new connection (its handshake waits for the server's answer)")
             && !e.contains("sent on a new connection too"),

@@ -802,7 +802,10 @@ impl Node {
         if conn.send_packed_command(&cmd.get_packed_command()).is_err() {
             return false;
         }
-        trace!("{}: sent on a new connection too, without waiting", self.display);
+        trace!(
+            "{}: sent on a new connection too, without waiting",
+            self.display
+        );
         self.conn = Some(conn);
         self.stale = true;
         true
