@@ -7,9 +7,10 @@
 //! exited, the test plays those bytes to node 2 in a chosen order, as the server would at its resume:
 //! of the attempt's connection only the attempt itself runs, since a server that read the attempt
 //! before it stopped cannot write the answer to the connection lockctl closed on exit and drops it
-//! unread, rollback included (`tests/slots_review5.rs` catches that with SIGSTOP, under load); every
+//! unread, rollback included (`tests/slots_review5.rs` meets that with SIGSTOP, by chance); every
 //! other connection (the rollback lockctl sent on a new one) runs whole. The order between the two is
-//! the server's to choose, so both are played. The last test stops node 2 for real.
+//! the server's to choose, so both are played. The last two tests stop node 2 for real, the second
+//! one a node whose connections need a password (no new connection can be opened to it then).
 //!
 //! The servers are started here, so the restart quarantine is off (`support::lockctl`).
 
