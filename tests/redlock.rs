@@ -521,24 +521,37 @@ fn connections_received(s: &Server) -> u64 {
 
 /// A failed attempt's rollback to a node whose reply timed out goes out on that node's connection,
 /// behind the attempt, without waiting: the stopped server runs both in that order when it resumes,
-/// so no key of the attempt outlives it there. A new connection would give no such order, and would
-/// cost the caller another node timeout.
+/// so no key of the attempt outlives it there. It also goes on one new connection, since a server
+/// that read the attempt before it stopped drops the old connection unread at its resume (lockctl
+/// closed it on exit), and leaves a record there that refuses the attempt should it run after it
+/// (tests/late_attempt.rs). The stopped server's kernel accepts that connection, so it costs the
+/// caller no node timeout. A node that answered gets its rollback on its own connection, no new one.
 #[test]
 fn the_rollback_to_a_node_that_timed_out_follows_the_attempt_on_its_connection() {
     let servers = Servers::start(3);
     let _: () = servers[0].cmd(&["SET", &key("late"), "someone-else", "PX", "60000"]);
     let before = connections_received(&servers[2]);
+    let answered = connections_received(&servers[1]);
     servers[2].pause();
+    let started = Instant::now();
     let o = run(servers
         .lockctl()
         .args(["--node-timeout", "300ms", "acquire", "late", "-n"]));
+    let took = started.elapsed();
     servers[2].resume();
     assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert!(took < NO_HANG, "{took:?}");
     // lockctl's one connection, and the one that reads this.
     assert_eq!(
-        connections_received(&servers[2]) - before,
+        connections_received(&servers[1]) - answered,
         2,
-        "the rollback opened a connection of its own"
+        "the rollback to a node that answered opened a connection of its own"
+    );
+    // lockctl's two (the attempt's, the rollback's new one), and the one that reads this.
+    assert_eq!(
+        connections_received(&servers[2]) - before,
+        3,
+        "the rollback to the stopped node did not go on exactly one new connection"
     );
     assert_eq!(servers[1].get(&key("late")), None);
     assert!(

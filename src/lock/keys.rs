@@ -9,7 +9,9 @@
 //! queue's keys are there too (`queue`, `alive`, `waiters`, `tickets`, `superseded`, `seen`; they expire a
 //! few seconds after the last waiter leaves), and each waiter listens on a wake channel of its own
 //! (see `queue.rs`). A release leaves a record of what it deleted (`release\x1f<token>`) for a
-//! little longer than the node timeout, which a release sent again reads (see `release.lua`).
+//! little longer than the node timeout, which a release sent again reads (see `release.lua`); the
+//! rollback of an attempt that timed out on a node leaves one there for the attempt's TTL, which
+//! that attempt reads should it run late (its tombstone, `acquire.lua`).
 //!
 //! Two rules shape their names:
 //!

@@ -757,7 +757,9 @@ impl Engine {
         let pid = holder.pid.to_string();
         let limit_arg = limit.to_string();
         let want_arg = want.map_or(String::new(), |w| w.to_string());
-        let key_list = queue::acquire_keys(keys);
+        // Where this attempt's rollback leaves its record, should one go to a node that times out.
+        let record = keys.release_record(&token);
+        let key_list = queue::acquire_keys(keys, &record);
         let ticket = place.ticket_arg();
         let alive_ms = queue::ALIVE.as_millis().to_string();
         let longest_ms = queue::LONGEST.as_millis().to_string();
@@ -916,7 +918,7 @@ impl Engine {
                 .map(|i| won[i].is_some() || maybe_applied[i])
                 .collect();
             if touched.iter().any(|&t| t) {
-                self.rollback(keys, &token, &touched);
+                self.rollback(keys, &token, &touched, ttl);
             }
             refusal.fatal = Some(LockError::Usage(format!(
                 "invalid --redis: {} and {} reach the same server (run id {}), which would count \
@@ -949,7 +951,7 @@ impl Engine {
                 .map(|i| won[i].is_some() || maybe_applied[i])
                 .collect();
             if touched.iter().any(|&t| t) {
-                self.rollback(keys, &token, &touched);
+                self.rollback(keys, &token, &touched, ttl);
             }
             let message = if peer {
                 format!(
@@ -989,7 +991,7 @@ impl Engine {
             if refusal.wins >= quorum && votes[&slot] < quorum && want.is_none() {
                 refusal.split = Some(slot);
             }
-            self.rollback(keys, &token, &strays);
+            self.rollback(keys, &token, &strays, ttl);
             for i in 0..n {
                 if strays[i] {
                     won[i] = None;
@@ -1046,7 +1048,7 @@ impl Engine {
                     .map(|i| won[i].is_some() || maybe_applied[i])
                     .collect();
                 if touched.iter().any(|&t| t) {
-                    self.rollback(keys, &token, &touched);
+                    self.rollback(keys, &token, &touched, ttl);
                 }
                 if wins >= quorum {
                     refusal.too_slow = Some(format!(
@@ -1152,24 +1154,48 @@ impl Engine {
     }
 
     /// Releases our token on the given nodes, in parallel; nodes that owe a reply get it sent blind.
-    /// A waiter whose grant this was goes back to its place in the queue there.
-    fn rollback(&mut self, keys: &LockKeys, token: &str, on: &[bool]) {
+    /// A waiter whose grant this was goes back to its place in the queue there. `ttl`: the attempt's.
+    ///
+    /// A node that owes the reply to the attempt itself (it timed out there: a stalled server) may
+    /// run the attempt when it runs again, after lockctl has gone. The rollback behind it on the same
+    /// connection is not enough: a server that read the attempt before it stopped cannot write the
+    /// answer to the connection closed on exit, and drops it unread, rollback included; the grant
+    /// (or a place in the queue) would stay for the lease's TTL, a dead vote that can cost a later
+    /// attempt its quorum. So the rollback also goes on a new connection ([`Node::send_on_new`]),
+    /// and there leaves a record under the token, the attempt's tombstone (`release.lua`), which
+    /// `acquire.lua` reads first: the server runs its connections in any order, and whichever runs
+    /// first nothing stays (the attempt first: the rollback deletes its grant; the rollback first:
+    /// the attempt finds the record and changes nothing). What goes there without waiting after the
+    /// rollback (a waiter's leave) follows it on the new connection.
+    ///
+    /// The record lives for the lease's TTL from the rollback's run. Both wait in the server's
+    /// sockets and run once it runs again, one right after the other; only a second stall between
+    /// the two could part them by more, and a grant that still came after the record would last a
+    /// TTL, as before. Tokens are new per attempt, so it never stands in a later attempt's way.
+    fn rollback(&mut self, keys: &LockKeys, token: &str, on: &[bool], ttl: Duration) {
         let key_list = release_keys(keys);
         let front_ms = self.front_lifetime().as_millis().to_string();
         let [a, b, c, d, e, f] = release_args(keys, token, &front_ms);
         let args = [a, b, c, d, e, f, "1"];
+        let record = keys.release_record(token);
+        let [k1, k2, k3, k4, k5, k6, k7] = key_list;
+        let tomb_keys = [k1, k2, k3, k4, k5, k6, k7, record.as_str()];
+        let ttl_ms = ttl.as_millis().max(1).to_string();
+        let tomb_args = [a, b, c, d, e, f, "1", ttl_ms.as_str(), ""];
         quorum::each(
             &mut self.nodes,
             |i| on[i],
             |_, node| {
                 if node.is_stale() {
-                    node.send_only(RELEASE_LUA, &key_list, &args);
+                    node.send_only(RELEASE_LUA, &tomb_keys, &tomb_args);
+                    node.send_on_new(RELEASE_LUA, &tomb_keys, &tomb_args);
                 } else if node.eval("rollback", &RELEASE, &key_list, &args).is_err()
                     && node.is_stale()
                 {
                     // It timed out and waits in a stopped server's socket as EVALSHA, which a
                     // server that never ran the script answers NOSCRIPT to nobody: the text follows
                     // on that connection. Releasing a token twice finds nothing the second time.
+                    // The attempt itself answered, so nothing of it can run later.
                     node.send_only(RELEASE_LUA, &key_list, &args);
                 }
             },

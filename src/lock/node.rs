@@ -9,10 +9,15 @@
 //!
 //! After a timeout the connection still owes us a reply, so it can no longer be used for
 //! request/response; it is kept only to send a rollback without waiting ([`Node::send_only`]), which the
-//! server runs after the command that timed out, in order, should it ever wake up. A connection found
-//! dropped (`CLIENT KILL`, a server restart), reused or just opened, is reopened once, at once: every
-//! lockctl script leaves the same state when it runs twice. A new connection is no safer than an old
-//! one: an operator's `CLIENT KILL TYPE normal` can land between its connect and its first command.
+//! server runs after the command that timed out, in order, should it ever wake up; unless it had
+//! read that command when it stopped: it then cannot write the reply to the connection closed on our
+//! exit, and drops it unread at the resume. So a rollback goes on a new connection too
+//! ([`Node::send_on_new`]), with a record that stops the late command (`Engine::rollback`).
+//!
+//! A connection found dropped (`CLIENT KILL`, a server restart), reused or just opened, is reopened
+//! once, at once: every lockctl script leaves the same state when it runs twice. A new connection is
+//! no safer than an old one: an operator's `CLIENT KILL TYPE normal` can land between its connect and
+//! its first command.
 //!
 //! The reply to the second send may differ from the first's: a release that ran before its
 //! connection dropped has deleted the key, and the second send finds nothing of ours. Taken as it
@@ -773,6 +778,39 @@ impl Node {
         sent
     }
 
+    /// [`Node::send_only`] on a new connection, to a node whose last command timed out (a
+    /// rollback, behind the attempt that timed out: see `Engine::rollback`). The new connection
+    /// then serves what else goes out without waiting, in order behind this; the old one is closed.
+    /// A stopped server's kernel accepts the connection, so it costs no round trip, unless its
+    /// handshake needs an answer (TLS, AUTH, SELECT): a stopped server gives none, so no such
+    /// connection is tried, and the old connection alone carries the send, as before. A connect
+    /// that fails (within the node timeout) loses it the same way. True when it went out.
+    pub fn send_on_new(&mut self, source: &str, keys: &[&str], args: &[&str]) -> bool {
+        if handshake_answered(&self.client) {
+            trace!(
+                "{}: no new connection (its handshake waits for the server's answer)",
+                self.display
+            );
+            return false;
+        }
+        let deadline = Instant::now() + self.budget();
+        let Ok(mut conn) = self.connect_target(deadline) else {
+            return false;
+        };
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(compact(source)).arg(keys.len()).arg(keys).arg(args);
+        if conn.send_packed_command(&cmd.get_packed_command()).is_err() {
+            return false;
+        }
+        trace!(
+            "{}: sent on a new connection too, without waiting",
+            self.display
+        );
+        self.conn = Some(conn);
+        self.stale = true;
+        true
+    }
+
     fn failure(&mut self, e: &RedisError, what: &str, budget: Duration) -> NodeFailure {
         // `describe` sets it again for a refusal.
         self.refused.store(false, Ordering::Relaxed);
@@ -1174,6 +1212,17 @@ fn connect_here(client: &Client, deadline: Instant) -> Option<RedisResult<Connec
     }
 }
 
+/// True when opening a connection to `client` waits for the server's answer: TLS, or a user, a
+/// password or a database (AUTH, SELECT).
+fn handshake_answered(client: &Client) -> bool {
+    let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    settings.username().is_some()
+        || settings.password().is_some()
+        || settings.db() != 0
+        || matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
+}
+
 fn is_interrupted(e: &RedisError) -> bool {
     std::error::Error::source(e)
         .and_then(|s| s.downcast_ref::<std::io::Error>())
@@ -1365,6 +1414,21 @@ mod tests {
         );
         assert_eq!(script_command(&reason(9), source), None);
         assert_eq!(script_command("no line here", source), None);
+    }
+
+    /// A connection whose handshake needs the server's answer cannot be opened to a stopped server,
+    /// so no rollback is sent on a new one there ([`Node::send_on_new`]).
+    #[test]
+    fn which_connections_wait_for_an_answer_to_open() {
+        let answered = |url: &str| handshake_answered(&Client::open(url).unwrap());
+        assert!(!answered("redis://127.0.0.1:6379"));
+        assert!(!answered("redis://localhost:6379/0"));
+        assert!(!answered("unix:///tmp/redis.sock"));
+        assert!(answered("redis://:pw@127.0.0.1:6379"));
+        assert!(answered("redis://user:pw@127.0.0.1:6379"));
+        assert!(answered("redis://127.0.0.1:6379/2"));
+        assert!(answered("unix:///tmp/redis.sock?db=1"));
+        assert!(answered("rediss://127.0.0.1:6379"));
     }
 
     #[test]

@@ -61,8 +61,9 @@ pub const LONGEST: Duration = Duration::from_secs(30);
 /// Longest `--note`, in bytes.
 pub const MAX_NOTE: usize = 512;
 
-/// KEYS of `acquire.lua`.
-pub fn acquire_keys(keys: &LockKeys) -> [&str; 10] {
+/// KEYS of `acquire.lua`; `record`: the record of the attempt's token's release
+/// ([`LockKeys::release_record`]), whose presence makes the attempt change nothing.
+pub fn acquire_keys<'a>(keys: &'a LockKeys, record: &'a str) -> [&'a str; 11] {
     [
         &keys.key,
         &keys.fence,
@@ -74,6 +75,7 @@ pub fn acquire_keys(keys: &LockKeys) -> [&str; 10] {
         &keys.tickets,
         &keys.superseded,
         &keys.seen,
+        record,
     ]
 }
 

@@ -40,7 +40,8 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
         keys.limit.as_str(),
     ];
     let bases = [keys.slot_base.as_str(), keys.holder_base.as_str()];
-    let acquire_keys = crate::lock::queue::acquire_keys(&keys);
+    let record = keys.release_record(&token);
+    let acquire_keys = crate::lock::queue::acquire_keys(&keys, &record);
     let queue = crate::lock::release_keys(&keys);
     let pid = std::process::id().to_string();
     let fail = |what: &str, reason: String| -> Check {
@@ -79,7 +80,6 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
         ],
     );
     // As a release runs it: with the record of what it deleted.
-    let record = keys.release_record(&token);
     let release_keys: Vec<&str> = queue.iter().copied().chain([record.as_str()]).collect();
     let id = crate::lock::new_token();
     let release = |node: &mut Node| {

@@ -3,7 +3,8 @@
 -- and record the holder; otherwise queue the caller (or refresh its heartbeat) and say who holds the
 -- lock and where the caller stands. See docs/queue.md.
 -- KEYS: lock (slot 1), fence counter, holder hash (slot 1's), limit, queue, alive, waiters, tickets,
---       superseded, seen (the server time of the last script that looked at the queue)
+--       superseded, seen (the server time of the last script that looked at the queue), the record
+--       of this token's release (`release.lua`; the rollback of this very attempt, when it exists)
 -- ARGV: token, ttl ms, quarantine ms, host, pid, command line, limit N, slot key base, holder hash
 --       base (slot i >= 2 is `base .. i`), the slot wanted ('' or 0 = the lowest free one),
 --       waiter id, ticket ('' = none yet), mode ('n' one attempt, never queued; 'w' wait; 's' wait
@@ -32,6 +33,13 @@
 --         {4, record of the superseding waiter (JSON), run id}
 --                                                the caller was displaced by a --supersede waiter
 local token, ttl = ARGV[1], ARGV[2]
+-- This attempt was rolled back here already: it timed out on this node, was refused, and its
+-- rollback, sent on a new connection as well, ran before it (the server runs its connections in any
+-- order after a stall). It changes nothing (no grant, no place in the queue, no fencing counter, no
+-- heartbeat) and answers busy to nobody: tokens are new per attempt, so no caller waits for it.
+if redis.call('EXISTS', KEYS[11]) == 1 then
+  return {0, -1, '', '', '', ''}
+end
 local limit = tonumber(ARGV[7]) or 1
 local want = tonumber(ARGV[10]) or 0
 local id, ticket, mode, note, wake = ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15]

@@ -3,13 +3,13 @@
 -- whose heartbeat expired are dropped first), each on its own channel. The release channel is still
 -- announced for older clients.
 -- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters, seen, and (optional)
---       the record of this token's release
+--       the record of this token's release (of a rollback: its tombstone, see below)
 -- ARGV: token, release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake
 --       channel prefix, a waiter's lifetime at the front of the queue in ms (the caller's slack
 --       counted), '1' for the rollback of a grant that lost (optional): the waiter goes back to the
 --       place in the queue its grant took it from (the holder record keeps it, `queued`); the
 --       record's lifetime in ms (optional, with KEYS[8]), this release call's own random id
---       (optional, with KEYS[8]; the same on its resend)
+--       (optional, with KEYS[8]; the same on its resend; empty for a rollback)
 -- Returns the slots whose key held our token and was deleted (empty: not ours; expired, broken, taken).
 -- The token is looked for in every slot of the limit recorded for the name (slot 1 alone without
 -- one), so a release needs no slot number. Every key of the token goes: besides its grant's slot it
@@ -25,7 +25,15 @@
 -- resend: a first send finds no record with its id, since only a send of the same call writes one.
 -- Nothing but a send of this call that ran here leaves it, so a key lost with a restart, broken, or
 -- expired is still "not ours".
+-- A rollback with KEYS[8] is one to a node where the attempt timed out ('1', the record's lifetime in
+-- ms, an empty id): the attempt may still be in this server's sockets, and run after this rollback
+-- (sent on a new connection too, node.rs). Its record, whether or not anything is deleted, is the
+-- attempt's tombstone: acquire.lua finds it and does nothing. Its id is empty, which no release call
+-- has, so a release sent again never reads it as its own.
 local token = ARGV[1]
+if ARGV[7] == '1' and KEYS[8] then
+  redis.call('SET', KEYS[8], ':', 'PX', ARGV[8])
+end
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
 local places = {}
