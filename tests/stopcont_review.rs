@@ -1,0 +1,510 @@
+//! lockctl itself stopped (SIGSTOP) and continued (SIGCONT) while it waits for a node's reply.
+//!
+//! A socket read with a timeout (`SO_RCVTIMEO`, which redis-rs sets) fails with `EINTR` when its
+//! process is stopped and continued, whatever the signal mask (signal(7)); SIGSTOP cannot be blocked.
+//! `node.rs` then drops the connection and sends the command again on a new one. These tests stop
+//! real lockctl processes, over and over for a few milliseconds (a "hammer" that stops every
+//! attacked process at once, then continues them) or once for long, during every kind of call, and
+//! check what the contract promises: never more holders than the limit (intervals written by the
+//! jobs, fences unique and, for a lock, increasing in the order of the sections), exit codes that
+//! tell the truth (no lease held throughout reported lost, no release that ran reported failed), and
+//! nothing left on the servers once every lockctl has exited. A stop and continue of a few
+//! milliseconds lands inside a read only now and then, so some tests pause the server too: lockctl
+//! then waits in its read for as long as the test wants, and each stop of lockctl interrupts it.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use support::*;
+
+/// A lockctl run that has hung.
+const BOUND: Duration = Duration::from_secs(90);
+
+/// Stops every process it attacks, all at once, for 1 to `max_stop_ms` ms, continues them, and
+/// again after 1 to 5 ms, until it is finished. A process leaves the set before it is reaped, so
+/// its pid is never signalled after it could be reused.
+struct Hammer {
+    pids: Arc<Mutex<Vec<i32>>>,
+    over: Arc<AtomicBool>,
+    stops: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Hammer {
+    fn start(max_stop_ms: u64) -> Hammer {
+        let pids: Arc<Mutex<Vec<i32>>> = Arc::default();
+        let over: Arc<AtomicBool> = Arc::default();
+        let stops: Arc<AtomicU64> = Arc::default();
+        let (p, o, s) = (pids.clone(), over.clone(), stops.clone());
+        let thread = std::thread::spawn(move || {
+            let mut rng = fastrand::Rng::new();
+            while !o.load(Ordering::Relaxed) {
+                {
+                    let pids = p.lock().unwrap();
+                    if !pids.is_empty() {
+                        for &pid in pids.iter() {
+                            kill(pid, libc::SIGSTOP);
+                        }
+                        std::thread::sleep(Duration::from_millis(rng.u64(1..=max_stop_ms)));
+                        for &pid in pids.iter() {
+                            kill(pid, libc::SIGCONT);
+                        }
+                        s.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(rng.u64(1..=5)));
+            }
+        });
+        Hammer {
+            pids,
+            over,
+            stops,
+            thread: Some(thread),
+        }
+    }
+
+    /// Spawns `cmd` under attack.
+    fn spawn(&self, cmd: &mut Command) -> Attacked {
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockctl");
+        self.pids.lock().unwrap().push(child.id() as i32);
+        Attacked {
+            child,
+            pids: Some(self.pids.clone()),
+        }
+    }
+
+    /// Stops hammering; the number of stops it made.
+    fn finish(mut self) -> u64 {
+        self.over.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.stops.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Hammer {
+    fn drop(&mut self) {
+        self.over.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A process under attack (or, without `pids`, one the test signals itself).
+struct Attacked {
+    child: Child,
+    pids: Option<Arc<Mutex<Vec<i32>>>>,
+}
+
+impl Attacked {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits for the process to exit (killed after `limit`), takes it out of the attacked set before
+    /// reaping it, and returns its output.
+    fn output(mut self, limit: Duration) -> Output {
+        let pid = self.pid();
+        let out = self.child.stdout.take().unwrap();
+        let err = self.child.stderr.take().unwrap();
+        let read = |mut r: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = r.read_to_end(&mut v);
+                v
+            })
+        };
+        let (out, err) = (read(Box::new(out)), read(Box::new(err)));
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if rx.recv_timeout(limit).is_err() {
+                kill(pid, libc::SIGCONT);
+                kill(pid, libc::SIGKILL);
+                eprintln!("test: killed pid {pid} after {limit:?}");
+            }
+        });
+        // Exited, not yet reaped: the pid stays ours until `wait`.
+        // SAFETY: waitid(2) on our own child, with a zeroed siginfo for it to fill.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            );
+        }
+        if let Some(pids) = &self.pids {
+            pids.lock().unwrap().retain(|&p| p != pid);
+        }
+        let status = self.child.wait().expect("reap lockctl");
+        let _ = tx.send(());
+        watchdog.join().unwrap();
+        Output {
+            status,
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+        }
+    }
+}
+
+/// One critical section: its start and end (ns, this host's clock) and its fence, as the job writes
+/// them once its section is over.
+const SECTION: &str = r#"s=$(date +%s%N); sleep "$HOLD"; e=$(date +%s%N)
+echo "$LOCKCTL_FENCE $s $e $W" >> "$LOG""#;
+
+#[derive(Debug)]
+struct Section {
+    fence: u64,
+    start: u128,
+    end: u128,
+    who: String,
+}
+
+fn sections(log: &std::path::Path) -> Vec<Section> {
+    let mut v: Vec<Section> = std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Section {
+                fence: f[0].parse().unwrap(),
+                start: f[1].parse().unwrap(),
+                end: f[2].parse().unwrap(),
+                who: f[3].to_string(),
+            }
+        })
+        .collect();
+    v.sort_by_key(|s| s.start);
+    v
+}
+
+/// Asserts that at no time more than `limit` sections ran, that no two grants shared a fence, and,
+/// for a lock, that fences increase in the order the sections ran.
+fn check_sections(sections: &[Section], limit: usize) {
+    let mut events: Vec<(u128, i32)> = Vec::new();
+    for s in sections {
+        events.push((s.start, 1));
+        events.push((s.end, -1));
+    }
+    // An end before a start at the same instant: touching sections do not overlap.
+    events.sort();
+    let mut at = 0i32;
+    for (t, d) in &events {
+        at += d;
+        let running: Vec<&str> = sections
+            .iter()
+            .filter(|s| s.start <= *t && *t < s.end)
+            .map(|s| s.who.as_str())
+            .collect();
+        assert!(
+            at <= limit as i32,
+            "{at} sections at once at {t} (limit {limit}; {running:?}): {sections:?}"
+        );
+    }
+    let mut fences: Vec<u64> = sections.iter().map(|s| s.fence).collect();
+    if limit == 1 {
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "fences not increasing in the order of the sections: {sections:?}"
+        );
+    }
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), sections.len(), "a fence given twice: {sections:?}");
+}
+
+/// The keys on `s` that outlive every lockctl: the fencing counters (which never go) only.
+fn leftovers(s: &Server) -> Vec<String> {
+    s.keys()
+        .into_iter()
+        .filter(|k| !k.ends_with("\u{1f}fence"))
+        .collect()
+}
+
+/// Asserts that the servers keep nothing but fencing counters, within `within` (waiter records
+/// outlive a waiter that vanished for their documented lifetime).
+fn nothing_left(servers: &Servers, within: Duration) {
+    let clean = eventually(within, || {
+        servers.0.iter().all(|s| leftovers(s).is_empty())
+    });
+    let left: Vec<Vec<(String, String)>> = servers.0.iter().map(snapshot).collect();
+    assert!(clean, "keys left behind: {left:?}");
+}
+
+/// How often lockctl's trace shows a read cut by a stop: sent again, and failed after the resend.
+fn interrupted(stderr: &str) -> (usize, usize) {
+    let again = stderr
+        .lines()
+        .filter(|l| l.contains("Interrupted system call") && l.contains("reconnecting"))
+        .count();
+    let failed = stderr
+        .lines()
+        .filter(|l| l.contains("Interrupted system call") && l.contains("failed after"))
+        .count();
+    (again, failed)
+}
+
+/// Tallies exit codes and interruptions over many runs.
+#[derive(Default, Debug)]
+struct Tally {
+    codes: BTreeMap<i32, usize>,
+    resent: usize,
+    failed: usize,
+}
+
+impl Tally {
+    fn add(&mut self, o: &Output) -> i32 {
+        let c = code(o);
+        *self.codes.entry(c).or_default() += 1;
+        let (a, f) = interrupted(&stderr(o));
+        self.resent += a;
+        self.failed += f;
+        c
+    }
+}
+
+/// Workers loop on `lockctl exec` of one name under the hammer; every section must complete (exit
+/// 0: the stops are far shorter than the TTL, so no lease may be reported lost) within the limit.
+fn exec_under_the_hammer(nodes: usize, limit: usize, workers: usize, rounds: usize) {
+    let servers = Servers::start(nodes);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let name = format!("hammer-{nodes}-{limit}");
+    let hammer = Hammer::start(20);
+    let tally = Mutex::new(Tally::default());
+    let bad: Mutex<Vec<String>> = Mutex::default();
+    std::thread::scope(|scope| {
+        for w in 0..workers {
+            let (servers, hammer, tally, bad, log, name) =
+                (&servers, &hammer, &tally, &bad, &log, &name);
+            scope.spawn(move || {
+                for r in 0..rounds {
+                    let mut cmd = servers.lockctl();
+                    cmd.args(["-v", "exec", name, "--ttl", "3s", "--limit"])
+                        .arg(limit.to_string())
+                        .args(["-c", SECTION])
+                        .env("HOLD", "0.05")
+                        .env("LOG", log)
+                        .env("W", format!("{w}.{r}"));
+                    let o = hammer.spawn(&mut cmd).output(BOUND);
+                    if tally.lock().unwrap().add(&o) != 0 {
+                        bad.lock().unwrap().push(stderr(&o));
+                    }
+                }
+            });
+        }
+    });
+    let stops = hammer.finish();
+    let tally = tally.into_inner().unwrap();
+    let secs = sections(&log);
+    eprintln!(
+        "{nodes} node(s), --limit {limit}: {stops} stops, exits {:?}, {} read(s) sent again, {} \
+         call(s) failed after the resend, {} sections",
+        tally.codes,
+        tally.resent,
+        tally.failed,
+        secs.len()
+    );
+    let bad = bad.into_inner().unwrap();
+    assert!(bad.is_empty(), "runs that did not exit 0: {bad:#?}");
+    assert_eq!(secs.len(), workers * rounds, "a section missing");
+    check_sections(&secs, limit);
+    nothing_left(&servers, Duration::from_secs(10));
+}
+
+#[test]
+fn exec_on_one_node_under_the_hammer() {
+    exec_under_the_hammer(1, 1, 4, 12);
+}
+
+#[test]
+fn exec_on_one_node_with_limit_two_under_the_hammer() {
+    exec_under_the_hammer(1, 2, 4, 12);
+}
+
+#[test]
+fn exec_on_redlock_under_the_hammer() {
+    exec_under_the_hammer(3, 1, 4, 12);
+}
+
+#[test]
+fn exec_on_redlock_with_limit_two_under_the_hammer() {
+    exec_under_the_hammer(3, 2, 4, 12);
+}
+
+/// True when a thread of `pid` is blocked reading a socket (a node's reply).
+fn reading_a_socket(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+        let mut f = call.split_whitespace();
+        let nr: i64 = f.next().and_then(|n| n.parse().ok()).unwrap_or(-1);
+        let fd = f
+            .next()
+            .and_then(|a| i64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+        (nr == libc::SYS_read || nr == libc::SYS_recvfrom)
+            && fd.is_some_and(|fd| {
+                std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            })
+    })
+}
+
+/// True once `pid` is stopped (state T).
+fn stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|r| r.trim_start().starts_with('T')))
+        .unwrap_or(false)
+}
+
+/// Stops `pid` once it waits in a socket read: the read then fails with EINTR when it continues.
+fn stop_in_a_read(pid: i32) {
+    assert!(
+        eventually(BOUND, || reading_a_socket(pid)),
+        "lockctl never waited for a reply"
+    );
+    kill(pid, libc::SIGSTOP);
+    assert!(eventually(BOUND, || stopped(pid)), "lockctl did not stop");
+}
+
+/// A lockctl the test signals itself, its trace (`-v`) read as it comes.
+struct Traced {
+    child: Option<Child>,
+    trace: Arc<Mutex<String>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Traced {
+    fn spawn(cmd: &mut Command) -> Traced {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockctl");
+        let (trace, reader) = stderr_so_far(child.stderr.take().unwrap());
+        Traced {
+            child: Some(child),
+            trace,
+            reader: Some(reader),
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.trace.lock().unwrap().matches(needle).count()
+    }
+
+    /// Waits until the trace holds `needle` `n` times.
+    fn wait_for(&self, needle: &str, n: usize) {
+        assert!(
+            eventually(BOUND, || self.count(needle) >= n),
+            "no {n}x {needle:?} in: {}",
+            self.trace.lock().unwrap()
+        );
+    }
+
+    /// Stops lockctl in its read and continues it, `times` times, each in the read of a new
+    /// connection (the one it opened to send the command again); `during` runs while it is stopped
+    /// the last time.
+    fn interrupt(&self, times: usize, during: impl FnOnce()) {
+        let pid = self.pid();
+        for i in 0..times {
+            // The i-th connection (the first, then one per resend) is the one waited on.
+            self.wait_for("connected in", i + 1);
+            stop_in_a_read(pid);
+            if i + 1 == times {
+                break;
+            }
+            kill(pid, libc::SIGCONT);
+            self.wait_for("reconnecting", i + 1);
+        }
+        during();
+        kill(pid, libc::SIGCONT);
+    }
+
+    /// Exit code, stdout and the whole trace.
+    fn finish(mut self) -> (i32, String, String) {
+        let o = wait_output(self.child.take().expect("running"), BOUND);
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        let trace = self.trace.lock().unwrap().clone();
+        (code(&o), stdout(&o), trace)
+    }
+}
+
+/// `break --yes` whose reply is cut by a stop after the server ran it: lockctl sends it again. A
+/// waiter the first send let in must not lose its lock to that second send, which nobody asked for,
+/// and the report must name the holder the lock was taken from.
+#[test]
+fn a_break_sent_again_leaves_the_holder_it_let_in() {
+    let s = Server::start();
+    let name = "broken";
+    let dir = tempfile::tempdir().unwrap();
+    let entered = dir.path().join("entered");
+    let first = queue::hold(&mut lockctl_on(&s), name);
+    let mut waiter = lockctl_on(&s);
+    waiter
+        .args(["exec", name, "--ttl", "30s", "-c"])
+        .arg(format!("touch '{}'; sleep 30", entered.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let waiter = waiter.spawn().unwrap();
+    queue::wait_queued(&s, name, 1);
+    // The server caches the break script, so that the first EVALSHA runs rather than NOSCRIPT.
+    let warm = run(lockctl_on(&s).args(["break", "another", "--yes"]));
+    assert_eq!(code(&warm), 1, "{}", stderr(&warm));
+
+    s.pause();
+    let mut cmd = lockctl_on(&s);
+    let breaker = Traced::spawn(cmd.args(["-v", "--node-timeout", "20s", "break", name, "--yes"]));
+    let key = slot_key(name, 1);
+    let mut second = None;
+    breaker.interrupt(1, || {
+        s.resume();
+        // The first send ran: the waiter holds the lock now, its job started.
+        assert!(
+            eventually(BOUND, || entered.exists()),
+            "the waiter never got the lock the break freed"
+        );
+        second = s.get(&key);
+    });
+    let second = second.expect("the waiter holds the lock");
+    assert_ne!(second, first);
+    let (code, out, trace) = breaker.finish();
+    eprintln!("{trace}\nstdout: {out}");
+    assert_eq!(code, 0, "{trace}");
+    assert!(trace.contains("reconnecting"), "the break was not sent again: {trace}");
+    let now = s.get(&key);
+    kill(waiter.id() as i32, libc::SIGTERM);
+    let _ = wait_output(waiter, BOUND);
+    assert!(
+        !out.contains("sh -c touch"),
+        "the break names the holder its first send let in as the one broken: {out}"
+    );
+    assert_eq!(
+        now.as_deref(),
+        Some(second.as_str()),
+        "the break's second send took the lock from the holder its first send let in"
+    );
+}
