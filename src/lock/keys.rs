@@ -9,7 +9,8 @@
 //! queue's keys are there too (`queue`, `alive`, `waiters`, `tickets`, `superseded`, `seen`; they expire a
 //! few seconds after the last waiter leaves), and each waiter listens on a wake channel of its own
 //! (see `queue.rs`). A release leaves a record of what it deleted (`release\x1f<token>`) for a
-//! little longer than the node timeout, which a release sent again reads (see `release.lua`).
+//! little longer than the node timeout, which a release sent again reads (see `release.lua`); a
+//! break leaves its answer beside them (`release\x1fbreak.<id>`) for a break sent again (`break.lua`).
 //!
 //! Two rules shape their names:
 //!
@@ -124,6 +125,12 @@ impl LockKeys {
     /// The record of `token`'s release (see `release.lua`).
     pub fn release_record(&self, token: &str) -> String {
         format!("{}{token}", self.release_base)
+    }
+
+    /// The record of the break call `id` (see `break.lua`): beside the release records, so that
+    /// whatever skips those (`list`, `status`) skips it too.
+    pub fn break_record(&self, id: &str) -> String {
+        format!("{}break.{id}", self.release_base)
     }
 
     /// The holder hash of slot `i` (1-based).
