@@ -508,3 +508,87 @@ fn a_break_sent_again_leaves_the_holder_it_let_in() {
         "the break's second send took the lock from the holder its first send let in"
     );
 }
+
+/// Runs a grant, a renewal and a release on `s`, which caches their scripts there: a first send
+/// is then an EVALSHA that runs, not one answered NOSCRIPT (whose reply a cut read never sees, so
+/// that the script never runs at all).
+fn warm(s: &Server) {
+    let token = queue::hold(&mut lockctl_on(s), "warm");
+    for args in [["renew", "warm"], ["release", "warm"]] {
+        let o = run(lockctl_on(s).args(args).args(["--token", &token]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+}
+
+/// Pauses `s`, runs `cmd` (with `-v`), interrupts its read `times` times (each on the connection it
+/// opened for the resend), resumes `s` and returns lockctl's exit code, stdout and trace.
+fn cut_twice(s: &Server, cmd: &mut Command, times: usize) -> (i32, String, String) {
+    warm(s);
+    s.pause();
+    let run = Traced::spawn(cmd);
+    run.interrupt(times, || {});
+    s.resume();
+    run.finish()
+}
+
+/// `lockctl release` whose read is cut twice, its first send's and its resend's: both ran once the
+/// server resumed. The lease was held throughout and the release deleted it: exit 0, not 69.
+#[test]
+fn a_release_cut_twice_still_reports_the_release() {
+    let s = Server::start();
+    let token = queue::hold(&mut lockctl_on(&s), "twice");
+    let (code, _, trace) = cut_twice(
+        &s,
+        lockctl_on(&s).args(["-v", "--node-timeout", "20s", "release", "twice", "--token", &token]),
+        2,
+    );
+    assert_eq!(s.get(&slot_key("twice", 1)), None, "{trace}");
+    assert_eq!(code, 0, "a release that ran reported as failed: {trace}");
+}
+
+/// `lockctl renew` whose read is cut twice: the renewal ran (the TTL was reset), exit 0 with the
+/// validity printed.
+#[test]
+fn a_renewal_cut_twice_still_reports_the_renewal() {
+    let s = Server::start();
+    let token = queue::hold(&mut lockctl_on(&s), "twice");
+    let (code, out, trace) = cut_twice(
+        &s,
+        lockctl_on(&s).args([
+            "-v",
+            "--node-timeout",
+            "20s",
+            "renew",
+            "twice",
+            "--token",
+            &token,
+            "--ttl",
+            "600s",
+        ]),
+        2,
+    );
+    let pttl: i64 = s.cmd(&["PTTL", &slot_key("twice", 1)]);
+    assert!(pttl > 60_000, "the renewal did not run: {pttl} ms left; {trace}");
+    assert_eq!(code, 0, "a renewal that ran reported as failed: {trace}");
+    assert!(!out.is_empty(), "no validity printed: {trace}");
+}
+
+/// `acquire -n` on a free lock whose read is cut twice: it gets the lock (exit 0, its token printed
+/// once, held by that token), or it fails and leaves nothing.
+#[test]
+fn an_acquire_cut_twice_gets_the_lock_or_leaves_nothing() {
+    let s = Server::start();
+    let (code, out, trace) = cut_twice(
+        &s,
+        lockctl_on(&s).args(["-v", "--node-timeout", "20s", "acquire", "twice", "-n"]),
+        2,
+    );
+    let held = s.get(&slot_key("twice", 1));
+    if code == 0 {
+        assert_eq!(held.as_deref(), Some(out.as_str()), "{trace}");
+    } else {
+        assert_eq!(held, None, "a failed acquire left the lock held: {trace}");
+        assert!(out.is_empty(), "{trace}");
+    }
+    assert_eq!(code, 0, "an acquire whose grant ran reported as failed: {trace}");
+}

@@ -38,9 +38,11 @@
 //!
 //! lockctl's own signals are never why a read fails: a socket read with a timeout fails with
 //! `EINTR` even under `SA_RESTART`, so they are blocked in every thread but the one that receives
-//! them (`crate::signals`). Were a read interrupted all the same, the reply is not read again on that
-//! connection (redis-rs then skips the next reply, taking it for the one it gave up on): the
-//! connection is dropped and the command sent again, as above.
+//! them (`crate::signals`). SIGSTOP cannot be blocked: a read under way when lockctl is stopped and
+//! continued fails all the same. The reply is not read again on that connection (redis-rs then skips
+//! the next reply, taking it for the one it gave up on): the connection is dropped and the command
+//! sent again, as above, and again after each further cut read for as long as the call has time
+//! left, since a cut read says nothing about the server and each one takes a stop of its own.
 //!
 //! A node reaches its server through its endpoint (`super::endpoint`): the URL's server, a cluster's
 //! slot owner (MOVED and ASK are followed here, within the node timeout), or the master a Sentinel
@@ -426,7 +428,10 @@ impl Node {
             }
             match result {
                 Err(e) if !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
-                    if asked || resent {
+                    // A read cut by a stop of lockctl (EINTR) says nothing about the server, and
+                    // each one takes a stop of its own: sent again while the call has time left, or
+                    // two stops in a row failed a call that ran (`lockctl release` exit 69).
+                    if asked || (resent && !is_interrupted(&e)) {
                         break Err(e);
                     }
                     trace!("{}: connection dropped ({e}); reconnecting", self.display);
