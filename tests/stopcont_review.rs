@@ -84,6 +84,15 @@ impl Hammer {
         }
     }
 
+    /// Puts a running child under attack.
+    fn adopt(&self, child: Child) -> Attacked {
+        self.pids.lock().unwrap().push(child.id() as i32);
+        Attacked {
+            child,
+            pids: Some(self.pids.clone()),
+        }
+    }
+
     /// Stops hammering; the number of stops it made.
     fn finish(mut self) -> u64 {
         self.over.store(true, Ordering::Relaxed);
@@ -103,7 +112,7 @@ impl Drop for Hammer {
     }
 }
 
-/// A process under attack (or, without `pids`, one the test signals itself).
+/// A process under attack.
 struct Attacked {
     child: Child,
     pids: Option<Arc<Mutex<Vec<i32>>>>,
@@ -118,16 +127,17 @@ impl Attacked {
     /// reaping it, and returns its output.
     fn output(mut self, limit: Duration) -> Output {
         let pid = self.pid();
-        let out = self.child.stdout.take().unwrap();
-        let err = self.child.stderr.take().unwrap();
-        let read = |mut r: Box<dyn Read + Send>| {
+        let read = |r: Option<Box<dyn Read + Send>>| {
             std::thread::spawn(move || {
                 let mut v = Vec::new();
-                let _ = r.read_to_end(&mut v);
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut v);
+                }
                 v
             })
         };
-        let (out, err) = (read(Box::new(out)), read(Box::new(err)));
+        let out = read(self.child.stdout.take().map(|o| Box::new(o) as _));
+        let err = read(self.child.stderr.take().map(|e| Box::new(e) as _));
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let watchdog = std::thread::spawn(move || {
             if rx.recv_timeout(limit).is_err() {
@@ -591,4 +601,239 @@ fn an_acquire_cut_twice_gets_the_lock_or_leaves_nothing() {
         assert!(out.is_empty(), "{trace}");
     }
     assert_eq!(code, 0, "an acquire whose grant ran reported as failed: {trace}");
+}
+
+/// Workers loop on `acquire -n` (free at first, busy when another worker holds), `renew`, `status`
+/// and `release` of one name under the hammer. A grant prints its token once and holds it until the
+/// release, which deletes it (exit 0); a refused or failed acquire leaves no key of its own; every
+/// call tells the truth about a lock the worker held throughout.
+fn calls_under_the_hammer(nodes: usize, limit: usize, workers: usize, rounds: usize) {
+    let servers = Servers::start(nodes);
+    let name = format!("calls-{nodes}-{limit}");
+    let hammer = Hammer::start(20);
+    let tally: Mutex<BTreeMap<&str, Tally>> = Mutex::default();
+    let bad: Mutex<Vec<String>> = Mutex::default();
+    let lim = limit.to_string();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let (servers, hammer, tally, bad, name, lim) =
+                (&servers, &hammer, &tally, &bad, &name, &lim);
+            scope.spawn(move || {
+                let call = |what: &'static str, args: &[&str], want: &[i32]| {
+                    let mut cmd = servers.lockctl();
+                    cmd.arg("-v").args(args);
+                    let o = hammer.spawn(&mut cmd).output(BOUND);
+                    let c = tally.lock().unwrap().entry(what).or_default().add(&o);
+                    if !want.contains(&c) {
+                        bad.lock()
+                            .unwrap()
+                            .push(format!("{what}: exit {c}: {}", stderr(&o)));
+                    }
+                    (c, stdout(&o))
+                };
+                for _ in 0..rounds {
+                    let (c, token) = call(
+                        "acquire",
+                        &["acquire", name, "-n", "--ttl", "20s", "--limit", lim],
+                        &[0, 75],
+                    );
+                    if c != 0 {
+                        continue;
+                    }
+                    if token.lines().count() != 1 || token.len() != 32 {
+                        bad.lock().unwrap().push(format!("acquire printed {token:?}"));
+                        continue;
+                    }
+                    call("renew", &["renew", name, "--token", &token], &[0]);
+                    call("status", &["status", name], &[0]);
+                    call("release", &["release", name, "--token", &token], &[0]);
+                }
+            });
+        }
+    });
+    let stops = hammer.finish();
+    for (what, t) in tally.into_inner().unwrap() {
+        eprintln!(
+            "{nodes} node(s), --limit {limit}, {what}: exits {:?}, {} read(s) sent again, {} \
+             call(s) failed after a resend",
+            t.codes, t.resent, t.failed
+        );
+    }
+    eprintln!("{stops} stops");
+    let bad = bad.into_inner().unwrap();
+    assert!(bad.is_empty(), "{bad:#?}");
+    nothing_left(&servers, Duration::from_secs(10));
+}
+
+#[test]
+fn calls_on_one_node_under_the_hammer() {
+    calls_under_the_hammer(1, 1, 3, 15);
+}
+
+#[test]
+fn calls_on_one_node_with_limit_two_under_the_hammer() {
+    calls_under_the_hammer(1, 2, 3, 15);
+}
+
+#[test]
+fn calls_on_redlock_under_the_hammer() {
+    calls_under_the_hammer(3, 1, 3, 15);
+}
+
+#[test]
+fn calls_on_redlock_with_limit_two_under_the_hammer() {
+    calls_under_the_hammer(3, 2, 3, 15);
+}
+
+/// Four waiters queued in order, all under the hammer (their attempts, heartbeats and wake
+/// subscriptions cut again and again), are served in arrival order once the holder releases, each
+/// exits 0, and nothing is left.
+fn waiters_in_order_under_the_hammer(nodes: usize) {
+    let servers = Servers::start(nodes);
+    let name = "fifo";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = queue::hold(&mut servers.lockctl(), name);
+    let on: Vec<&Server> = servers.0.iter().collect();
+    let kids = queue::queue_in_order(&on, name, &file, 4, || {
+        let mut c = servers.lockctl();
+        c.arg("-v");
+        c
+    });
+    let hammer = Hammer::start(20);
+    let kids: Vec<Attacked> = kids.into_iter().map(|k| hammer.adopt(k)).collect();
+    // Long enough for many stops of every waiter while it waits.
+    std::thread::sleep(Duration::from_secs(2));
+    let o = run(servers
+        .lockctl()
+        .args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut tally = Tally::default();
+    let outs: Vec<Output> = kids.into_iter().map(|k| k.output(BOUND)).collect();
+    let stops = hammer.finish();
+    for o in &outs {
+        tally.add(o);
+    }
+    eprintln!(
+        "{nodes} node(s): {stops} stops, exits {:?}, {} read(s) sent again, {} failed after a \
+         resend, {} subscription(s) cut",
+        tally.codes,
+        tally.resent,
+        tally.failed,
+        outs.iter()
+            .map(|o| stderr(o).matches("subscription dropped").count())
+            .sum::<usize>()
+    );
+    for o in &outs {
+        assert_eq!(code(o), 0, "{}", stderr(o));
+    }
+    assert_eq!(queue::order(&file), ["1", "2", "3", "4"]);
+    nothing_left(&servers, Duration::from_secs(15));
+}
+
+#[test]
+fn waiters_on_one_node_keep_their_order_under_the_hammer() {
+    waiters_in_order_under_the_hammer(1);
+}
+
+#[test]
+fn waiters_on_redlock_keep_their_order_under_the_hammer() {
+    waiters_in_order_under_the_hammer(3);
+}
+
+/// Waiters that give up (`-w`) while under the hammer exit 75 and leave the queue at once: their
+/// leave is a node call like any other, cut and sent again.
+fn impatient_waiters_under_the_hammer(nodes: usize, limit: usize) {
+    let servers = Servers::start(nodes);
+    let name = "impatient";
+    let lim = limit.to_string();
+    let mut holders = Vec::new();
+    for _ in 0..limit {
+        let g = acquire_json(&mut servers.lockctl(), name, &["--ttl", "120s", "--limit", &lim]);
+        holders.push(g["token"].as_str().unwrap().to_string());
+    }
+    let hammer = Hammer::start(20);
+    let kids: Vec<Attacked> = (0..4)
+        .map(|_| {
+            let mut c = servers.lockctl();
+            c.args(["-v", "acquire", name, "-w", "1.5s", "--limit", &lim]);
+            hammer.spawn(&mut c)
+        })
+        .collect();
+    let outs: Vec<Output> = kids.into_iter().map(|k| k.output(BOUND)).collect();
+    // Every waiter has exited: its record must be gone now, not after a heartbeat's lifetime.
+    let queued: Vec<u64> = servers
+        .0
+        .iter()
+        .map(|s| s.cmd(&["ZCARD", &queue::queue_key(name)]))
+        .collect();
+    let stops = hammer.finish();
+    let mut tally = Tally::default();
+    for o in &outs {
+        tally.add(o);
+    }
+    eprintln!(
+        "{nodes} node(s), --limit {limit}: {stops} stops, exits {:?}, {} read(s) sent again, {} \
+         failed after a resend, queued after they exited: {queued:?}",
+        tally.codes, tally.resent, tally.failed
+    );
+    for o in &outs {
+        assert_eq!(code(o), 75, "{}", stderr(o));
+        assert!(stdout(o).is_empty());
+    }
+    assert!(queued.iter().all(|&q| q == 0), "waiters left queued: {queued:?}");
+    for t in &holders {
+        let o = run(servers.lockctl().args(["release", name, "--token", t]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    nothing_left(&servers, Duration::from_secs(15));
+}
+
+#[test]
+fn impatient_waiters_on_one_node_under_the_hammer() {
+    impatient_waiters_under_the_hammer(1, 1);
+}
+
+#[test]
+fn impatient_waiters_on_redlock_with_limit_two_under_the_hammer() {
+    impatient_waiters_under_the_hammer(3, 2);
+}
+
+/// A waiter stopped and continued while it listens for its wake (its subscriber blocked in a read)
+/// keeps its subscription: the release wakes it on its channel. The cut read used to count as a
+/// dropped subscription: the waiter then polled for the release (every heartbeat) and subscribed
+/// again only five seconds later.
+#[test]
+fn a_stopped_waiter_is_still_woken_by_the_release() {
+    let s = Server::start();
+    let name = "listening";
+    let token = queue::hold(&mut lockctl_on(&s), name);
+    let waiter = Traced::spawn(lockctl_on(&s).args(["-v", "acquire", name, "--ttl", "10s"]));
+    waiter.wait_for("subscribed to releases on 1/1", 1);
+    let sleeps = waiter.count("waiting up to");
+    waiter.wait_for("waiting up to", sleeps + 1);
+    // Its only socket read now is the subscription's (the main thread sleeps on a channel).
+    stop_in_a_read(waiter.pid());
+    kill(waiter.pid(), libc::SIGCONT);
+    // Whatever the cut read did (nothing, or a retry), the waiter sleeps again before the release.
+    let sleeps = waiter.count("waiting up to");
+    std::thread::sleep(Duration::from_millis(100));
+    waiter.wait_for("waiting up to", sleeps.max(1));
+    let released_at = std::time::Instant::now();
+    let o = run(lockctl_on(&s).args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (exit, out, trace) = waiter.finish();
+    eprintln!("granted {:?} after the release", released_at.elapsed());
+    assert_eq!(exit, 0, "{trace}");
+    assert_eq!(s.get(&slot_key(name, 1)).as_deref(), Some(out.as_str()));
+    assert!(
+        !trace.contains("subscription dropped"),
+        "a stop cut the waiter's subscription: {trace}"
+    );
+    assert!(
+        trace.contains("woken by a release"),
+        "the release did not wake the waiter: {trace}"
+    );
+    let o = run(lockctl_on(&s).args(["release", name, "--token", &out]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
 }

@@ -1179,7 +1179,8 @@ fn connect_here(client: &Client, deadline: Instant) -> Option<RedisResult<Connec
     }
 }
 
-fn is_interrupted(e: &RedisError) -> bool {
+/// True for a system call cut by a signal, or by a stop and continue of lockctl (`EINTR`).
+pub(crate) fn is_interrupted(e: &RedisError) -> bool {
     std::error::Error::source(e)
         .and_then(|s| s.downcast_ref::<std::io::Error>())
         .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)

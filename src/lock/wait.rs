@@ -541,7 +541,11 @@ fn subscribe(
                                 break;
                             }
                         }
-                        Err(e) if e.is_timeout() => {}
+                        // A read cut by a stop of lockctl (EINTR) leaves the subscription as it
+                        // was: a message is not a reply, so redis-rs skips nothing after it, and
+                        // keeps what it had read of one. Taken as a drop, a Ctrl-Z and `fg` cost
+                        // the wake: the waiter polled and subscribed again only 5 s later.
+                        Err(e) if e.is_timeout() || super::node::is_interrupted(&e) => {}
                         Err(e) => {
                             trace!("{display}: subscription dropped: {e}");
                             alive.store(false, Ordering::Relaxed);
