@@ -530,10 +530,9 @@ fn warm(s: &Server) {
     }
 }
 
-/// Pauses `s`, runs `cmd` (with `-v`), interrupts its read `times` times (each on the connection it
+/// Pauses `s`, runs `cmd` (with `-v`; the scripts cached by [`warm`]), interrupts its read `times` times (each on the connection it
 /// opened for the resend), resumes `s` and returns lockctl's exit code, stdout and trace.
 fn cut_twice(s: &Server, cmd: &mut Command, times: usize) -> (i32, String, String) {
-    warm(s);
     s.pause();
     let run = Traced::spawn(cmd);
     run.interrupt(times, || {});
@@ -546,6 +545,7 @@ fn cut_twice(s: &Server, cmd: &mut Command, times: usize) -> (i32, String, Strin
 #[test]
 fn a_release_cut_twice_still_reports_the_release() {
     let s = Server::start();
+    warm(&s);
     let token = queue::hold(&mut lockctl_on(&s), "twice");
     let (code, _, trace) = cut_twice(
         &s,
@@ -561,6 +561,7 @@ fn a_release_cut_twice_still_reports_the_release() {
 #[test]
 fn a_renewal_cut_twice_still_reports_the_renewal() {
     let s = Server::start();
+    warm(&s);
     let token = queue::hold(&mut lockctl_on(&s), "twice");
     let (code, out, trace) = cut_twice(
         &s,
@@ -588,6 +589,7 @@ fn a_renewal_cut_twice_still_reports_the_renewal() {
 #[test]
 fn an_acquire_cut_twice_gets_the_lock_or_leaves_nothing() {
     let s = Server::start();
+    warm(&s);
     let (code, out, trace) = cut_twice(
         &s,
         lockctl_on(&s).args(["-v", "--node-timeout", "20s", "acquire", "twice", "-n"]),
@@ -836,4 +838,61 @@ fn a_stopped_waiter_is_still_woken_by_the_release() {
     );
     let o = run(lockctl_on(&s).args(["release", name, "--token", &out]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// The replicas in sync, as `master` lists them.
+fn online(master: &Server) -> usize {
+    let info: String = master.cmd(&["INFO", "replication"]);
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+        .count()
+}
+
+/// A grant on a master with a replica counts only once the replica acknowledged it (`WAIT`). Its
+/// read cut by a stop, the grant is sent again on a new connection, where it finds itself done and
+/// writes nothing; a `WAIT` on that connection waits for nothing of this client's and answers at
+/// once with every replica linked. With the replica stopped throughout, nothing was acknowledged:
+/// the grant must fail (and be rolled back), not be reported.
+#[test]
+fn a_grant_sent_again_still_waits_for_its_replica() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(30), || online(&master) == 1),
+        "the replica did not come online"
+    );
+    // Cache the scripts on the master (the replica is still running).
+    warm(&master);
+    replica.pause();
+    master.pause();
+    let grant = Traced::spawn(lockctl_on(&master).args([
+        "-v",
+        "--node-timeout",
+        "3s",
+        "acquire",
+        "durable",
+        "-n",
+        "--ttl",
+        "60s",
+    ]));
+    grant.interrupt(1, || {
+        // The first send runs while lockctl is stopped; its resend comes after it, as it does
+        // when a stop cuts the read of a reply already on its way.
+        master.resume();
+        assert!(
+            eventually(BOUND, || master.get(&slot_key("durable", 1)).is_some()),
+            "the first send never ran"
+        );
+    });
+    let (exit, out, trace) = grant.finish();
+    let held = master.get(&slot_key("durable", 1));
+    replica.resume();
+    eprintln!("exit {exit}\n{trace}");
+    assert!(trace.contains("reconnecting"), "{trace}");
+    assert_ne!(
+        exit, 0,
+        "a grant reported with its only replica stopped throughout: {out}\n{trace}"
+    );
+    assert_eq!(held, None, "the failed grant was not rolled back: {trace}");
 }
