@@ -291,19 +291,45 @@ impl Tally {
 /// 0: the stops are far shorter than the TTL, so no lease may be reported lost) within the limit.
 fn exec_under_the_hammer(nodes: usize, limit: usize, workers: usize, rounds: usize) {
     let servers = Servers::start(nodes);
+    let on: Vec<&Server> = servers.0.iter().collect();
+    let label = format!("{nodes} node(s), --limit {limit}");
+    hammer_sections(&label, &|| servers.lockctl(), &on, limit, workers, rounds);
+}
+
+/// The keys of a held lock on `s`: slot keys, holder records, the limit. Each `exec` releases its
+/// own before it exits, so none may be there once they all have.
+fn locks_left(s: &Server) -> Vec<String> {
+    s.keys()
+        .into_iter()
+        .filter(|k| {
+            !k.contains('\u{1f}')
+                || ["slot", "holder", "limit"]
+                    .iter()
+                    .any(|a| k.contains(&format!("\u{1f}{a}")))
+        })
+        .collect()
+}
+
+fn hammer_sections(
+    label: &str,
+    lockctl: &(dyn Fn() -> Command + Sync),
+    on: &[&Server],
+    limit: usize,
+    workers: usize,
+    rounds: usize,
+) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let name = format!("hammer-{nodes}-{limit}");
+    let name = "hammered";
     let hammer = Hammer::start(20);
     let tally = Mutex::new(Tally::default());
     let bad: Mutex<Vec<String>> = Mutex::default();
     std::thread::scope(|scope| {
         for w in 0..workers {
-            let (servers, hammer, tally, bad, log, name) =
-                (&servers, &hammer, &tally, &bad, &log, &name);
+            let (hammer, tally, bad, log) = (&hammer, &tally, &bad, &log);
             scope.spawn(move || {
                 for r in 0..rounds {
-                    let mut cmd = servers.lockctl();
+                    let mut cmd = lockctl();
                     cmd.args(["-v", "exec", name, "--ttl", "3s", "--limit"])
                         .arg(limit.to_string())
                         .args(["-c", SECTION])
@@ -319,11 +345,12 @@ fn exec_under_the_hammer(nodes: usize, limit: usize, workers: usize, rounds: usi
         }
     });
     let stops = hammer.finish();
+    let locks: Vec<Vec<String>> = on.iter().map(|s| locks_left(s)).collect();
     let tally = tally.into_inner().unwrap();
     let secs = sections(&log);
     eprintln!(
-        "{nodes} node(s), --limit {limit}: {stops} stops, exits {:?}, {} read(s) sent again, {} \
-         call(s) failed after the resend, {} sections",
+        "{label}: {stops} stops, exits {:?}, {} read(s) sent again, {} call(s) failed after a \
+         resend, {} sections",
         tally.codes,
         tally.resent,
         tally.failed,
@@ -333,7 +360,15 @@ fn exec_under_the_hammer(nodes: usize, limit: usize, workers: usize, rounds: usi
     assert!(bad.is_empty(), "runs that did not exit 0: {bad:#?}");
     assert_eq!(secs.len(), workers * rounds, "a section missing");
     check_sections(&secs, limit);
-    nothing_left(&servers, Duration::from_secs(10));
+    assert!(
+        locks.iter().all(Vec::is_empty),
+        "locks left once every exec exited: {locks:?}"
+    );
+    let clean = eventually(Duration::from_secs(10), || {
+        on.iter().all(|s| leftovers(s).is_empty())
+    });
+    let left: Vec<Vec<(String, String)>> = on.iter().map(|s| snapshot(s)).collect();
+    assert!(clean, "keys left behind: {left:?}");
 }
 
 #[test]
@@ -895,4 +930,148 @@ fn a_grant_sent_again_still_waits_for_its_replica() {
         "a grant reported with its only replica stopped throughout: {out}\n{trace}"
     );
     assert_eq!(held, None, "the failed grant was not rolled back: {trace}");
+}
+
+/// `exec` on a master with a replica under the hammer: the WAIT after each grant and renewal is
+/// cut too.
+#[test]
+fn exec_on_a_master_with_a_replica_under_the_hammer() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(30), || online(&master) == 1),
+        "the replica did not come online"
+    );
+    hammer_sections(
+        "a master with a replica",
+        &|| lockctl_on(&master),
+        &[&master],
+        1,
+        4,
+        10,
+    );
+    drop(replica);
+}
+
+/// `lockctl renew` on a master with a replica, cut while it waits for the replica's acknowledgement
+/// (WAIT, which blocks on the server while the replica is stopped): the renewal ran and the replica
+/// has it once it resumes, so the renewal is reported (exit 0), not "Redis unavailable".
+#[test]
+fn a_renewal_whose_wait_is_cut_still_reports_the_renewal() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(30), || online(&master) == 1),
+        "the replica did not come online"
+    );
+    warm(&master);
+    let token = queue::hold(&mut lockctl_on(&master), "acked");
+    replica.pause();
+    let renew = Traced::spawn(lockctl_on(&master).args([
+        "-v",
+        "--node-timeout",
+        "10s",
+        "renew",
+        "acked",
+        "--token",
+        &token,
+        "--ttl",
+        "600s",
+    ]));
+    let blocked = || {
+        let info: String = master.cmd(&["INFO", "clients"]);
+        info.contains("blocked_clients:1")
+    };
+    assert!(eventually(BOUND, blocked), "the renewal never waited for the replica");
+    renew.interrupt(1, || {
+        replica.resume();
+        assert!(
+            eventually(BOUND, || !blocked()),
+            "the WAIT never ended on the server"
+        );
+    });
+    let (exit, out, trace) = renew.finish();
+    eprintln!("exit {exit}\n{trace}");
+    let pttl: i64 = master.cmd(&["PTTL", &slot_key("acked", 1)]);
+    assert!(pttl > 60_000, "the renewal did not run: {trace}");
+    assert_eq!(exit, 0, "a renewal acknowledged by its replica reported as failed: {trace}");
+    assert!(!out.is_empty());
+}
+
+/// Nanoseconds on this host's clock, as the jobs' `date +%s%N` writes them.
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// `exec` stopped in a renewal's read (the server paused to hold it there) for longer than its
+/// lease and its kill-after: the watcher still stops the job (SIGTERM at the deadline, SIGKILL
+/// `--kill-after` later, since this job ignores SIGTERM) while lockctl is stopped, another client
+/// gets the lock once it expires, and lockctl, continued, reports the lease lost (76) and leaves
+/// the other's lock alone.
+#[test]
+fn exec_stopped_in_a_renewal_past_its_lease_still_stops_its_job() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ticks = dir.path().join("ticks");
+    let job = format!(
+        "trap '' TERM; while :; do date +%s%N >> '{}'; sleep 0.05; done",
+        ticks.display()
+    );
+    let exec = Traced::spawn(lockctl_on(&s).args([
+        "-v",
+        "exec",
+        "long",
+        "--ttl",
+        "2s",
+        "--kill-after",
+        "1s",
+        "-c",
+        &job,
+    ]));
+    assert!(eventually(BOUND, || ticks.exists()), "the job never ran");
+    // The next renewal waits in its read for as long as the server is paused.
+    let renewals = exec.count("renew in");
+    exec.wait_for("renew in", renewals + 1);
+    let paused_at = now_ns();
+    s.pause();
+    stop_in_a_read(exec.pid());
+    s.resume();
+    // Another client gets the lock once the lease has run out.
+    let o = run(lockctl_on(&s).args(["acquire", "long", "-w", "30s", "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let other = stdout(&o);
+    // lockctl stays stopped well past its deadline and its kill-after.
+    std::thread::sleep(Duration::from_secs(4));
+    let last = |p: &std::path::Path| -> u128 {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .max()
+            .unwrap()
+    };
+    let last_tick = last(&ticks);
+    kill(exec.pid(), libc::SIGCONT);
+    let (exit, _, trace) = exec.finish();
+    // The deadline comes at most a TTL (2 s) after the last renewal began, before the pause; the
+    // job dies at most the kill-after (1 s) later. A generous 3 s more for a loaded machine.
+    let bound = paused_at + Duration::from_secs(6).as_nanos();
+    assert!(
+        last_tick < bound,
+        "the job ran {} ms after the pause: {trace}",
+        (last_tick - paused_at) / 1_000_000
+    );
+    eprintln!(
+        "the job's last tick came {} ms after the pause",
+        (last_tick - paused_at) / 1_000_000
+    );
+    assert_eq!(exit, 76, "{trace}");
+    assert_eq!(s.get(&slot_key("long", 1)).as_deref(), Some(other.as_str()));
+    let o = run(lockctl_on(&s).args(["release", "long", "--token", &other]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
 }

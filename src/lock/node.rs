@@ -491,7 +491,15 @@ impl Node {
                 }
                 Ok(v) if durable && !asked => match self.replicate(deadline) {
                     Ok(()) => break Ok(v),
-                    Err(fail) => return Err(fail),
+                    // The read of INFO or WAIT cut by a stop of lockctl: the connection owes that
+                    // reply, and a WAIT on a new one would not wait for this write. The command
+                    // goes again on a new connection (it leaves the same state) and waits there.
+                    Err(None) => {
+                        trace!("{}: WAIT cut by a stop; sending again", self.display);
+                        resent = true;
+                        self.conn = None;
+                    }
+                    Err(Some(fail)) => return Err(fail),
                 },
                 other => break other,
             }
@@ -624,7 +632,8 @@ impl Node {
 
     /// After a grant or renewal on the master: waits until its replicas have it (`WAIT`), within the
     /// node timeout. A master that lost its replicas to a failover is asked about again next time.
-    fn replicate(&mut self, deadline: Instant) -> Result<(), NodeFailure> {
+    /// `Err(None)`: a read was cut by a stop of lockctl (`EINTR`), which says nothing of the replicas.
+    fn replicate(&mut self, deadline: Instant) -> Result<(), Option<NodeFailure>> {
         let budget = self.budget();
         let conn = self.conn.as_mut().expect("connection in use");
         let connected = match self.replicas.take() {
@@ -634,7 +643,8 @@ impl Node {
                 redis::cmd("INFO").arg("replication").query::<Value>(c)
             }) {
                 Ok(v) => online_replicas(&info_fields(&v)),
-                Err(e) => return Err(self.failure(&e, "INFO replication", budget)),
+                Err(e) if is_interrupted(&e) => return Err(None),
+                Err(e) => return Err(Some(self.failure(&e, "INFO replication", budget))),
             },
         };
         // Fewer replicas than this master had before: one may have been promoted, and a write
@@ -665,7 +675,7 @@ impl Node {
                 // Replicas gone or lagging: a failover may be under way. Start afresh next time.
                 self.conn = None;
                 self.endpoint.lost();
-                Err(NodeFailure {
+                Err(Some(NodeFailure {
                     reason: format!(
                         "{}{}: only {n} of {need} replica(s) acknowledged the write within the \
                          node timeout ({} connected); a failover could lose it",
@@ -674,12 +684,13 @@ impl Node {
                         connected
                     ),
                     maybe_applied: true,
-                })
+                }))
             }
+            Err(e) if is_interrupted(&e) => Err(None),
             Err(e) => {
                 let mut fail = self.failure(&e, "WAIT", budget);
                 fail.maybe_applied = true;
-                Err(fail)
+                Err(Some(fail))
             }
         }
     }
