@@ -1075,3 +1075,74 @@ fn exec_stopped_in_a_renewal_past_its_lease_still_stops_its_job() {
     let o = run(lockctl_on(&s).args(["release", "long", "--token", &other]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// A proxy in front of `upstream` whose first connection passes the server's bytes only up to the
+/// reply of `INFO` (the bulk string that starts `# Server`), and holds that reply back; the other
+/// connections pass everything.
+fn hold_the_first_info(upstream: u16) -> u16 {
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut first = true;
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            if !std::mem::take(&mut first) {
+                proxy::pass_through(client, server);
+                continue;
+            }
+            proxy::one_way(client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let (mut from, mut to) = (server, client);
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 16384];
+                while let Ok(n @ 1..) = from.read(&mut buf) {
+                    seen.extend_from_slice(&buf[..n]);
+                    let Some(at) = seen.windows(9).position(|w| w == b"# Server\r") else {
+                        continue;
+                    };
+                    // Back to the `$<length>\r\n` that opens INFO's reply.
+                    let start = seen[..at].iter().rposition(|&b| b == b'$').unwrap();
+                    let _ = to.write_all(&seen[..start]);
+                    // The rest never goes: the client waits for it until its read is cut.
+                    let _ = std::io::copy(&mut from, &mut std::io::sink());
+                    return;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// `lockctl release`: the script's reply read, the read of the `INFO` that follows it on a new
+/// connection cut by a stop (as when INFO's reply, several TCP segments long, is still on its way).
+/// The release ran: exit 0, not 69.
+#[test]
+fn a_release_whose_info_read_is_cut_still_reports_the_release() {
+    let s = Server::start_tcp();
+    warm(&s);
+    let token = queue::hold(&mut lockctl_on(&s), "info");
+    let port = hold_the_first_info(s.port.unwrap());
+    let release = Traced::spawn(lockctl().args([
+        "-v",
+        "-r",
+        &format!("redis://127.0.0.1:{port}"),
+        "release",
+        "info",
+        "--token",
+        &token,
+    ]));
+    // The script ran (the key is gone) and its reply was passed on: lockctl waits for INFO's.
+    assert!(
+        eventually(BOUND, || s.get(&slot_key("info", 1)).is_none()),
+        "the release never ran"
+    );
+    release.interrupt(1, || {});
+    let (exit, _, trace) = release.finish();
+    eprintln!("exit {exit}\n{trace}");
+    assert_eq!(exit, 0, "a release that ran reported as failed: {trace}");
+}

@@ -132,6 +132,8 @@ pub struct Node {
 enum Check {
     /// Ask the endpoint for the master again.
     Rediscover,
+    /// The read of INFO was cut by a stop of lockctl (`EINTR`): nothing is known of the server.
+    Cut,
     /// Refused, or INFO failed.
     Fail(NodeFailure),
 }
@@ -423,6 +425,15 @@ impl Node {
                             maybe_applied: true,
                         });
                     }
+                    // The command's reply was read, INFO's was not: the connection owes it. The
+                    // command goes again on a new connection (it leaves the same state, and a
+                    // release answers from its record), whose INFO checks the server.
+                    Err(Check::Cut) => {
+                        trace!("{}: INFO cut by a stop; sending again", self.display);
+                        resent = true;
+                        self.conn = None;
+                        continue;
+                    }
                     Err(Check::Fail(fail)) => return Err(fail),
                 }
             }
@@ -587,6 +598,7 @@ impl Node {
         });
         let fields = match info {
             Ok(v) => info_fields(&v),
+            Err(e) if is_interrupted(&e) => return Err(Check::Cut),
             Err(e) => {
                 let budget = self.budget();
                 let mut fail = self.failure(&e, "INFO", budget);
