@@ -234,7 +234,11 @@ fn check_sections(sections: &[Section], limit: usize) {
     }
     fences.sort_unstable();
     fences.dedup();
-    assert_eq!(fences.len(), sections.len(), "a fence given twice: {sections:?}");
+    assert_eq!(
+        fences.len(),
+        sections.len(),
+        "a fence given twice: {sections:?}"
+    );
 }
 
 /// The keys on `s` that outlive every lockctl: the fencing counters (which never go) only.
@@ -248,9 +252,7 @@ fn leftovers(s: &Server) -> Vec<String> {
 /// Asserts that the servers keep nothing but fencing counters, within `within` (waiter records
 /// outlive a waiter that vanished for their documented lifetime).
 fn nothing_left(servers: &Servers, within: Duration) {
-    let clean = eventually(within, || {
-        servers.0.iter().all(|s| leftovers(s).is_empty())
-    });
+    let clean = eventually(within, || servers.0.iter().all(|s| leftovers(s).is_empty()));
     let left: Vec<Vec<(String, String)>> = servers.0.iter().map(snapshot).collect();
     assert!(clean, "keys left behind: {left:?}");
 }
@@ -415,7 +417,11 @@ fn reading_a_socket(pid: i32) -> bool {
 fn stopped(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit(')').next().map(|r| r.trim_start().starts_with('T')))
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.trim_start().starts_with('T'))
+        })
         .unwrap_or(false)
 }
 
@@ -539,7 +545,10 @@ fn a_break_sent_again_leaves_the_holder_it_let_in() {
     let (code, out, trace) = breaker.finish();
     eprintln!("{trace}\nstdout: {out}");
     assert_eq!(code, 0, "{trace}");
-    assert!(trace.contains("reconnecting"), "the break was not sent again: {trace}");
+    assert!(
+        trace.contains("reconnecting"),
+        "the break was not sent again: {trace}"
+    );
     let now = s.get(&key);
     kill(waiter.id() as i32, libc::SIGTERM);
     let _ = wait_output(waiter, BOUND);
@@ -584,7 +593,15 @@ fn a_release_cut_twice_still_reports_the_release() {
     let token = queue::hold(&mut lockctl_on(&s), "twice");
     let (code, _, trace) = cut_twice(
         &s,
-        lockctl_on(&s).args(["-v", "--node-timeout", "20s", "release", "twice", "--token", &token]),
+        lockctl_on(&s).args([
+            "-v",
+            "--node-timeout",
+            "20s",
+            "release",
+            "twice",
+            "--token",
+            &token,
+        ]),
         2,
     );
     assert_eq!(s.get(&slot_key("twice", 1)), None, "{trace}");
@@ -614,7 +631,10 @@ fn a_renewal_cut_twice_still_reports_the_renewal() {
         2,
     );
     let pttl: i64 = s.cmd(&["PTTL", &slot_key("twice", 1)]);
-    assert!(pttl > 60_000, "the renewal did not run: {pttl} ms left; {trace}");
+    assert!(
+        pttl > 60_000,
+        "the renewal did not run: {pttl} ms left; {trace}"
+    );
     assert_eq!(code, 0, "a renewal that ran reported as failed: {trace}");
     assert!(!out.is_empty(), "no validity printed: {trace}");
 }
@@ -637,7 +657,10 @@ fn an_acquire_cut_twice_gets_the_lock_or_leaves_nothing() {
         assert_eq!(held, None, "a failed acquire left the lock held: {trace}");
         assert!(out.is_empty(), "{trace}");
     }
-    assert_eq!(code, 0, "an acquire whose grant ran reported as failed: {trace}");
+    assert_eq!(
+        code, 0,
+        "an acquire whose grant ran reported as failed: {trace}"
+    );
 }
 
 /// Workers loop on `acquire -n` (free at first, busy when another worker holds), `renew`, `status`
@@ -678,11 +701,14 @@ fn calls_under_the_hammer(nodes: usize, limit: usize, workers: usize, rounds: us
                         continue;
                     }
                     if token.lines().count() != 1 || token.len() != 32 {
-                        bad.lock().unwrap().push(format!("acquire printed {token:?}"));
+                        bad.lock()
+                            .unwrap()
+                            .push(format!("acquire printed {token:?}"));
                         continue;
                     }
                     call("renew", &["renew", name, "--token", &token], &[0]);
                     call("status", &["status", name], &[0]);
+                    call("list", &["list"], &[0]);
                     call("release", &["release", name, "--token", &token], &[0]);
                 }
             });
@@ -741,9 +767,7 @@ fn waiters_in_order_under_the_hammer(nodes: usize) {
     let kids: Vec<Attacked> = kids.into_iter().map(|k| hammer.adopt(k)).collect();
     // Long enough for many stops of every waiter while it waits.
     std::thread::sleep(Duration::from_secs(2));
-    let o = run(servers
-        .lockctl()
-        .args(["release", name, "--token", &token]));
+    let o = run(servers.lockctl().args(["release", name, "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let mut tally = Tally::default();
     let outs: Vec<Output> = kids.into_iter().map(|k| k.output(BOUND)).collect();
@@ -786,7 +810,11 @@ fn impatient_waiters_under_the_hammer(nodes: usize, limit: usize) {
     let lim = limit.to_string();
     let mut holders = Vec::new();
     for _ in 0..limit {
-        let g = acquire_json(&mut servers.lockctl(), name, &["--ttl", "120s", "--limit", &lim]);
+        let g = acquire_json(
+            &mut servers.lockctl(),
+            name,
+            &["--ttl", "120s", "--limit", &lim],
+        );
         holders.push(g["token"].as_str().unwrap().to_string());
     }
     let hammer = Hammer::start(20);
@@ -818,7 +846,10 @@ fn impatient_waiters_under_the_hammer(nodes: usize, limit: usize) {
         assert_eq!(code(o), 75, "{}", stderr(o));
         assert!(stdout(o).is_empty());
     }
-    assert!(queued.iter().all(|&q| q == 0), "waiters left queued: {queued:?}");
+    assert!(
+        queued.iter().all(|&q| q == 0),
+        "waiters left queued: {queued:?}"
+    );
     for t in &holders {
         let o = run(servers.lockctl().args(["release", name, "--token", t]));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -984,7 +1015,10 @@ fn a_renewal_whose_wait_is_cut_still_reports_the_renewal() {
         let info: String = master.cmd(&["INFO", "clients"]);
         info.contains("blocked_clients:1")
     };
-    assert!(eventually(BOUND, blocked), "the renewal never waited for the replica");
+    assert!(
+        eventually(BOUND, blocked),
+        "the renewal never waited for the replica"
+    );
     renew.interrupt(1, || {
         replica.resume();
         assert!(
@@ -996,7 +1030,10 @@ fn a_renewal_whose_wait_is_cut_still_reports_the_renewal() {
     eprintln!("exit {exit}\n{trace}");
     let pttl: i64 = master.cmd(&["PTTL", &slot_key("acked", 1)]);
     assert!(pttl > 60_000, "the renewal did not run: {trace}");
-    assert_eq!(exit, 0, "a renewal acknowledged by its replica reported as failed: {trace}");
+    assert_eq!(
+        exit, 0,
+        "a renewal acknowledged by its replica reported as failed: {trace}"
+    );
     assert!(!out.is_empty());
 }
 
@@ -1145,4 +1182,193 @@ fn a_release_whose_info_read_is_cut_still_reports_the_release() {
     let (exit, _, trace) = release.finish();
     eprintln!("exit {exit}\n{trace}");
     assert_eq!(exit, 0, "a release that ran reported as failed: {trace}");
+}
+
+/// For each node, how many of its calls named `what` came right after a cut read on that node (so
+/// were that call sent again).
+fn cut_calls(trace: &str, what: &str) -> usize {
+    let mut last: BTreeMap<String, bool> = BTreeMap::new();
+    let mut n = 0;
+    for line in trace.lines() {
+        let Some(rest) = line.split("] ").nth(1) else {
+            continue;
+        };
+        let Some((node, event)) = rest.split_once(": ") else {
+            continue;
+        };
+        if event.contains("Interrupted system call") && event.contains("reconnecting") {
+            last.insert(node.to_string(), true);
+        } else if event.starts_with(what) && event.contains(" in ") {
+            n += usize::from(last.insert(node.to_string(), false) == Some(true));
+        } else if event.contains(" in ") && !event.starts_with("connected") {
+            last.insert(node.to_string(), false);
+        }
+    }
+    n
+}
+
+/// Redlock 3 with node 0's fencing counter raised before every grant, so that every grant runs
+/// round 2 (`fence.lua`) on the other two, under the hammer: every grant's fence is above the
+/// last, every node won keeps a counter at least at the fence, and each release reports the
+/// release.
+#[test]
+fn round_two_on_redlock_under_the_hammer() {
+    let servers = Servers::start(3);
+    let name = "fenced";
+    let counter = format!("{{lockctl:{name}}}\u{1f}fence");
+    let hammer = Hammer::start(20);
+    let mut last = 0u64;
+    let (mut resent, mut cut_round2, mut tally) = (0, 0, Tally::default());
+    for _ in 0..30 {
+        let _: u64 = servers[0].cmd(&["INCRBY", &counter, "1000"]);
+        let mut cmd = servers.lockctl();
+        cmd.args(["-v", "acquire", name, "-n", "--format", "json"]);
+        let o = hammer.spawn(&mut cmd).output(BOUND);
+        tally.add(&o);
+        let trace = stderr(&o);
+        resent += interrupted(&trace).0;
+        cut_round2 += cut_calls(&trace, "raise fence");
+        assert_eq!(code(&o), 0, "{trace}");
+        let grant: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let fence = grant["fence"].as_u64().unwrap();
+        assert!(fence > last, "fence {fence} after {last}: {trace}");
+        last = fence;
+        let token = grant["token"].as_str().unwrap();
+        for s in &servers.0 {
+            if s.get(&slot_key(name, 1)).as_deref() == Some(token) {
+                let c: u64 = s.cmd::<String>(&["GET", &counter]).parse().unwrap();
+                assert!(
+                    c >= fence,
+                    "a node won keeps counter {c} below fence {fence}"
+                );
+            }
+        }
+        let mut cmd = servers.lockctl();
+        cmd.args(["-v", "release", name, "--token", token]);
+        let o = hammer.spawn(&mut cmd).output(BOUND);
+        tally.add(&o);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let stops = hammer.finish();
+    eprintln!(
+        "{stops} stops, exits {:?}, {} read(s) sent again in the grants, {cut_round2} of them a \
+         round 2, {} call(s) failed after a resend",
+        tally.codes, resent, tally.failed
+    );
+    nothing_left(&servers, Duration::from_secs(10));
+}
+
+/// A proxy in front of `upstream` whose first connection withholds the server's bytes once the
+/// client has sent its `scripts`-th script (`EVAL`, `EVALSHA`): that script runs, its reply never
+/// comes. The other connections pass everything.
+fn hold_the_reply_of_script(upstream: u16, scripts: usize) -> u16 {
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut first = true;
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            if !std::mem::take(&mut first) {
+                proxy::pass_through(client, server);
+                continue;
+            }
+            let held = Arc::new(AtomicBool::new(false));
+            let hold = Arc::clone(&held);
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 16384];
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    seen.extend_from_slice(&buf[..n]);
+                    let sent = seen
+                        .windows(13)
+                        .filter(|w| *w == b"$7\r\nEVALSHA\r\n")
+                        .count()
+                        + seen.windows(10).filter(|w| *w == b"$4\r\nEVAL\r\n").count();
+                    // Set before the script goes on to the server, hence before its reply comes.
+                    if sent >= scripts {
+                        hold.store(true, Ordering::SeqCst);
+                    }
+                    if s_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                let (mut s_in, mut c_out) = (server, client);
+                let mut buf = [0u8; 16384];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    if !held.load(Ordering::SeqCst) && c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Round 2 of a Redlock grant (`fence.lua` on the nodes whose counter is behind), its reply held
+/// back on node 1 and the read cut by a stop of lockctl: the raise goes again on a new connection,
+/// finds its own raise done, and the grant stands with node 1 counted and its counter at the fence.
+#[test]
+fn a_round_two_cut_by_a_stop_still_counts() {
+    let servers = Servers(vec![
+        Server::start_tcp(),
+        Server::start_tcp(),
+        Server::start_tcp(),
+    ]);
+    let name = "raised";
+    let counter = format!("{{lockctl:{name}}}\u{1f}fence");
+    // Node 0 far ahead: round 2 goes to nodes 1 and 2.
+    let ahead = servers[0].clock_us() * 2;
+    let () = servers[0].cmd(&["SET", &counter, &ahead.to_string()]);
+    for s in &servers.0 {
+        warm(s);
+    }
+    let _ = run(servers
+        .lockctl()
+        .args(["release", "warm-fence", "--token", &"0".repeat(32)]));
+    // Node 1 behind a proxy that holds back the reply of the connection's second script (round
+    // 1's is the first).
+    let port = hold_the_reply_of_script(servers[1].port.unwrap(), 2);
+    let urls = format!(
+        "{},redis://127.0.0.1:{port},{}",
+        servers[0].url(),
+        servers[2].url()
+    );
+    let mut cmd = lockctl();
+    cmd.env("LOCKCTL_REDIS", urls).args([
+        "-v",
+        "--node-timeout",
+        "20s",
+        "acquire",
+        name,
+        "-n",
+        "--format",
+        "json",
+    ]);
+    let grant = Traced::spawn(&mut cmd);
+    grant.wait_for("raise fence in", 1);
+    grant.interrupt(1, || {});
+    let (exit, out, trace) = grant.finish();
+    eprintln!("exit {exit}\n{trace}");
+    assert_eq!(exit, 0, "{trace}");
+    assert_eq!(cut_calls(&trace, "raise fence"), 1, "{trace}");
+    let g: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let fence = g["fence"].as_u64().unwrap();
+    assert_eq!(fence, ahead + 1, "{trace}");
+    let token = g["token"].as_str().unwrap();
+    for s in &servers.0 {
+        assert_eq!(s.get(&slot_key(name, 1)).as_deref(), Some(token));
+        let c: u64 = s.cmd::<String>(&["GET", &counter]).parse().unwrap();
+        assert_eq!(c, fence, "a node won keeps another counter than the fence");
+    }
+    let o = run(servers.lockctl().args(["release", name, "--token", token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
