@@ -1372,3 +1372,49 @@ fn a_round_two_cut_by_a_stop_still_counts() {
     let o = run(servers.lockctl().args(["release", name, "--token", token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// `lockctl release` on a server that asks for a password: lockctl's `AUTH` (the handshake of its
+/// new connection) waits for the paused server, and a stop of lockctl cuts that read. The
+/// handshake is made again, the release runs once the server resumes: exit 0, the lock gone.
+#[test]
+fn a_handshake_cut_by_a_stop_is_made_again() {
+    let s = Server::start_tcp();
+    // Set once up: the harness checks readiness without logging in.
+    let () = s.cmd(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    let url = format!("redis://:s3cret@127.0.0.1:{}", s.port.unwrap());
+    let on = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &url);
+        c
+    };
+    let token = queue::hold(&mut on(), "auth");
+    let o = run(on().args(["renew", "auth", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let get = |c: &mut redis::Connection| -> Option<String> {
+        redis::cmd("GET").arg(slot_key("auth", 1)).query(c).unwrap()
+    };
+    assert_eq!(get(&mut conn).as_deref(), Some(token.as_str()));
+    s.pause();
+    let release = Traced::spawn(on().args([
+        "-v",
+        "--node-timeout",
+        "20s",
+        "release",
+        "auth",
+        "--token",
+        &token,
+    ]));
+    stop_in_a_read(release.pid());
+    kill(release.pid(), libc::SIGCONT);
+    // The cut handshake shows in the trace only as the call's outcome: give it time to be cut.
+    std::thread::sleep(Duration::from_millis(300));
+    s.resume();
+    let (exit, _, trace) = release.finish();
+    eprintln!("exit {exit}\n{trace}");
+    assert_eq!(get(&mut conn), None, "{trace}");
+    assert_eq!(exit, 0, "{trace}");
+}

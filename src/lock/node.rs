@@ -42,7 +42,10 @@
 //! continued fails all the same. The reply is not read again on that connection (redis-rs then skips
 //! the next reply, taking it for the one it gave up on): the connection is dropped and the command
 //! sent again, as above, and again after each further cut read for as long as the call has time
-//! left, since a cut read says nothing about the server and each one takes a stop of its own.
+//! left, since a cut read says nothing about the server and each one takes a stop of its own. So
+//! does a cut read of the `INFO` that follows a new connection's first reply, or of `WAIT` (whose
+//! new connection waits for this write only once the command went out on it); a cut handshake
+//! (AUTH, SELECT, TLS) is made again.
 //!
 //! A node reaches its server through its endpoint (`super::endpoint`): the URL's server, a cluster's
 //! slot owner (MOVED and ASK are followed here, within the node timeout), or the master a Sentinel
@@ -1136,6 +1139,7 @@ pub fn connect(
         let (rx, earlier) = match pending.take() {
             Some(rx) => (rx, true),
             None => {
+                let timeout = deadline.saturating_duration_since(Instant::now());
                 let (tx, rx) = mpsc::sync_channel(1);
                 let client = client.clone();
                 std::thread::Builder::new()
@@ -1150,6 +1154,9 @@ pub fn connect(
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             // An earlier connect that finished too late for its own setup: try afresh.
             Ok(Err(_)) if earlier => continue,
+            // A handshake read (AUTH, SELECT, TLS) cut by a stop of lockctl (EINTR) says nothing
+            // of the server: a `lockctl release` failed as unavailable and left the lock held.
+            Ok(Err(e)) if is_interrupted(&e) => continue,
             Ok(result) => return result,
             Err(RecvTimeoutError::Timeout) => {
                 *pending = Some(rx);
