@@ -39,6 +39,11 @@ struct Hammer {
 
 impl Hammer {
     fn start(max_stop_ms: u64) -> Hammer {
+        Hammer::with_long_stops(max_stop_ms, 0, 0)
+    }
+
+    /// As [`Hammer::start`], but every `every`-th stop (0: none) lasts `long_ms`.
+    fn with_long_stops(max_stop_ms: u64, every: u64, long_ms: u64) -> Hammer {
         let pids: Arc<Mutex<Vec<i32>>> = Arc::default();
         let over: Arc<AtomicBool> = Arc::default();
         let stops: Arc<AtomicU64> = Arc::default();
@@ -52,7 +57,13 @@ impl Hammer {
                         for &pid in pids.iter() {
                             kill(pid, libc::SIGSTOP);
                         }
-                        std::thread::sleep(Duration::from_millis(rng.u64(1..=max_stop_ms)));
+                        let n = s.load(Ordering::Relaxed) + 1;
+                        let ms = if every > 0 && n % every == 0 {
+                            long_ms
+                        } else {
+                            rng.u64(1..=max_stop_ms)
+                        };
+                        std::thread::sleep(Duration::from_millis(ms));
                         for &pid in pids.iter() {
                             kill(pid, libc::SIGCONT);
                         }
@@ -1417,4 +1428,113 @@ fn a_handshake_cut_by_a_stop_is_made_again() {
     eprintln!("exit {exit}\n{trace}");
     assert_eq!(get(&mut conn), None, "{trace}");
     assert_eq!(exit, 0, "{trace}");
+}
+
+/// A section that also writes its fence to a fenced store (SQLite: accepted only above every fence
+/// accepted so far), and logs whether the store took it.
+const FENCED_SECTION: &str = r#"f=$LOCKCTL_FENCE; s=$(date +%s%N); sleep "$HOLD"; e=$(date +%s%N)
+r=$(sqlite3 -cmd ".timeout 20000" "$DB" "BEGIN IMMEDIATE; INSERT INTO log(fence) SELECT $f WHERE $f > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;")
+echo "$f $s $e $W $r" >> "$LOG""#;
+
+/// Workers loop on `exec` (sections of 1.5 s, renewed) under a hammer whose every 300th stop
+/// outlasts the TTL (2 s against 1 s): those runs may lose their lease (76, the job stopped by the
+/// watcher if it still runs), every other must
+/// exit 0. Whatever lost its lease, a run that exited 0 had its section alone (no overlap with any
+/// section that ran) and its fenced write accepted, and no fence was given twice.
+fn long_stops_under_the_hammer(nodes: usize, every: u64) {
+    need_tool("sqlite3", "--version");
+    let servers = Servers::start(nodes);
+    let dir = tempfile::tempdir().unwrap();
+    let (log, db) = (dir.path().join("log"), dir.path().join("store.db"));
+    let made = Command::new("sqlite3")
+        .arg(&db)
+        .arg("CREATE TABLE log(fence INTEGER NOT NULL);")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let hammer = Hammer::with_long_stops(20, every, 2000);
+    let runs: Mutex<Vec<(String, i32, String)>> = Mutex::default();
+    std::thread::scope(|scope| {
+        for w in 0..3 {
+            let (servers, hammer, runs, log, db) = (&servers, &hammer, &runs, &log, &db);
+            scope.spawn(move || {
+                for r in 0..6 {
+                    let who = format!("{w}.{r}");
+                    let mut cmd = servers.lockctl();
+                    cmd.args(["-v", "exec", "long", "--ttl", "1s", "--kill-after", "200ms"])
+                        .args(["-c", FENCED_SECTION])
+                        .env("HOLD", "1.5")
+                        .env("LOG", log)
+                        .env("DB", db)
+                        .env("W", &who);
+                    let o = hammer.spawn(&mut cmd).output(BOUND);
+                    runs.lock().unwrap().push((who, code(&o), stderr(&o)));
+                }
+            });
+        }
+    });
+    let stops = hammer.finish();
+    let runs = runs.into_inner().unwrap();
+    let mut codes: BTreeMap<i32, usize> = BTreeMap::new();
+    for (_, c, _) in &runs {
+        *codes.entry(*c).or_default() += 1;
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let secs = sections(&log);
+    eprintln!(
+        "{nodes} node(s), every {every}th stop long: {stops} stops, exits {codes:?}, {} sections logged, {} \
+         fenced write(s) rejected",
+        secs.len(),
+        lines.iter().filter(|l| l[4] != "1").count()
+    );
+    for (who, c, err) in &runs {
+        let allowed: &[i32] = if every == 0 { &[0] } else { &[0, 76] };
+        assert!(allowed.contains(c), "{who} exited {c}: {err}");
+        if *c != 0 {
+            continue;
+        }
+        let line = lines.iter().find(|l| l[3] == who);
+        assert_eq!(
+            line.map(|l| l[4]),
+            Some("1"),
+            "{who} exited 0 but its fenced write was not accepted: {line:?}\n{err}"
+        );
+        let me = secs.iter().find(|s| s.who == *who).unwrap();
+        for other in secs.iter().filter(|s| s.who != *who) {
+            assert!(
+                other.end <= me.start || me.end <= other.start,
+                "{who} (exit 0) overlapped {other:?}: {me:?}"
+            );
+        }
+    }
+    let mut fences: Vec<u64> = secs.iter().map(|s| s.fence).collect();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), secs.len(), "a fence given twice: {secs:?}");
+    nothing_left(&servers, Duration::from_secs(15));
+}
+
+#[test]
+fn long_stops_on_one_node() {
+    long_stops_under_the_hammer(1, 300);
+}
+
+#[test]
+fn long_stops_on_redlock() {
+    long_stops_under_the_hammer(3, 300);
+}
+
+/// The same sections, renewed while they run, under short stops only: every lease holds.
+#[test]
+fn renewed_sections_under_short_stops() {
+    long_stops_under_the_hammer(1, 0);
+}
+
+#[test]
+fn renewed_sections_on_redlock_under_short_stops() {
+    long_stops_under_the_hammer(3, 0);
 }
