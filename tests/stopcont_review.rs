@@ -404,12 +404,17 @@ fn exec_on_redlock_with_limit_two_under_the_hammer() {
     exec_under_the_hammer(3, 2, 4, 12);
 }
 
-/// True when a thread of `pid` is blocked reading a socket (a node's reply).
+/// True when a thread of `pid` is blocked reading a socket (a node's reply). The thread named
+/// `signals` always is (signal-hook's self-pipe is a socket pair), and does not count.
 fn reading_a_socket(pid: i32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };
     tasks.flatten().any(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "signals" {
+            return false;
+        }
         let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
         let mut f = call.split_whitespace();
         let nr: i64 = f.next().and_then(|n| n.parse().ok()).unwrap_or(-1);
@@ -1269,41 +1274,35 @@ fn round_two_on_redlock_under_the_hammer() {
     nothing_left(&servers, Duration::from_secs(10));
 }
 
-/// A proxy in front of `upstream` whose first connection withholds the server's bytes once the
-/// client has sent its `scripts`-th script (`EVAL`, `EVALSHA`): that script runs, its reply never
-/// comes. The other connections pass everything.
-fn hold_the_reply_of_script(upstream: u16, scripts: usize) -> u16 {
+/// A proxy in front of `upstream` that withholds the server's bytes on the first connection whose
+/// client bytes so far satisfy `hold`, from then on (what the client sent still goes on, and runs).
+/// Every other connection passes everything.
+fn holding_proxy(upstream: u16, hold: fn(&[u8]) -> bool) -> u16 {
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let taken = Arc::new(AtomicBool::new(false));
     std::thread::spawn(move || {
-        let mut first = true;
         for client in listener.incoming() {
             let Ok(client) = client else { return };
             let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                 continue;
             };
-            if !std::mem::take(&mut first) {
-                proxy::pass_through(client, server);
-                continue;
-            }
             let held = Arc::new(AtomicBool::new(false));
-            let hold = Arc::clone(&held);
+            let (mine, taken) = (Arc::clone(&held), Arc::clone(&taken));
             let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
             std::thread::spawn(move || {
                 let mut seen = Vec::new();
                 let mut buf = [0u8; 16384];
                 while let Ok(n @ 1..) = c_in.read(&mut buf) {
                     seen.extend_from_slice(&buf[..n]);
-                    let sent = seen
-                        .windows(13)
-                        .filter(|w| *w == b"$7\r\nEVALSHA\r\n")
-                        .count()
-                        + seen.windows(10).filter(|w| *w == b"$4\r\nEVAL\r\n").count();
-                    // Set before the script goes on to the server, hence before its reply comes.
-                    if sent >= scripts {
-                        hold.store(true, Ordering::SeqCst);
+                    // Set before the bytes go on to the server, hence before its reply comes.
+                    if !mine.load(Ordering::SeqCst)
+                        && hold(&seen)
+                        && !taken.swap(true, Ordering::SeqCst)
+                    {
+                        mine.store(true, Ordering::SeqCst);
                     }
                     if s_out.write_all(&buf[..n]).is_err() {
                         break;
@@ -1322,6 +1321,16 @@ fn hold_the_reply_of_script(upstream: u16, scripts: usize) -> u16 {
         }
     });
     port
+}
+
+/// True once `seen`, a client's bytes, hold two scripts (`EVAL`, `EVALSHA`).
+fn two_scripts(seen: &[u8]) -> bool {
+    let sent = seen
+        .windows(13)
+        .filter(|w| *w == b"$7\r\nEVALSHA\r\n")
+        .count()
+        + seen.windows(10).filter(|w| *w == b"$4\r\nEVAL\r\n").count();
+    sent >= 2
 }
 
 /// Round 2 of a Redlock grant (`fence.lua` on the nodes whose counter is behind), its reply held
@@ -1345,9 +1354,9 @@ fn a_round_two_cut_by_a_stop_still_counts() {
     let _ = run(servers
         .lockctl()
         .args(["release", "warm-fence", "--token", &"0".repeat(32)]));
-    // Node 1 behind a proxy that holds back the reply of the connection's second script (round
-    // 1's is the first).
-    let port = hold_the_reply_of_script(servers[1].port.unwrap(), 2);
+    // Node 1 behind a proxy that holds back the reply of a connection's second script (round 1's
+    // is the first).
+    let port = holding_proxy(servers[1].port.unwrap(), two_scripts);
     let urls = format!(
         "{},redis://127.0.0.1:{port},{}",
         servers[0].url(),
@@ -1537,4 +1546,52 @@ fn renewed_sections_under_short_stops() {
 #[test]
 fn renewed_sections_on_redlock_under_short_stops() {
     long_stops_under_the_hammer(3, 0);
+}
+
+/// A waiter stopped and continued while it subscribes to its wake channel (the proxy holds back
+/// the confirmation of its first SUBSCRIBE) subscribes again at once: the release wakes it on its
+/// channel. A cut subscribe counted as a failed one, retried only five seconds later.
+#[test]
+fn a_waiter_stopped_while_it_subscribes_is_still_woken() {
+    let s = Server::start_tcp();
+    let name = "subscribing";
+    let token = queue::hold(&mut lockctl_on(&s), name);
+    let port = holding_proxy(s.port.unwrap(), |seen| {
+        seen.windows(9)
+            .any(|w| w.eq_ignore_ascii_case(b"SUBSCRIBE"))
+    });
+    let mut cmd = lockctl();
+    cmd.env("LOCKCTL_REDIS", format!("redis://127.0.0.1:{port}"))
+        .args([
+            "-v",
+            "--node-timeout",
+            "5s",
+            "acquire",
+            name,
+            "--ttl",
+            "10s",
+        ]);
+    let waiter = Traced::spawn(&mut cmd);
+    // Its attempt refused, the waiter subscribes; the confirmation never comes on that connection.
+    waiter.wait_for("attempt on", 1);
+    stop_in_a_read(waiter.pid());
+    kill(waiter.pid(), libc::SIGCONT);
+    waiter.wait_for("subscribed to releases on", 1);
+    let sleeps = waiter.count("waiting up to");
+    waiter.wait_for("waiting up to", sleeps.max(1));
+    let o = run(lockctl_on(&s).args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (exit, out, trace) = waiter.finish();
+    eprintln!("exit {exit}\n{trace}");
+    assert_eq!(exit, 0, "{trace}");
+    assert!(
+        trace.contains("subscribed to releases on 1/1"),
+        "the cut subscribe was not made again: {trace}"
+    );
+    assert!(
+        trace.contains("woken by a release"),
+        "the release did not wake the waiter: {trace}"
+    );
+    let o = run(lockctl_on(&s).args(["release", name, "--token", &out]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
