@@ -42,7 +42,7 @@ impl Hammer {
         Hammer::with_long_stops(max_stop_ms, 0, 0)
     }
 
-    /// As [`Hammer::start`], but every `every`-th stop (0: none) lasts `long_ms`.
+    /// As [`Hammer::start`], but one stop in `every` (at random; 0: none) lasts `long_ms`.
     fn with_long_stops(max_stop_ms: u64, every: u64, long_ms: u64) -> Hammer {
         let pids: Arc<Mutex<Vec<i32>>> = Arc::default();
         let over: Arc<AtomicBool> = Arc::default();
@@ -57,8 +57,7 @@ impl Hammer {
                         for &pid in pids.iter() {
                             kill(pid, libc::SIGSTOP);
                         }
-                        let n = s.load(Ordering::Relaxed) + 1;
-                        let ms = if every > 0 && n % every == 0 {
+                        let ms = if every > 0 && rng.u64(0..every) == 0 {
                             long_ms
                         } else {
                             rng.u64(1..=max_stop_ms)
@@ -1445,7 +1444,7 @@ const FENCED_SECTION: &str = r#"f=$LOCKCTL_FENCE; s=$(date +%s%N); sleep "$HOLD"
 r=$(sqlite3 -cmd ".timeout 20000" "$DB" "BEGIN IMMEDIATE; INSERT INTO log(fence) SELECT $f WHERE $f > (SELECT COALESCE(MAX(fence), 0) FROM log); SELECT changes(); COMMIT;")
 echo "$f $s $e $W $r" >> "$LOG""#;
 
-/// Workers loop on `exec` (sections of 1.5 s, renewed) under a hammer whose every 300th stop
+/// Workers loop on `exec` (sections of 1.5 s, renewed) under a hammer one of whose stops in 300
 /// outlasts the TTL (2 s against 1 s): those runs may lose their lease (76, the job stopped by the
 /// watcher if it still runs), every other must
 /// exit 0. Whatever lost its lease, a run that exited 0 had its section alone (no overlap with any
@@ -1495,7 +1494,7 @@ fn long_stops_under_the_hammer(nodes: usize, every: u64) {
         .collect();
     let secs = sections(&log);
     eprintln!(
-        "{nodes} node(s), every {every}th stop long: {stops} stops, exits {codes:?}, {} sections logged, {} \
+        "{nodes} node(s), one stop in {every} long: {stops} stops, exits {codes:?}, {} sections logged, {} \
          fenced write(s) rejected",
         secs.len(),
         lines.iter().filter(|l| l[4] != "1").count()
