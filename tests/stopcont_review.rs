@@ -930,10 +930,12 @@ fn online(master: &Server) -> usize {
 }
 
 /// A grant on a master with a replica counts only once the replica acknowledged it (`WAIT`). Its
-/// read cut by a stop, the grant is sent again on a new connection, where it finds itself done and
-/// writes nothing; a `WAIT` on that connection waits for nothing of this client's and answers at
-/// once with every replica linked. With the replica stopped throughout, nothing was acknowledged:
-/// the grant must fail (and be rolled back), not be reported.
+/// read cut by a stop, the grant is sent again on a new connection, where it finds itself done.
+/// Had that send written nothing, a `WAIT` on its connection would wait for nothing of this
+/// client's on servers that set a connection's offset only at a write (Valkey 8: it answered at
+/// once with the stopped replica counted; Redis 6.2 and 7.0 count from the connection's last
+/// command). With the replica stopped throughout, nothing was acknowledged: the grant must fail
+/// (and be rolled back), not be reported. Run it with `REDIS_SERVER` naming each server.
 #[test]
 fn a_grant_sent_again_still_waits_for_its_replica() {
     let master = Server::start_tcp();
