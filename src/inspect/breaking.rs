@@ -13,6 +13,11 @@
 //! A semaphore (`--limit N`) loses every holder, each named in the question and the report, or only
 //! the one whose token `--token` gives. On a terminal only the tokens shown in the question are
 //! broken: a holder that came after it is left as it is.
+//!
+//! A break sent again (its connection dropped, or its read was cut by a stop of lockctl, before the
+//! reply) finds the answer its first send recorded on that node, if that one ran, and breaks nothing
+//! more: `--yes` breaks whoever holds the lock when it runs, and run twice it took the lock from the
+//! waiter its first send had just let in.
 
 use std::io::{self, BufRead, IsTerminal, Write};
 
@@ -22,7 +27,7 @@ use super::{int, pairs, survey, text, HolderRecord, Merged, State};
 use crate::cli::BreakArgs;
 use crate::config::{check_name, Settings};
 use crate::exit::{Exit, LockError};
-use crate::lock::{quorum, Engine, BREAK};
+use crate::lock::{new_token, quorum, Engine, BREAK};
 use crate::output::human_ms;
 use crate::say;
 
@@ -100,14 +105,22 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
         confirmed = slots.into_iter().filter_map(|(_, m)| m.token).collect();
     }
 
-    let key_list = crate::lock::release_keys(&keys);
+    // A send that ran records its answer under this call's id, which its resend gets instead of
+    // breaking whoever the first send let in (`break.lua`).
+    let record = keys.break_record(&new_token());
+    let [k1, k2, k3, k4, k5, k6, k7] = crate::lock::release_keys(&keys);
+    let key_list = [k1, k2, k3, k4, k5, k6, k7, record.as_str()];
     let front_ms = engine.front_lifetime().as_millis().to_string();
+    let keep_ms = (engine.slack() + std::time::Duration::from_secs(1))
+        .as_millis()
+        .to_string();
     let mut args_list = vec![
         keys.channel.as_str(),
         keys.slot_base.as_str(),
         keys.holder_base.as_str(),
         keys.wake.as_str(),
         front_ms.as_str(),
+        keep_ms.as_str(),
     ];
     args_list.extend(confirmed.iter().map(String::as_str));
     let results = quorum::all(engine.nodes_mut(), |_, node| {

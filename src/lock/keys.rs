@@ -11,7 +11,8 @@
 //! (see `queue.rs`). A release leaves a record of what it deleted (`release\x1f<token>`) for a
 //! little longer than the node timeout, which a release sent again reads (see `release.lua`); the
 //! rollback of an attempt that timed out on a node leaves one there for the attempt's TTL, which
-//! that attempt reads should it run late (its tombstone, `acquire.lua`).
+//! that attempt reads should it run late (its tombstone, `acquire.lua`); a break leaves its answer
+//! beside them (`release\x1fbreak.<id>`) for a break sent again (`break.lua`).
 //!
 //! Two rules shape their names:
 //!
@@ -126,6 +127,12 @@ impl LockKeys {
     /// The record of `token`'s release (see `release.lua`).
     pub fn release_record(&self, token: &str) -> String {
         format!("{}{token}", self.release_base)
+    }
+
+    /// The record of the break call `id` (see `break.lua`): beside the release records, so that
+    /// whatever skips those (`list`, `status`) skips it too.
+    pub fn break_record(&self, id: &str) -> String {
+        format!("{}break.{id}", self.release_base)
     }
 
     /// The holder hash of slot `i` (1-based).

@@ -43,9 +43,14 @@
 //!
 //! lockctl's own signals are never why a read fails: a socket read with a timeout fails with
 //! `EINTR` even under `SA_RESTART`, so they are blocked in every thread but the one that receives
-//! them (`crate::signals`). Were a read interrupted all the same, the reply is not read again on that
-//! connection (redis-rs then skips the next reply, taking it for the one it gave up on): the
-//! connection is dropped and the command sent again, as above.
+//! them (`crate::signals`). SIGSTOP cannot be blocked: a read under way when lockctl is stopped and
+//! continued fails all the same. The reply is not read again on that connection (redis-rs then skips
+//! the next reply, taking it for the one it gave up on): the connection is dropped and the command
+//! sent again, as above, and again after each further cut read for as long as the call has time
+//! left, since a cut read says nothing about the server and each one takes a stop of its own. So
+//! does a cut read of the `INFO` that follows a new connection's first reply, or of `WAIT` (whose
+//! new connection waits for this write only once the command went out on it); a cut handshake
+//! (AUTH, SELECT, TLS) is made again.
 //!
 //! A node reaches its server through its endpoint (`super::endpoint`): the URL's server, a cluster's
 //! slot owner (MOVED and ASK are followed here, within the node timeout), or the master a Sentinel
@@ -135,6 +140,8 @@ pub struct Node {
 enum Check {
     /// Ask the endpoint for the master again.
     Rediscover,
+    /// The read of INFO was cut by a stop of lockctl (`EINTR`): nothing is known of the server.
+    Cut,
     /// Refused, or INFO failed.
     Fail(NodeFailure),
 }
@@ -426,12 +433,24 @@ impl Node {
                             maybe_applied: true,
                         });
                     }
+                    // The command's reply was read, INFO's was not: the connection owes it. The
+                    // command goes again on a new connection (it leaves the same state, and a
+                    // release answers from its record), whose INFO checks the server.
+                    Err(Check::Cut) => {
+                        trace!("{}: INFO cut by a stop; sending again", self.display);
+                        resent = true;
+                        self.conn = None;
+                        continue;
+                    }
                     Err(Check::Fail(fail)) => return Err(fail),
                 }
             }
             match result {
                 Err(e) if !e.is_timeout() && (e.is_connection_dropped() || e.is_io_error()) => {
-                    if asked || resent {
+                    // A read cut by a stop of lockctl (EINTR) says nothing about the server, and
+                    // each one takes a stop of its own: sent again while the call has time left, or
+                    // two stops in a row failed a call that ran (`lockctl release` exit 69).
+                    if asked || (resent && !is_interrupted(&e)) {
                         break Err(e);
                     }
                     trace!("{}: connection dropped ({e}); reconnecting", self.display);
@@ -491,7 +510,15 @@ impl Node {
                 }
                 Ok(v) if durable && !asked => match self.replicate(deadline) {
                     Ok(()) => break Ok(v),
-                    Err(fail) => return Err(fail),
+                    // The read of INFO or WAIT cut by a stop of lockctl: the connection owes that
+                    // reply, and a WAIT on a new one would not wait for this write. The command
+                    // goes again on a new connection (it leaves the same state) and waits there.
+                    Err(None) => {
+                        trace!("{}: WAIT cut by a stop; sending again", self.display);
+                        resent = true;
+                        self.conn = None;
+                    }
+                    Err(Some(fail)) => return Err(fail),
                 },
                 other => break other,
             }
@@ -579,6 +606,7 @@ impl Node {
         });
         let fields = match info {
             Ok(v) => info_fields(&v),
+            Err(e) if is_interrupted(&e) => return Err(Check::Cut),
             Err(e) => {
                 let budget = self.budget();
                 let mut fail = self.failure(&e, "INFO", budget);
@@ -624,7 +652,8 @@ impl Node {
 
     /// After a grant or renewal on the master: waits until its replicas have it (`WAIT`), within the
     /// node timeout. A master that lost its replicas to a failover is asked about again next time.
-    fn replicate(&mut self, deadline: Instant) -> Result<(), NodeFailure> {
+    /// `Err(None)`: a read was cut by a stop of lockctl (`EINTR`), which says nothing of the replicas.
+    fn replicate(&mut self, deadline: Instant) -> Result<(), Option<NodeFailure>> {
         let budget = self.budget();
         let conn = self.conn.as_mut().expect("connection in use");
         let connected = match self.replicas.take() {
@@ -634,7 +663,8 @@ impl Node {
                 redis::cmd("INFO").arg("replication").query::<Value>(c)
             }) {
                 Ok(v) => online_replicas(&info_fields(&v)),
-                Err(e) => return Err(self.failure(&e, "INFO replication", budget)),
+                Err(e) if is_interrupted(&e) => return Err(None),
+                Err(e) => return Err(Some(self.failure(&e, "INFO replication", budget))),
             },
         };
         // Fewer replicas than this master had before: one may have been promoted, and a write
@@ -665,7 +695,7 @@ impl Node {
                 // Replicas gone or lagging: a failover may be under way. Start afresh next time.
                 self.conn = None;
                 self.endpoint.lost();
-                Err(NodeFailure {
+                Err(Some(NodeFailure {
                     reason: format!(
                         "{}{}: only {n} of {need} replica(s) acknowledged the write within the \
                          node timeout ({} connected); a failover could lose it",
@@ -674,12 +704,13 @@ impl Node {
                         connected
                     ),
                     maybe_applied: true,
-                })
+                }))
             }
+            Err(e) if is_interrupted(&e) => Err(None),
             Err(e) => {
                 let mut fail = self.failure(&e, "WAIT", budget);
                 fail.maybe_applied = true;
-                Err(fail)
+                Err(Some(fail))
             }
         }
     }
@@ -1146,6 +1177,7 @@ pub fn connect(
         let (rx, earlier) = match pending.take() {
             Some(rx) => (rx, true),
             None => {
+                let timeout = deadline.saturating_duration_since(Instant::now());
                 let (tx, rx) = mpsc::sync_channel(1);
                 let client = client.clone();
                 std::thread::Builder::new()
@@ -1160,6 +1192,9 @@ pub fn connect(
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             // An earlier connect that finished too late for its own setup: try afresh.
             Ok(Err(_)) if earlier => continue,
+            // A handshake read (AUTH, SELECT, TLS) cut by a stop of lockctl (EINTR) says nothing
+            // of the server: a `lockctl release` failed as unavailable and left the lock held.
+            Ok(Err(e)) if is_interrupted(&e) => continue,
             Ok(result) => return result,
             Err(RecvTimeoutError::Timeout) => {
                 *pending = Some(rx);
@@ -1223,7 +1258,8 @@ fn handshake_answered(client: &Client) -> bool {
         || matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
 }
 
-fn is_interrupted(e: &RedisError) -> bool {
+/// True for a system call cut by a signal, or by a stop and continue of lockctl (`EINTR`).
+pub(crate) fn is_interrupted(e: &RedisError) -> bool {
     std::error::Error::source(e)
         .and_then(|s| s.downcast_ref::<std::io::Error>())
         .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)

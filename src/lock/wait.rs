@@ -501,23 +501,37 @@ fn subscribe(
         let spawned = thread::Builder::new()
             .stack_size(128 * 1024)
             .spawn(move || {
-                let conn = client
-                    .get_connection_with_timeout(timeout)
-                    .and_then(|c| super::node::bounded(c, timeout));
-                let mut conn = match conn {
-                    Ok(c) => c,
-                    Err(e) => {
-                        trace!("{display}: cannot subscribe: {e}");
-                        let _ = ready_tx.send(false);
-                        return;
+                let started = std::time::Instant::now();
+                let mut conn = loop {
+                    let left = timeout
+                        .saturating_sub(started.elapsed())
+                        .max(Duration::from_millis(1));
+                    let subscribed = client
+                        .get_connection_with_timeout(left)
+                        .and_then(|c| super::node::bounded(c, timeout))
+                        .and_then(|mut c| {
+                            let mut pubsub = c.as_pubsub();
+                            let done = pubsub.subscribe(&channels);
+                            // Not dropped: that unsubscribes and waits for the reply. Nothing is
+                            // lost with it: no message can come before the first confirmation.
+                            std::mem::forget(pubsub);
+                            done.map(|()| c)
+                        });
+                    match subscribed {
+                        Ok(c) => break c,
+                        // A connect or SUBSCRIBE whose read a stop of lockctl cut (EINTR) is made
+                        // again on a new connection: counted as failed, it was tried again only
+                        // 5 s later, and the release's wake went unheard meanwhile.
+                        Err(e)
+                            if super::node::is_interrupted(&e) && started.elapsed() < timeout => {}
+                        Err(e) => {
+                            trace!("{display}: cannot subscribe: {e}");
+                            let _ = ready_tx.send(false);
+                            return;
+                        }
                     }
                 };
                 let mut pubsub = conn.as_pubsub();
-                if let Err(e) = pubsub.subscribe(&channels) {
-                    trace!("{display}: cannot subscribe: {e}");
-                    let _ = ready_tx.send(false);
-                    return;
-                }
                 alive.store(true, Ordering::Relaxed);
                 let _ = ready_tx.send(true);
                 drop(ready_tx);
@@ -541,7 +555,11 @@ fn subscribe(
                                 break;
                             }
                         }
-                        Err(e) if e.is_timeout() => {}
+                        // A read cut by a stop of lockctl (EINTR) leaves the subscription as it
+                        // was: a message is not a reply, so redis-rs skips nothing after it, and
+                        // keeps what it had read of one. Taken as a drop, a Ctrl-Z and `fg` cost
+                        // the wake: the waiter polled and subscribed again only 5 s later.
+                        Err(e) if e.is_timeout() || super::node::is_interrupted(&e) => {}
                         Err(e) => {
                             trace!("{display}: subscription dropped: {e}");
                             alive.store(false, Ordering::Relaxed);

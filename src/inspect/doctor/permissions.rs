@@ -165,6 +165,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
             bases[1],
             &keys.wake,
             &crate::lock::ALIVE_MS,
+            "",
             "0",
         ],
     ) {

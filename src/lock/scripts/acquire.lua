@@ -106,8 +106,14 @@ for i = 1, limit do
   tokens[i] = current
   if current == token then
     -- The same attempt sent again after a dropped connection: it already won here, with the fence
-    -- its record keeps.
+    -- its record keeps. Its record's fence is written again, unchanged: a write, so that the `WAIT`
+    -- that follows on this new connection waits for the replicas to have the first send's grant
+    -- too. A send that writes nothing sets no offset for its connection on some servers (Valkey 8),
+    -- whose `WAIT` then answered at once with a stopped replica counted.
     local fence = redis.call('HMGET', holder_key(i), 'fence')[1]
+    if fence then
+      redis.call('HSET', holder_key(i), 'fence', fence)
+    end
     return {1, fence or redis.call('GET', KEYS[2]) or '0', run_id(), i}
   end
   if not current then

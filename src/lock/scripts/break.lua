@@ -2,15 +2,28 @@
 -- from, wake the waiters that the freed slots let in (on their own channels; the release channel is
 -- still announced for older clients). Waiters stay queued. The fencing counter is left as it is, so
 -- a broken holder's token is stale for any fenced store.
--- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters, seen
+-- KEYS: lock (slot 1), holder hash (slot 1's), limit, queue, alive, waiters, seen, and (optional)
+--       the record of this break call (its name carries the call's own random id)
 -- ARGV: release channel, slot key base, holder hash base (slot i >= 2 is `base .. i`), wake channel
 --       prefix, a waiter's lifetime at the front of the queue in ms (the caller's slack counted),
---       then the tokens the operator confirmed (none: every holder)
+--       the record's lifetime in ms ('' without a record), then the tokens the operator confirmed
+--       (none: every holder)
 -- Returns {{{slot, token, {holder field, value, ...}}, ...} broken, {token, ...} left as they are
 --          because the operator did not confirm them (they came after the question)}
+-- The record: the client sends a break again when the connection drops before the reply (node.rs).
+-- Run again, an unconfirmed break would take the lock from whoever the first send let in (a waiter
+-- it woke), whom nobody asked to break, and report that holder instead of the one broken. So a send
+-- that ran keeps its answer under the call's id for a little longer than the call can last, and a
+-- send of the same call that finds it returns it and changes nothing. A first send never finds one.
+if KEYS[8] then
+  local done = redis.call('GET', KEYS[8])
+  if done then
+    return cjson.decode(done)
+  end
+end
 local confirmed = {}
-local any = #ARGV <= 5
-for i = 6, #ARGV do
+local any = #ARGV <= 6
+for i = 7, #ARGV do
   confirmed[ARGV[i]] = true
 end
 local limit = tonumber(redis.call('GET', KEYS[3]) or '')
@@ -58,5 +71,8 @@ if #broken > 0 then
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
     redis.call('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')
   end
+end
+if KEYS[8] and tonumber(ARGV[6]) then
+  redis.call('SET', KEYS[8], cjson.encode({broken, left}), 'PX', ARGV[6])
 end
 return {broken, left}
