@@ -834,3 +834,117 @@ fn a_node_with_a_database_number_gets_its_rollback_in_that_database() {
         "database 3 still shows a waiter: {keys:?}; {e}"
     );
 }
+
+/// `status`, `list`, `break` and `doctor` on a node that holds only an attempt's tombstone (the
+/// rollback ran, the late attempt after it changed nothing), under the default prefix and an empty
+/// one (where a SCAN for lock keys matches every key): the lock is free, nobody waits, nothing is
+/// listed, nothing is broken, and `doctor` runs its checks through.
+#[test]
+fn the_inspecting_commands_see_nothing_in_a_tombstone() {
+    for prefix in ["lockctl:", ""] {
+        let s = Servers::start(3);
+        warm_up(&s[2]);
+        for i in [0, 1] {
+            let _: () = s[i].cmd(&["SET", &format!("{prefix}insp"), PEER, "PX", "60000"]);
+        }
+        let stopped = Stopped::start();
+        let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
+        let o = run(lockctl()
+            .env("LOCKCTL_REDIS", urls)
+            .env("LOCKCTL_NODE_TIMEOUT", "300ms")
+            .args(["--prefix", prefix, "acquire", "insp", "-n", "--ttl", "60s"]));
+        assert_eq!(code(&o), 75, "{}", stderr(&o));
+        let sent = Sent::from(stopped.closed());
+        for c in &sent.others {
+            play_all(&s[2], c);
+        }
+        let answer = play(&s[2], &sent.attempt[0]).unwrap();
+        assert!(!granted(&answer), "{answer:?}");
+        let all: Vec<String> = s[2].cmd(&["KEYS", "*insp*"]);
+        assert_eq!(all.len(), 1, "prefix {prefix:?}: {all:?}");
+        assert!(is_release_record(&all[0]), "{all:?}");
+        let on = |args: &[&str]| run(lockctl_on(&s[2]).env("LOCKCTL_PREFIX", prefix).args(args));
+        let o = on(&["status", "insp", "--format", "json"]);
+        assert_eq!(code(&o), 1, "prefix {prefix:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert!(
+            v["holders"].as_array().is_none_or(|h| h.is_empty())
+                && v["waiters"].as_array().is_none_or(|w| w.is_empty()),
+            "prefix {prefix:?}: {v}"
+        );
+        let o = on(&["list", "--format", "json"]);
+        assert_eq!(code(&o), 0, "prefix {prefix:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let rows = v.as_array().or_else(|| v["locks"].as_array());
+        assert!(rows.is_some_and(|r| r.is_empty()), "prefix {prefix:?}: {v}");
+        let o = on(&["break", "insp", "--yes"]);
+        assert_eq!(code(&o), 1, "prefix {prefix:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("free; nothing to break"),
+            "{}",
+            stderr(&o)
+        );
+        let o = on(&["doctor", "--format", "json"]);
+        assert!(
+            matches!(code(&o), 0 | 1),
+            "prefix {prefix:?}: {}",
+            stderr(&o)
+        );
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let text = v.to_string();
+        assert!(
+            !text.contains("the acquire script") && !text.contains("the release script"),
+            "prefix {prefix:?}: {text}"
+        );
+        // The tombstone is still there: they ran beside it.
+        let all: Vec<String> = s[2].cmd(&["KEYS", "*insp*"]);
+        assert_eq!(all.len(), 1, "{all:?}");
+    }
+}
+
+/// A client killed (SIGKILL) while it waits for a stopped node's answer sends no rollback: the late
+/// attempt grants there when the node runs again, no tombstone is left, and the grant goes with
+/// its TTL, as before the tombstone.
+#[test]
+fn a_client_killed_before_its_rollback_leaves_a_grant_for_its_ttl_only() {
+    let s = Servers::start(3);
+    warm_up(&s[2]);
+    for i in [0, 1] {
+        let _: () = s[i].cmd(&["SET", "lockctl:killed", PEER, "PX", "60000"]);
+    }
+    s[2].pause();
+    let mut child = s
+        .lockctl()
+        .env("LOCKCTL_NODE_TIMEOUT", "20s")
+        .args(["acquire", "killed", "-n", "--ttl", "3s", "--verbose"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    // Nodes 0 and 1 answered: the attempt waits for node 2 alone.
+    while seen.matches(": acquire in ").count() < 2 {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(n > 0, "lockctl ended early: {seen}");
+        seen.push_str(&line);
+    }
+    kill(child.id() as i32, libc::SIGKILL);
+    let _ = child.wait();
+    s[2].resume();
+    assert!(
+        eventually(Duration::from_secs(10), || s[2]
+            .get("lockctl:killed")
+            .is_some()),
+        "the late attempt did not run: {seen}"
+    );
+    let pttl: i64 = s[2].cmd(&["PTTL", "lockctl:killed"]);
+    assert!(pttl > 0 && pttl <= 3000, "{pttl}");
+    assert!(records(&s[2], "killed").is_empty());
+    assert!(
+        eventually(Duration::from_secs(30), || left(&s[2], "killed").is_empty()),
+        "{:?}",
+        snapshot(&s[2])
+    );
+}
