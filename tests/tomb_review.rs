@@ -260,6 +260,30 @@ fn a_rollback_at_the_memory_limit_still_deletes_the_late_grant() {
     }
 }
 
+/// The other order at the memory limit: the rollback runs first and deletes nothing. A server over
+/// its maxmemory lets the late attempt after it through (the acquire script's first write is one
+/// that such a server lets through, and its writes after it go too), so the tombstone must be
+/// written there as well, or the late grant stays for its TTL.
+#[test]
+fn at_the_memory_limit_a_rollback_that_deletes_nothing_still_leaves_its_tombstone() {
+    let s = Servers::start(3);
+    warm_up(&s[2]);
+    let _: () = s[2].cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let sent = refused_with_a_stalled_node(&s, "full2", &["-n", "--ttl", "60s"]);
+    let _: () = s[2].cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    for c in &sent.others {
+        play_all(&s[2], c);
+    }
+    let answer = play(&s[2], &sent.attempt[0]);
+    let _: () = s[2].cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(
+        left(&s[2], "full2"),
+        Vec::<String>::new(),
+        "the late attempt answered {answer:?}"
+    );
+    assert_eq!(records(&s[2], "full2").len(), 1, "no tombstone");
+}
+
 /// The rollback ran (on the new connection), then the server stalled again for longer than the
 /// lease's TTL before it ran the old connection: the tombstone is gone by then. If the server had
 /// not read the attempt when it first stopped, the old connection carries the rollback behind the
