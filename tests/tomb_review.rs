@@ -927,8 +927,8 @@ fn the_inspecting_commands_see_nothing_in_a_tombstone() {
 }
 
 /// A client killed (SIGKILL) while it waits for a stopped node's answer sends no rollback: the late
-/// attempt grants there when the node runs again, no tombstone is left, and the grant goes with
-/// its TTL, as before the tombstone.
+/// attempt grants there when the node runs it, no tombstone is left, and the grant goes with its
+/// TTL, as before the tombstone.
 #[test]
 fn a_client_killed_before_its_rollback_leaves_a_grant_for_its_ttl_only() {
     let s = Servers::start(3);
@@ -936,33 +936,42 @@ fn a_client_killed_before_its_rollback_leaves_a_grant_for_its_ttl_only() {
     for i in [0, 1] {
         let _: () = s[i].cmd(&["SET", "lockctl:killed", PEER, "PX", "60000"]);
     }
-    s[2].pause();
-    let mut child = s
-        .lockctl()
+    let stopped = Stopped::start();
+    let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
+    let mut child = lockctl()
+        .env("LOCKCTL_REDIS", urls)
         .env("LOCKCTL_NODE_TIMEOUT", "20s")
-        .args(["acquire", "killed", "-n", "--ttl", "3s", "--verbose"])
+        .args(["acquire", "killed", "-n", "--ttl", "3s"])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    // Nodes 0 and 1 answered: the attempt waits for node 2 alone.
-    while seen.matches(": acquire in ").count() < 2 {
-        let mut line = String::new();
-        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
-        assert!(n > 0, "lockctl ended early: {seen}");
-        seen.push_str(&line);
-    }
+    // Killed once the attempt has reached the stopped node.
+    let sent = || {
+        stopped.conns.lock().unwrap().iter().any(|c| {
+            parse(&c.lock().unwrap().0)
+                .0
+                .iter()
+                .any(|cmd| name(cmd) == "EVALSHA")
+        })
+    };
+    assert!(eventually(Duration::from_secs(30), sent), "no attempt came");
     kill(child.id() as i32, libc::SIGKILL);
     let _ = child.wait();
-    s[2].resume();
+    let conns: Vec<Vec<Command>> = stopped
+        .closed()
+        .into_iter()
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(conns.len(), 1, "{conns:?}");
+    // The attempt, and the INFO a new connection sends along with its first command.
+    let names: Vec<String> = conns[0].iter().map(name).collect();
     assert!(
-        eventually(Duration::from_secs(10), || s[2]
-            .get("lockctl:killed")
-            .is_some()),
-        "the late attempt did not run: {seen}"
+        names[0] == "EVALSHA" && names[1..].iter().all(|n| n == "INFO"),
+        "a rollback was sent: {names:?}"
     );
+    let answer = play(&s[2], &conns[0][0]).unwrap();
+    assert!(granted(&answer), "{answer:?}");
     let pttl: i64 = s[2].cmd(&["PTTL", "lockctl:killed"]);
     assert!(pttl > 0 && pttl <= 3000, "{pttl}");
     assert!(records(&s[2], "killed").is_empty());
