@@ -622,72 +622,141 @@ fn five_nodes_two_stopped_keep_nothing() {
     }
 }
 
-/// A unix socket's pending connections past the listen backlog wait in connect(2). A server that
-/// stops with its accept queue all but full takes the attempt's connection, then none: the
-/// rollback's new connection cannot be made. It gives up within the node timeout (the acquire ends
-/// within a bound of a few node timeouts, not hanging), and the old connection still carries the
-/// rollback, which the server, not having read the attempt, runs after it: nothing stays.
+/// A listener's pending connections past its backlog wait in connect(2) (a unix socket), or their
+/// SYN is dropped (TCP). A server that stops with its accept queue all but full takes the attempt's
+/// connection, then none: the rollback's new connection cannot be made. It gives up within the node
+/// timeout (the acquire ends within a bound of a few node timeouts, not hanging), and the old
+/// connection still carries the rollback, which the server, not having read the attempt, runs
+/// after it: nothing stays. On TCP the node is named `localhost`, whose connect runs on a helper
+/// thread.
 #[test]
 fn a_full_accept_queue_costs_the_rollback_no_more_than_a_node_timeout() {
-    let s = Servers(vec![
-        Server::start(),
-        Server::start(),
-        Server::with_args(&["--tcp-backlog", "4"]),
-    ]);
-    warm_up(&s[2]);
-    for i in [0, 1] {
-        let _: () = s[i].cmd(&["SET", "lockctl:backlog", PEER, "PX", "60000"]);
-    }
-    // The queue's capacity: fill it while the server is stopped, then let it take them all.
-    s[2].pause();
-    let filled = fill(&s[2].socket(), usize::MAX);
-    let capacity = filled.len();
-    close_all(filled);
-    s[2].resume();
-    assert!(
-        eventually(Duration::from_secs(30), || {
+    for tcp in [false, true] {
+        let s = Servers(vec![
+            Server::start(),
+            Server::start(),
+            if tcp {
+                Server::tcp_with_args(&["--tcp-backlog", "4"])
+            } else {
+                Server::with_args(&["--tcp-backlog", "4"])
+            },
+        ]);
+        warm_up(&s[2]);
+        for i in [0, 1] {
+            let _: () = s[i].cmd(&["SET", "lockctl:backlog", PEER, "PX", "60000"]);
+        }
+        let target = if tcp {
+            Target::Tcp(s[2].port.unwrap())
+        } else {
+            Target::Unix(s[2].socket())
+        };
+        let accepted = || -> usize {
             let info: String = s[2].cmd(&["INFO", "stats"]);
             info.lines()
                 .find_map(|l| l.strip_prefix("total_connections_received:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .is_some_and(|n| n >= capacity)
-        }),
-        "the server did not take the {capacity} connections"
-    );
-    // Stopped again with one place left, for the attempt's connection.
-    s[2].pause();
-    let held = fill(&s[2].socket(), capacity - 1);
-    assert_eq!(held.len(), capacity - 1);
-    let started = Instant::now();
-    let o = run(s.lockctl().env("LOCKCTL_NODE_TIMEOUT", "2s").args([
-        "acquire",
-        "backlog",
-        "-n",
-        "--ttl",
-        "60s",
-        "--verbose",
-    ]));
-    let took = started.elapsed();
-    s[2].resume();
-    let e = stderr(&o);
-    assert_eq!(code(&o), 75, "{e}");
-    // Two node timeouts at most (the attempt's, the rollback's connect), and a generous margin.
-    assert!(took < Duration::from_secs(12), "{took:?}: {e}");
-    close_all(held);
-    assert!(
-        e.contains("sent without waiting"),
-        "no rollback went out on the old connection: {e}"
-    );
-    assert!(
-        !e.contains("sent on a new connection too"),
-        "the new connection was made, so the queue was not full: {e}"
-    );
-    assert!(
-        eventually(Duration::from_secs(10), || left(&s[2], "backlog")
-            .is_empty()),
-        "{:?}; {e}",
-        snapshot(&s[2])
-    );
+                .and_then(|v| v.trim().parse().ok())
+                .expect("total_connections_received")
+        };
+        // The queue's capacity: fill it while the server is stopped, then let it take them all.
+        let base = accepted();
+        s[2].pause();
+        let filled = target.fill(usize::MAX);
+        let capacity = filled.len();
+        drop(filled);
+        s[2].resume();
+        assert!(
+            eventually(Duration::from_secs(30), || accepted() > base + capacity),
+            "the server did not take the {capacity} connections"
+        );
+        // Stopped again with one place left, for the attempt's connection.
+        s[2].pause();
+        let held = target.fill(capacity - 1);
+        assert_eq!(held.len(), capacity - 1, "tcp {tcp}");
+        let node2 = match &target {
+            Target::Tcp(port) => format!("redis://localhost:{port}"),
+            Target::Unix(_) => s[2].url(),
+        };
+        let started = Instant::now();
+        let o = run(lockctl()
+            .env(
+                "LOCKCTL_REDIS",
+                format!("{},{},{node2}", s[0].url(), s[1].url()),
+            )
+            .env("LOCKCTL_NODE_TIMEOUT", "2s")
+            .args(["acquire", "backlog", "-n", "--ttl", "60s", "--verbose"]));
+        let took = started.elapsed();
+        s[2].resume();
+        drop(held);
+        let e = stderr(&o);
+        assert_eq!(code(&o), 75, "tcp {tcp}: {e}");
+        eprintln!("tcp {tcp}: capacity {capacity}, acquire took {took:?}");
+        // Two node timeouts at most (the attempt's, the rollback's connect), and a generous margin.
+        assert!(took < Duration::from_secs(12), "tcp {tcp}: {took:?}: {e}");
+        assert!(
+            e.contains("sent without waiting"),
+            "tcp {tcp}: no rollback went out on the old connection: {e}"
+        );
+        assert!(
+            !e.contains("sent on a new connection too"),
+            "tcp {tcp}: the new connection was made, so the queue was not full: {e}"
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || left(&s[2], "backlog")
+                .is_empty()),
+            "tcp {tcp}: {:?}; {e}",
+            snapshot(&s[2])
+        );
+    }
+}
+
+/// Where a stopped server listens, for filling its accept queue.
+enum Target {
+    Unix(std::path::PathBuf),
+    Tcp(u16),
+}
+
+/// Connections a test holds open; closed on drop.
+enum Held {
+    Fds(Vec<i32>),
+    Streams(Vec<TcpStream>),
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        match self {
+            Held::Fds(f) => f.len(),
+            Held::Streams(s) => s.len(),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Held::Fds(fds) = self {
+            close_all(std::mem::take(fds));
+        }
+    }
+}
+
+impl Target {
+    /// Up to `most` connections (fewer when the queue fills).
+    fn fill(&self, most: usize) -> Held {
+        match self {
+            Target::Unix(path) => Held::Fds(fill(path, most)),
+            Target::Tcp(port) => {
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], *port));
+                let mut streams = Vec::new();
+                while streams.len() < most {
+                    match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                        Ok(c) => streams.push(c),
+                        Err(_) => break,
+                    }
+                    assert!(streams.len() < 100_000, "the accept queue never filled");
+                }
+                Held::Streams(streams)
+            }
+        }
+    }
 }
 
 /// Up to `most` connections to the unix socket at `path` (fewer when its queue fills).
