@@ -1050,3 +1050,59 @@ fn a_client_killed_before_its_rollback_leaves_a_grant_for_its_ttl_only() {
         snapshot(&s[2])
     );
 }
+
+/// On Redis Cluster the attempt's tombstone must sit in the lock's hash slot, or neither
+/// `acquire.lua` (which reads it) nor the rollback (which writes it) could run there (CROSSSLOT).
+/// Redlock over two servers held by a peer and a cluster node that owns the lock's slot, stopped
+/// (SIGSTOP, well within the cluster's node timeout) while the attempt is refused: once it runs
+/// again it has the tombstone and nothing of the attempt, for a plain name and a braced one.
+#[test]
+fn on_a_cluster_the_tombstone_is_in_the_lock_slot() {
+    let cluster = support::topology::Cluster::start();
+    let s = Servers::start(2);
+    for name in ["plain", "a{b}c"] {
+        let key = format!("lockctl:{name}");
+        let owner_port = cluster.owner(&key);
+        let owner = cluster.nodes.iter().find(|n| n.port == owner_port).unwrap();
+        // The late attempt runs there, not NOSCRIPT.
+        let _: String = owner
+            .cmd(&[
+                "SCRIPT",
+                "LOAD",
+                concat!(
+                    include_str!("../src/lock/scripts/front.lua"),
+                    include_str!("../src/lock/scripts/acquire.lua")
+                ),
+            ])
+            .unwrap();
+        for i in [0, 1] {
+            let _: () = s[i].cmd(&["SET", &key, PEER, "PX", "60000"]);
+        }
+        kill(owner.pid(), libc::SIGSTOP);
+        let o = run(lockctl()
+            .env(
+                "LOCKCTL_REDIS",
+                format!("{},redis://127.0.0.1:{owner_port}", s.urls()),
+            )
+            .env("LOCKCTL_NODE_TIMEOUT", "300ms")
+            .args(["acquire", name, "-n", "--ttl", "30s", "--verbose"]));
+        kill(owner.pid(), libc::SIGCONT);
+        let e = stderr(&o);
+        assert_eq!(code(&o), 75, "{name}: {e}");
+        assert!(e.contains("sent on a new connection too"), "{name}: {e}");
+        let on_owner = || -> Vec<String> {
+            let all: Vec<String> = owner.cmd(&["KEYS", "*"]).unwrap();
+            all.into_iter()
+                .filter(|k| k.contains(&key) && !k.ends_with("\u{1f}fence"))
+                .collect()
+        };
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                let k = on_owner();
+                k.len() == 1 && is_release_record(&k[0])
+            }),
+            "{name}: the owner keeps {:?}; {e}",
+            on_owner()
+        );
+    }
+}
