@@ -1106,3 +1106,34 @@ fn on_a_cluster_the_tombstone_is_in_the_lock_slot() {
         );
     }
 }
+
+/// A release of a token whose rollback left its tombstone (`release --token T`, T the refused
+/// attempt's): the tombstone's empty id is no release call's, so it answers "not held" (exit 76)
+/// rather than taking the tombstone for its own first send's record; it leaves the tombstone as it
+/// was, and the late attempt after it still changes nothing.
+#[test]
+fn a_release_of_a_tombstoned_token_is_not_fooled() {
+    let s = Servers::start(3);
+    warm_up(&s[2]);
+    let sent = refused_with_a_stalled_node(&s, "tok", &["-n", "--ttl", "60s"]);
+    for c in &sent.others {
+        play_all(&s[2], c);
+    }
+    // EVALSHA sha numkeys KEYS... ARGV...: the token is ARGV[1].
+    let attempt = &sent.attempt[0];
+    let numkeys: usize = String::from_utf8_lossy(&attempt[2]).parse().unwrap();
+    let token = String::from_utf8_lossy(&attempt[3 + numkeys]).into_owned();
+    let tomb = records(&s[2], "tok");
+    assert_eq!(tomb.len(), 1);
+    let before = s[2].get(&tomb[0]);
+    for urls in [s.urls(), s[2].url()] {
+        let o = run(lockctl()
+            .env("LOCKCTL_REDIS", urls)
+            .args(["release", "tok", "--token", &token]));
+        assert_eq!(code(&o), 76, "{}", stderr(&o));
+    }
+    assert_eq!(s[2].get(&tomb[0]), before);
+    let answer = play(&s[2], attempt).unwrap();
+    assert!(!granted(&answer), "{answer:?}");
+    assert_eq!(left(&s[2], "tok"), Vec::<String>::new());
+}
