@@ -28,10 +28,11 @@
 -- A rollback with KEYS[8] is one to a node where the attempt timed out ('1', the record's lifetime in
 -- ms, an empty id): the attempt may still be in this server's sockets, and run after this rollback
 -- (sent on a new connection too, node.rs). Its record (`:` when nothing was deleted, else the
--- slots deleted), is the attempt's tombstone: acquire.lua finds it and does nothing. Its id is empty, which no release call
--- has, so a release sent again never reads it as its own. It is written after a delete: a server
--- over its maxmemory (noeviction) refuses a script's first write that adds memory, and aborts the
--- script, whereas a delete first is allowed and lets the writes after it through.
+-- slots deleted) is the attempt's tombstone: acquire.lua finds it and does nothing. Its id is
+-- empty, which no release call has, so a release sent again never reads it as its own. It is
+-- written after a delete: a server over its maxmemory (noeviction) refuses a script's first write
+-- that adds memory, and aborts the script, whereas a delete first is allowed and lets the writes
+-- after it through.
 local token = ARGV[1]
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
