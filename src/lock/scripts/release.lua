@@ -27,13 +27,13 @@
 -- expired is still "not ours".
 -- A rollback with KEYS[8] is one to a node where the attempt timed out ('1', the record's lifetime in
 -- ms, an empty id): the attempt may still be in this server's sockets, and run after this rollback
--- (sent on a new connection too, node.rs). Its record, whether or not anything is deleted, is the
--- attempt's tombstone: acquire.lua finds it and does nothing. Its id is empty, which no release call
--- has, so a release sent again never reads it as its own.
+-- (sent on a new connection too, node.rs). Its record (`:` when nothing was deleted, else the
+-- slots deleted) is the attempt's tombstone: acquire.lua finds it and does nothing. Its id is
+-- empty, which no release call has, so a release sent again never reads it as its own. It is
+-- written after a delete: a server over its maxmemory (noeviction) refuses a script's first write
+-- that adds memory, and aborts the script, whereas a delete first is allowed and lets the writes
+-- after it through.
 local token = ARGV[1]
-if ARGV[7] == '1' and KEYS[8] then
-  redis.call('SET', KEYS[8], ':', 'PX', ARGV[8])
-end
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
 local places = {}
@@ -54,6 +54,13 @@ for i = 2, n or 1 do
   end
 end
 if #deleted == 0 then
+  if ARGV[7] == '1' and KEYS[8] then
+    -- A delete first: a server over its maxmemory lets the writes of a script that has written
+    -- through, as it lets the late attempt's (acquire.lua's first write is of that kind).
+    redis.call('DEL', KEYS[8])
+    redis.call('SET', KEYS[8], ':', 'PX', ARGV[8])
+    return deleted
+  end
   if KEYS[8] then
     local done = redis.call('GET', KEYS[8])
     local id, slots = string.match(done or '', '^([^:]*):(.*)$')
