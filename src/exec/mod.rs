@@ -248,7 +248,6 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     };
     // Nothing of the job is left: the watcher stands down before anything else (see its docs).
     watcher.done();
-    drop(child);
     child::reclaim_terminal();
     let (mut engine, lost_by_deadline) = lease.stop();
     let lost_while_running = supervisor.lost();
@@ -288,9 +287,9 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
 }
 
 /// Kills the command's process group and reaps the command, on a path where lockctl cannot supervise.
-fn abandon(supervisor: &Supervisor, mut child: std::process::Child, watcher: watcher::Watcher) {
+fn abandon(supervisor: &Supervisor, child: child::Spawned, watcher: watcher::Watcher) {
     supervisor.kill_now();
-    let _ = child.wait();
+    child.wait();
     watcher.done();
     child::reclaim_terminal();
 }
