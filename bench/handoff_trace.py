@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Where one handoff's time goes: the contention benchmark (4 workers x 15 x `lockctl exec NAME --
-cs LOG 20`) under `perf record -a` on CLOCK_MONOTONIC, the clock `cs` logs its sections on, with
+cs LOG 20`), or with --herd N the herd of N waiters, under `perf record -a` on CLOCK_MONOTONIC, the clock `cs` logs its sections on, with
 the syscall and process tracepoints of every process. For each handoff between two workers it
 finds, in order, the holder's job exiting, its lockctl seeing it, the release sent and answered,
 the server's writes, the waiter's wake read, its attempt, the grant, the deadline told to the
 watcher, the fork, the exec and the next section's start, and prints the medians of each step.
 
-    python3 bench/handoff_trace.py [--bin PATH] [--runs N]
+    python3 bench/handoff_trace.py [--bin PATH] [--runs N] [--herd N]
 
 Needs perf (root, or perf_event_paranoid <= -1) and bench/out/cs (bench/run builds it). Files go to
 bench/out/trace/.
@@ -172,6 +172,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=bench.LOCKCTL)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--herd", type=int, default=0, help="trace the herd of N waiters instead")
     args = ap.parse_args()
     bench.LOCKCTL = os.path.abspath(args.bin)
     os.makedirs(DIR, exist_ok=True)
@@ -189,10 +190,17 @@ def main():
                        "sched:sched_process_exit"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)
-            _, gaps, _ = bench.contention("lockctl", srv, base, 4, 15, 20, run)
+            if args.herd:
+                work = os.path.join(base, f"herd{run}")
+                os.makedirs(work)
+                bench.herd("lockctl", srv, work, args.herd, 20)
+                log = os.path.join(work, f"herd-lockctl-{args.herd}.log")
+            else:
+                bench.contention("lockctl", srv, base, 4, 15, 20, run)
+                log = os.path.join(base, f"lockctl-{run}.log")
             perf.send_signal(signal.SIGINT)
             perf.wait()
-            with open(os.path.join(base, f"lockctl-{run}.log")) as f:
+            with open(log) as f:
                 sections = sorted(tuple(map(int, line.split())) for line in f)
             rows += steps_of(parse(data), sections)
             os.remove(data)

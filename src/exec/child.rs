@@ -410,7 +410,7 @@ pub fn has_children(spare: i32) -> bool {
     };
     let mut others = false;
     for task in tasks.flatten() {
-        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+        let Ok(list) = super::procs::read_proc(task.path().join("children")) else {
             return true;
         };
         others |= list
