@@ -30,7 +30,9 @@ def main():
     ap.add_argument("b")
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--herd", default="30,100")
-    ap.add_argument("--only", default="contention,herd")
+    ap.add_argument("--only", default="contention,herd", help="contention,herd,exec (exec: "
+                    "`exec NAME -- true` on a free lock, --rounds rounds)")
+    ap.add_argument("--rounds", type=int, default=200)
     args = ap.parse_args()
     bins = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
     only = set(args.only.split(","))
@@ -42,7 +44,15 @@ def main():
     herd = {(k, n): [] for k in bins for n in herd_ns}
     cmds = {(k, n): [] for k in bins for n in herd_ns}
     try:
-        for rep in range(args.reps):
+        if "exec" in only:
+            def go(k):
+                return lambda: bench.run([bins[k], "-r", srv.url(), "exec", "free", "--",
+                                          bench.TRUE])
+            t = bench.interleave({k: go(k) for k in bins}, args.rounds, 10)
+            a, b = statistics.median(t["A"]), statistics.median(t["B"])
+            print(f"exec -- true, free lock, {args.rounds} rounds: A {a * 1e3:.2f} ms  "
+                  f"B {b * 1e3:.2f} ms  B/A {b / a:.3f}", flush=True)
+        for rep in range(args.reps if only & {"contention", "herd"} else 0):
             line = [f"rep {rep}:"]
             if "contention" in only:
                 order = list(bins)

@@ -6,7 +6,7 @@ finds, in order, the holder's job exiting, its lockctl seeing it, the release se
 the server's writes, the waiter's wake read, its attempt, the grant, the deadline told to the
 watcher, the fork, the exec and the next section's start, and prints the medians of each step.
 
-    python3 bench/handoff_trace.py [--bin PATH] [--runs N] [--herd N]
+    python3 bench/handoff_trace.py [--bin PATH [--bin PATH2]] [--runs N] [--herd N]
 
 Needs perf (root, or perf_event_paranoid <= -1) and bench/out/cs (bench/run builds it). Files go to
 bench/out/trace/.
@@ -14,6 +14,7 @@ bench/out/trace/.
 
 import argparse
 import os
+import random
 import re
 import signal
 import statistics
@@ -148,62 +149,74 @@ ORDER = ["cs end", "job exit_group", "job exited", "lockctl's waitid returns", "
 APART = [("release sent", "release reply read"), ("release sent", "holder lockctl exited")]
 
 
-def report(rows):
-    print(f"{len(rows)} handoffs between workers traced; medians, ms (p90 in brackets)")
-    prev = ORDER[0]
-    for name in ORDER[1:]:
-        d = [(r[name] - r[prev]) / 1e6 for r in rows
-             if r.get(name) is not None and r.get(prev) is not None]
-        if d:
-            print(f"  {prev:>26} -> {name:<26} {statistics.median(d):7.3f}  "
-                  f"[{bench.pct(d, 90):.3f}]  n={len(d)}")
-        prev = name
+def report(rows_by_bin):
+    names = list(rows_by_bin)
+    counts = ", ".join(f"{len(rows_by_bin[k])} ({k})" for k in names)
+    print(f"handoffs between workers traced: {counts}; medians, ms (p90 in brackets)")
+    print(f"  {'':>55}" + "".join(f"{k[-18:]:>20}" for k in names))
+
+    def line(a, b):
+        cells = []
+        for k in names:
+            d = [(r[b] - r[a]) / 1e6 for r in rows_by_bin[k]
+                 if r.get(a) is not None and r.get(b) is not None]
+            cells.append(f"{statistics.median(d):8.3f} [{bench.pct(d, 90):7.3f}]" if d else
+                         f"{'-':>18}")
+        print(f"  {a:>26} -> {b:<26}" + "".join(f"{c:>20}" for c in cells))
+
+    for a, b in zip(ORDER, ORDER[1:]):
+        line(a, b)
     for a, b in APART:
-        d = [(r[b] - r[a]) / 1e6 for r in rows if r.get(a) is not None and r.get(b) is not None]
-        if d:
-            print(f"  {a:>26} -> {b:<26} {statistics.median(d):7.3f}  "
-                  f"[{bench.pct(d, 90):.3f}]  n={len(d)}")
-    total = [(r["cs start"] - r["cs end"]) / 1e6 for r in rows]
-    print(f"  {'cs end':>26} -> {'cs start':<26} {statistics.median(total):7.3f}  "
-          f"[{bench.pct(total, 90):.3f}]  (the whole handoff)")
+        line(a, b)
+    line("cs end", "cs start")
+
+
+def trace_one(args, srv, base, tag):
+    """One traced run of the contention benchmark (or the herd) with bench.LOCKCTL."""
+    data = os.path.join(DIR, f"run{tag}.data")
+    perf = subprocess.Popen(
+        ["perf", "record", "-q", "-a", "-k", "CLOCK_MONOTONIC", "-o", data,
+         "-e", "raw_syscalls:sys_enter", "--filter", FILTER,
+         "-e", "raw_syscalls:sys_exit", "--filter", FILTER,
+         "-e", "sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    if args.herd:
+        work = os.path.join(base, f"herd{tag}")
+        os.makedirs(work)
+        bench.herd("lockctl", srv, work, args.herd, 20)
+        log = os.path.join(work, f"herd-lockctl-{args.herd}.log")
+    else:
+        bench.contention("lockctl", srv, base, 4, 15, 20, tag)
+        log = os.path.join(base, f"lockctl-{tag}.log")
+    perf.send_signal(signal.SIGINT)
+    perf.wait()
+    with open(log) as f:
+        sections = sorted(tuple(map(int, line.split())) for line in f)
+    rows = steps_of(parse(data), sections)
+    os.remove(data)
+    return rows
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=bench.LOCKCTL)
+    ap.add_argument("--bin", action="append", help="a lockctl binary; several are interleaved, "
+                    "in a new random order each run")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--herd", type=int, default=0, help="trace the herd of N waiters instead")
     args = ap.parse_args()
-    bench.LOCKCTL = os.path.abspath(args.bin)
+    bins = [os.path.abspath(b) for b in (args.bin or [bench.LOCKCTL])]
     os.makedirs(DIR, exist_ok=True)
     base = tempfile.mkdtemp(prefix="lockctl-trace-", dir="/tmp")
     srv = bench.Redis(base, "r0")
-    rows = []
+    rows = {b: [] for b in bins}
     try:
         for run in range(args.runs):
-            data = os.path.join(DIR, f"run{run}.data")
-            perf = subprocess.Popen(
-                ["perf", "record", "-q", "-a", "-k", "CLOCK_MONOTONIC", "-o", data,
-                 "-e", "raw_syscalls:sys_enter", "--filter", FILTER,
-                 "-e", "raw_syscalls:sys_exit", "--filter", FILTER,
-                 "-e", "sched:sched_process_fork,sched:sched_process_exec,"
-                       "sched:sched_process_exit"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1.0)
-            if args.herd:
-                work = os.path.join(base, f"herd{run}")
-                os.makedirs(work)
-                bench.herd("lockctl", srv, work, args.herd, 20)
-                log = os.path.join(work, f"herd-lockctl-{args.herd}.log")
-            else:
-                bench.contention("lockctl", srv, base, 4, 15, 20, run)
-                log = os.path.join(base, f"lockctl-{run}.log")
-            perf.send_signal(signal.SIGINT)
-            perf.wait()
-            with open(log) as f:
-                sections = sorted(tuple(map(int, line.split())) for line in f)
-            rows += steps_of(parse(data), sections)
-            os.remove(data)
+            order = list(bins)
+            random.shuffle(order)
+            for i, b in enumerate(order):
+                bench.LOCKCTL = b
+                rows[b] += trace_one(args, srv, base, f"{run}-{i}")
     finally:
         srv.stop()
     report(rows)
