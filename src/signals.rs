@@ -155,14 +155,16 @@ pub fn job_mask(spawner: &libc::sigset_t) -> libc::sigset_t {
     mask
 }
 
-/// For a job's process before exec: the handled signals back to their default action, and
-/// SIGPIPE too (the Rust runtime ignores it, and an ignored signal stays ignored across exec).
-/// The mask is the caller's to set, from [`job_mask`].
+/// For a job's process before exec: the handled signals back to their default action, and the
+/// connect alarm's (every signal lockctl gives a handler), so that none of lockctl's handlers can
+/// run in a process that shares its memory; SIGPIPE too (the Rust runtime ignores it, and an
+/// ignored signal stays ignored across exec). The mask is the caller's to set, from [`job_mask`].
 ///
 /// # Safety
 /// Async-signal-safe; only in a spawned child before exec.
 pub unsafe fn for_the_job() {
-    for s in HANDLED.into_iter().chain([libc::SIGPIPE]) {
+    let alarm = crate::lock::node::alarm_signal();
+    for s in HANDLED.into_iter().chain([libc::SIGPIPE, alarm]) {
         // SAFETY: async-signal-safe; the default action replaces lockctl's handler in this copy.
         unsafe { libc::signal(s, libc::SIG_DFL) };
     }

@@ -96,7 +96,7 @@ struct Plan {
 /// The process is cloned with `CLONE_VM | CLONE_VFORK`, as `posix_spawn` does: it borrows lockctl's
 /// memory until its exec, so neither lockctl's page tables are copied nor its pages copied on
 /// write, and the calling thread sleeps until the exec (or the failure). A plain `fork`, which
-/// `std::process::Command` falls back to when it has a `pre_exec` step, cost about half a
+/// `std::process::Command` falls back to when it has a `pre_exec` step, cost about a third of a
 /// millisecond more per spawn here, on every handoff's critical path (`bench/RESULTS.md`). Every
 /// signal is blocked across the clone, and the handled ones are set back to their default action
 /// before anything else, so no handler of lockctl's can run in a process that shares its memory.
