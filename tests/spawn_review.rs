@@ -602,6 +602,47 @@ fn a_lost_lease_stops_a_descendant_whose_name_is_not_utf8() {
     );
 }
 
+/// The same descendant when lockctl is killed with SIGKILL: its watcher stops it.
+#[test]
+fn the_watcher_stops_a_descendant_whose_name_is_not_utf8() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = non_utf8_sleep(dir.path());
+    let pidfile = dir.path().join("pid");
+    let mut child = exec_on(&s, "odd3")
+        .args(["--ttl", "3s", "--kill-after", "1s", "--"])
+        .args([
+            "sh",
+            "-c",
+            "setsid \"$0\" 120 & echo $! > \"$1\"; echo started; wait",
+        ])
+        .arg(&sleeper)
+        .arg(&pidfile)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _out = wait_for_line(
+        child.stdout.take().unwrap(),
+        "started",
+        Duration::from_secs(30),
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The watcher looks every tenth of a second: let it see the descendant once.
+    std::thread::sleep(Duration::from_millis(500));
+    kill(child.id() as i32, libc::SIGKILL);
+    let _ = child.wait();
+    let stopped = eventually(Duration::from_secs(60), || !alive(pid));
+    if !stopped {
+        kill(pid, libc::SIGKILL);
+    }
+    assert!(stopped, "the descendant outlived lockctl by 60 s");
+}
+
 // ---- The release without the join ------------------------------------------------------------
 
 /// The job stops the server and ends while the renewal due then hangs on it: exec waits for that

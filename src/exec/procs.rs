@@ -58,7 +58,8 @@ pub fn read(pid: i32) -> Option<Proc> {
 /// A file of `/proc`, whole, in one read when it fits 1 KiB (a `stat` line does): open, read,
 /// the read that finds the end, close. `std::fs::read_to_string` asks for the size first, which
 /// `/proc` gives as 0, and then reads in steps from 32 bytes up: nine calls for a `stat` line, on
-/// the path between a grant and its command, and at each of the watcher's looks.
+/// the path between a grant and its command, and at each of the watcher's looks. Bytes that are
+/// not UTF-8 are replaced, not refused.
 pub fn read_proc(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
@@ -76,7 +77,12 @@ pub fn read_proc(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
         }
     }
     buf.truncate(len);
-    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    // A process's name (in parentheses in `stat`) is whatever bytes its program file or `prctl`
+    // gave it: a job's process named in bytes that are not UTF-8 must still be found.
+    Ok(match String::from_utf8(buf) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// How `pid` is stopped, if it is: `Some('T')` by a stop signal, `Some('t')` at a tracer's stop
