@@ -292,6 +292,28 @@ fn long_and_non_utf8_arguments_and_the_environment() {
     assert_eq!(held_keys(&s, "args"), Vec::<String>::new());
 }
 
+/// The job starts holding the lock: its token is the lock key's value when its first process
+/// runs, every time; and it inherits no descriptor of lockctl's (a connection, the watcher's pipe):
+/// its open descriptors are those its parent would have given it without lockctl.
+#[test]
+fn the_job_starts_with_the_lock_held_and_no_descriptor_of_lockctl_s() {
+    let s = Server::start();
+    let script = format!(
+        "[ \"$(redis-cli -s '{}' GET lockctl:held)\" = \"$LOCKCTL_TOKEN\" ] || exit 42",
+        s.socket().display()
+    );
+    for i in 0..50 {
+        let o = run(exec_on(&s, "held").args(["--ttl", "300ms", "--", "sh", "-c", &script]));
+        assert_eq!(code(&o), 0, "run {i}: {}", stderr(&o));
+    }
+    // `ls` itself as the job: a shell holds a pipeline's pipes for a moment. (Its own descriptor
+    // of the directory is in both lists.)
+    let plain = run(Command::new("ls").arg("/proc/self/fd"));
+    let o = run(exec_on(&s, "held").args(["--", "ls", "/proc/self/fd"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), stdout(&plain), "the job's descriptors");
+}
+
 /// The job and a grandchild start with no handled signal ignored or blocked, in a process group
 /// of their own. Started from a parent that blocked SIGTERM and SIGWINCH and ignored SIGINT,
 /// SIGPIPE and SIGWINCH, the job has exactly SIGTERM and SIGWINCH blocked (the mask lockctl was
