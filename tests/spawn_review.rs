@@ -670,6 +670,55 @@ fn the_watcher_stops_a_descendant_whose_name_is_not_utf8() {
     assert!(stopped, "the descendant outlived lockctl by 60 s");
 }
 
+/// A job that ignores SIGTERM, its lease lost by a `break` and by a server stopped past the
+/// deadline: the job and its children are killed after `--kill-after`, exec ends with 76 well
+/// within a generous bound, and nothing of the job is left.
+#[test]
+fn a_lost_lease_kills_a_job_that_ignores_sigterm() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    for how in ["break", "stop"] {
+        let tag = format!("spawn-review-ignore-{}-{how}-end", std::process::id());
+        let pidfile = dir.path().join(format!("pid-{how}"));
+        let mut child = exec_on(&s, "ign")
+            .args(["--ttl", "3s", "--kill-after", "1s", "--", "sh", "-c"])
+            .arg(format!(
+                "trap '' TERM; echo $$ > '{}'; echo started; while :; do sleep 0.1; done",
+                pidfile.display()
+            ))
+            .env("SPAWN_REVIEW_TAG", &tag)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _out = wait_for_line(
+            child.stdout.take().unwrap(),
+            "started",
+            Duration::from_secs(30),
+        );
+        if how == "break" {
+            let o = run(lockctl_on(&s).args(["break", "ign", "--yes"]));
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+        } else {
+            s.pause();
+        }
+        let st = wait_bounded(child, Duration::from_secs(60));
+        if how == "stop" {
+            s.resume();
+        }
+        assert_eq!(st.and_then(|st| st.code()), Some(76), "{how}");
+        assert!(
+            eventually(Duration::from_secs(10), || with_marker(&tag).is_empty()),
+            "{how}: the job was left: {:?}",
+            with_marker(&tag)
+        );
+        if how == "stop" {
+            // Nothing revives the key once the server continues.
+            assert!(eventually(Duration::from_secs(30), || held_keys(&s, "ign").is_empty()));
+        }
+    }
+}
+
 // ---- The release without the join ------------------------------------------------------------
 
 /// The job stops the server and ends while the renewal due then hangs on it: exec waits for that
