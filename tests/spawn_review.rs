@@ -225,6 +225,13 @@ fn path_lookup_and_spawn_errors() {
             _ => {}
         }
     }
+    // No PATH at all: execvp's default path.
+    let o = run(exec_on(&s, "paths").env_remove("PATH").args(["--", "true"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A job that itself execs something missing: the shell's 127 passes through.
+    let o = run(exec_on(&s, "paths").args(["--", "sh", "-c", "exec no-such-command-here"]));
+    assert_eq!(code(&o), 127, "{}", stderr(&o));
+    assert_eq!(held_keys(&s, "paths"), Vec::<String>::new());
     // A relative path with a slash runs from the inherited working directory.
     std::fs::write(dir.path().join("rel.sh"), "#!/bin/sh\npwd\n").unwrap();
     std::fs::set_permissions(
