@@ -757,6 +757,40 @@ fn a_job_ending_while_its_final_renewal_hangs_on_a_stopped_server() {
     }
 }
 
+/// A server busy (`DEBUG SLEEP`, sent by the job in the background) at a renewal time while the
+/// job's first process ends: the renewal is in flight when the job's last process (that
+/// `redis-cli`) ends, just before or just after its reply. It is waited for and counts (the lease
+/// held: the job's code, no loss), and the release after it leaves no key, now or later.
+#[test]
+fn a_job_ending_while_a_renewal_waits_on_a_busy_server() {
+    let s = Server::with_debug_command();
+    let sock = s.socket();
+    for i in 0..24u32 {
+        // Renewals every 500 ms; the server sleeps 300 ms from about 450 ms on, and the job's first
+        // process ends somewhere in 450..780 ms.
+        let end = (i * 13) % 330;
+        let script = format!(
+            "sleep 0.45; redis-cli -s '{}' DEBUG SLEEP 0.3 >/dev/null & sleep 0.{end:03}; exit 5",
+            sock.display()
+        );
+        let o = run(exec_on(&s, "busy").args([
+            "--ttl",
+            "1500ms",
+            "--node-timeout",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]));
+        assert_eq!(code(&o), 5, "run {i}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("lost"), "run {i}: {}", stderr(&o));
+        assert_eq!(held_keys(&s, "busy"), Vec::<String>::new(), "run {i}");
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(held_keys(&s, "busy"), Vec::<String>::new());
+}
+
 /// As above, with SIGTERM sent to exec while the renewal hangs: exec still ends within bounds.
 #[test]
 fn sigterm_while_the_final_renewal_hangs_ends_exec() {
