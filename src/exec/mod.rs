@@ -64,7 +64,7 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     // A SIGCHLD that lockctl's parent left ignored (`trap '' CHLD`) would have the kernel reap
     // every child at its exit: the watcher's start and the job's status would be lost (waits fail
     // with ECHILD). Its default action is to do nothing, which the job inherits too.
-    // SAFETY: no other thread runs yet; SIG_DFL is a valid disposition.
+    // SAFETY: SIG_DFL is a valid disposition for SIGCHLD; no child of lockctl exists yet.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let (program, program_args) = match (&args.command, args.program.split_first()) {
         (Some(c), _) => (OsString::from("sh"), vec![OsString::from("-c"), c.clone()]),
