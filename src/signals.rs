@@ -137,19 +137,35 @@ impl Caught {
     }
 }
 
-/// For a job's process between fork and exec: the handled signals back to their default action and
-/// unblocked as lockctl's parent had them, so that the job starts as if lockctl had never handled
-/// them (exec resets a handler, but keeps the mask). A signal that came since the fork acts now.
+/// The signal mask a job starts with, given the mask of the thread that spawns it: the handled
+/// signals unblocked as lockctl's parent had them, so that the job starts as if lockctl had never
+/// handled them (exec resets a handler, but keeps the mask).
+pub fn job_mask(spawner: &libc::sigset_t) -> libc::sigset_t {
+    let mut mask = *spawner;
+    if let Some(ours) = OURS.get() {
+        for s in HANDLED {
+            // SAFETY: sigismember and sigdelset on valid sets.
+            unsafe {
+                if libc::sigismember(ours, s) == 1 {
+                    libc::sigdelset(&mut mask, s);
+                }
+            }
+        }
+    }
+    mask
+}
+
+/// For a job's process before exec: the handled signals back to their default action, and the
+/// connect alarm's (every signal lockctl gives a handler), so that none of lockctl's handlers can
+/// run in a process that shares its memory; SIGPIPE too (the Rust runtime ignores it, and an
+/// ignored signal stays ignored across exec). The mask is the caller's to set, from [`job_mask`].
 ///
 /// # Safety
-/// Async-signal-safe; only in a forked child before exec.
+/// Async-signal-safe; only in a spawned child before exec.
 pub unsafe fn for_the_job() {
-    let Some(ours) = OURS.get() else {
-        return;
-    };
-    for s in HANDLED {
+    let alarm = crate::lock::node::alarm_signal();
+    for s in HANDLED.into_iter().chain([libc::SIGPIPE, alarm]) {
         // SAFETY: async-signal-safe; the default action replaces lockctl's handler in this copy.
         unsafe { libc::signal(s, libc::SIG_DFL) };
     }
-    unblock(ours);
 }

@@ -32,11 +32,9 @@
 //!   Descendants that are not lockctl's children are found in `/proc` when a signal goes out
 //!   (`procs.rs`).
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::RawFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command};
 
 use crate::clock::Stamp;
 
@@ -60,9 +58,48 @@ pub fn become_subreaper() -> io::Result<()> {
 /// no exec returns).
 pub const LATE: i32 = libc::ETIME;
 
+/// The job's first process, as [`spawn`] started it. Dropping it reaps nothing.
+pub struct Spawned(u32);
+
+impl Spawned {
+    pub fn id(&self) -> u32 {
+        self.0
+    }
+
+    /// Reaps it, waiting for it to exit.
+    pub fn wait(self) {
+        reap(self.0);
+    }
+}
+
+/// What the spawned process needs, all of it built before the clone: it shares lockctl's memory
+/// and may not allocate.
+struct Plan {
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    watcher: RawFd,
+    pdeathsig: bool,
+    parent: libc::pid_t,
+    deadline_ns: u64,
+    take_terminal: bool,
+    /// The signal mask the job starts with (see `signals::job_mask`).
+    mask: libc::sigset_t,
+    /// Set by the spawned process when it cannot exec: the errno, read by lockctl after the clone.
+    err: libc::c_int,
+}
+
 /// Spawns `program args` in its own process group, with the parent-death signal set if `pdeathsig`;
 /// the group is announced to the watcher on `watcher` before exec. Fails with [`LATE`], starting
 /// nothing, if the lease's `deadline` has passed by then (see the module docs).
+///
+/// The process is cloned with `CLONE_VM | CLONE_VFORK`, as `posix_spawn` does: it borrows lockctl's
+/// memory until its exec, so neither lockctl's page tables are copied nor its pages copied on
+/// write, and the calling thread sleeps until the exec (or the failure). A plain `fork`, which
+/// `std::process::Command` falls back to when it has a `pre_exec` step, cost about a third of a
+/// millisecond more per spawn here, on every handoff's critical path (`bench/RESULTS.md`). Every
+/// signal is blocked across the clone, and the handled ones are set back to their default action
+/// before anything else, so no handler of lockctl's can run in a process that shares its memory.
 pub fn spawn(
     program: &OsString,
     args: &[OsString],
@@ -70,56 +107,192 @@ pub fn spawn(
     watcher: RawFd,
     pdeathsig: bool,
     deadline: Stamp,
-) -> io::Result<Child> {
-    let deadline_ns = deadline.since_boot().as_nanos().min(u64::MAX as u128) as u64;
-    let mut cmd = Command::new(program);
-    cmd.args(args).process_group(0);
+) -> io::Result<Spawned> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let nul = |_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        )
+    };
+    let cstr = |s: &std::ffi::OsStr| CString::new(s.as_bytes()).map_err(nul);
+    let file = cstr(program)?;
+    let mut strings = vec![file.clone()];
+    for a in args {
+        strings.push(cstr(a)?);
+    }
+    let mut envs = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        if env.iter().any(|(name, _)| k == *name) {
+            continue;
+        }
+        let mut kv = k.into_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        envs.push(CString::new(kv).map_err(nul)?);
+    }
     for (k, v) in env {
-        cmd.env(k, v);
+        envs.push(CString::new(format!("{k}={v}")).map_err(nul)?);
     }
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    let take_terminal = owns_terminal();
-    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // calls (prctl, getppid, kill, getpid, write, clock_gettime, sigprocmask, tcsetpgrp, signal); it
-    // allocates nothing (an error from a raw OS error does not allocate).
-    unsafe {
-        cmd.pre_exec(move || {
-            if pdeathsig
-                && libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                // lockctl died between fork and prctl: nobody holds the lease for us.
-                libc::kill(libc::getpid(), libc::SIGKILL);
-            }
-            super::watcher::announce(watcher)?;
-            // After the announcement: a stop from here on is the watcher's to cover, which has
-            // the deadline and now the group.
-            if super::watcher::boottime_ns() >= deadline_ns {
-                return Err(io::Error::from_raw_os_error(LATE));
-            }
-            if take_terminal {
-                set_foreground(libc::getpid());
-            }
-            // Last: lockctl's threads block the handled signals, and exec keeps a mask.
-            crate::signals::for_the_job();
-            Ok(())
-        });
+    let argv: Vec<*const libc::c_char> = strings
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = envs
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // execvpe searches PATH with buffers on this stack, and a script without `#!` gets a copy of
+    // the arguments there too.
+    let path_len = std::env::var_os("PATH").map_or(0, |p| p.len());
+    let stack = Stack::new(64 * 1024 + path_len + file.as_bytes().len() + argv.len() * 8)?;
+    let mut plan = Plan {
+        file: file.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        watcher,
+        pdeathsig,
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+        deadline_ns: deadline.since_boot().as_nanos().min(u64::MAX as u128) as u64,
+        take_terminal: owns_terminal(),
+        // SAFETY: sigset_t is plain data; filled below.
+        mask: unsafe { std::mem::zeroed() },
+        err: 0,
+    };
+    // SAFETY: sigfillset on a local set; pthread_sigmask changes this thread's mask, restored below.
+    let pid = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        plan.mask = crate::signals::job_mask(&old);
+        // SAFETY: `job` only makes async-signal-safe calls on `plan`, which outlives the clone
+        // (CLONE_VFORK: this thread resumes once the child has exec'd or exited), on a stack of
+        // its own.
+        let pid = libc::clone(
+            job,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut plan as *mut Plan).cast(),
+        );
+        let err = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(err);
+        }
+        pid
+    };
+    drop(stack);
+    // SAFETY: the child wrote it, if at all, before it exited; it has by now (CLONE_VFORK).
+    let err = unsafe { std::ptr::read_volatile(&plan.err) };
+    if err != 0 {
+        reap(pid as u32);
+        return Err(io::Error::from_raw_os_error(err));
     }
-    let child = cmd.spawn()?;
-    if take_terminal {
+    if plan.take_terminal {
         // SAFETY: plain syscalls on our own terminal and child.
-        unsafe { set_foreground(child.id() as libc::pid_t) };
+        unsafe { set_foreground(pid) };
     }
-    Ok(child)
+    Ok(Spawned(pid as u32))
+}
+
+/// The spawned process until its exec: async-signal-safe calls only, no allocation, no return.
+extern "C" fn job(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Plan` of `spawn`, whose thread sleeps until this process execs or
+    // exits; every call below is async-signal-safe.
+    unsafe {
+        let plan = arg.cast::<Plan>();
+        let fail = |err: libc::c_int| -> ! {
+            std::ptr::write_volatile(&mut (*plan).err, err);
+            libc::_exit(127)
+        };
+        let errno = || *libc::__errno_location();
+        // First, with every signal still blocked: no handler of lockctl's may run here.
+        crate::signals::for_the_job();
+        if libc::setpgid(0, 0) != 0 {
+            fail(errno());
+        }
+        if (*plan).pdeathsig
+            && libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+        {
+            fail(errno());
+        }
+        if libc::getppid() != (*plan).parent {
+            // lockctl died between the clone and prctl: nobody holds the lease for us.
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+        if let Err(e) = super::watcher::announce((*plan).watcher) {
+            fail(e.raw_os_error().unwrap_or(libc::EIO));
+        }
+        // After the announcement: a stop from here on is the watcher's to cover, which has the
+        // deadline and now the group.
+        if super::watcher::boottime_ns() >= (*plan).deadline_ns {
+            fail(LATE);
+        }
+        if (*plan).take_terminal {
+            set_foreground(libc::getpid());
+        }
+        // Last: the mask lockctl was started with, so that a signal that came since the clone acts
+        // now, with its default action.
+        libc::pthread_sigmask(libc::SIG_SETMASK, &(*plan).mask, std::ptr::null_mut());
+        libc::execvpe((*plan).file, (*plan).argv, (*plan).envp);
+        fail(errno())
+    }
+}
+
+/// The spawned process's stack until its exec: its own mapping, with a guard page below.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new(size: usize) -> io::Result<Stack> {
+        const PAGE: usize = 4096;
+        let len = size.div_ceil(PAGE) * PAGE + PAGE;
+        // SAFETY: an anonymous private mapping of our own.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of our own mapping.
+        if unsafe { libc::mprotect(base, PAGE, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The top of the stack (it grows down), 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of our own mapping, whose length is a multiple of the page.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, no longer used (the child has exec'd or exited).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
 }
 
 /// True when stdin is a terminal whose foreground process group is ours.
@@ -237,7 +410,7 @@ pub fn has_children(spare: i32) -> bool {
     };
     let mut others = false;
     for task in tasks.flatten() {
-        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+        let Ok(list) = super::procs::read_proc(task.path().join("children")) else {
             return true;
         };
         others |= list

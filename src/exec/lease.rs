@@ -21,7 +21,6 @@
 //! re-read the boot-time clock: about 0 % CPU.
 
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::deadline::Deadline;
@@ -35,11 +34,27 @@ use crate::trace;
 /// The longest the renewal thread sleeps without re-reading the boot-time clock.
 const CLOCK_RECHECK: Duration = Duration::from_secs(1);
 
+/// What the renewal thread and the main thread share: the engine, which the main thread takes
+/// back to release with, and the stop request, under one lock, which a renewal holds from its
+/// check of the request to its end. So no renewal starts once the engine is taken, and the main
+/// thread waits only for a renewal in flight, never for the thread to wake up and exit.
+struct Shared {
+    stopped: bool,
+    engine: Option<Engine>,
+    /// Why the thread found the lease lost, if it did.
+    lost: Option<String>,
+}
+
+type Stop = (Mutex<Shared>, Condvar);
+
+fn shared(stop: &Stop) -> std::sync::MutexGuard<'_, Shared> {
+    stop.0.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A running renewal thread and its deadline timer.
 pub struct Lease {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    stop: Arc<Stop>,
     deadline: Arc<Deadline>,
-    handle: JoinHandle<(Engine, Option<String>)>,
 }
 
 impl Lease {
@@ -57,7 +72,14 @@ impl Lease {
         deadline.start(move |at| {
             lose(&sup, &name, expired(at));
         })?;
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop = Arc::new((
+            Mutex::new(Shared {
+                stopped: false,
+                engine: Some(engine),
+                lost: None,
+            }),
+            Condvar::new(),
+        ));
         let stop2 = Arc::clone(&stop);
         let deadline2 = Arc::clone(&deadline);
         let spawned = std::thread::Builder::new()
@@ -66,39 +88,32 @@ impl Lease {
             .spawn(move || {
                 let mut grant = grant;
                 renew_loop(
-                    engine,
                     &mut grant,
                     &holder,
                     &supervisor,
                     &deadline2,
                     &watcher,
                     &stop2,
-                )
+                );
             });
-        let handle = match spawned {
-            Ok(h) => h,
-            Err(e) => {
-                deadline.disarm();
-                return Err(e);
-            }
-        };
-        Ok(Lease {
-            stop,
-            deadline,
-            handle,
-        })
+        if let Err(e) = spawned {
+            deadline.disarm();
+            return Err(e);
+        }
+        Ok(Lease { stop, deadline })
     }
 
     /// Stops renewing and disarms the timer; returns the engine and, if the lease was lost (now or
-    /// before), why.
+    /// before), why. Waits for a renewal in flight, not for the thread: it ends by itself.
     pub fn stop(self) -> (Engine, Option<String>) {
         let passed = self.deadline.disarm();
-        {
-            let (lock, cond) = &*self.stop;
-            *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
-            cond.notify_all();
-        }
-        let (mut engine, lost) = self.handle.join().expect("renewal thread panicked");
+        let (mut engine, lost) = {
+            let mut st = shared(&self.stop);
+            st.stopped = true;
+            self.stop.1.notify_all();
+            let engine = st.engine.take().expect("the engine is taken back once");
+            (engine, st.lost.take())
+        };
         engine.limit_calls(None);
         (engine, lost.or_else(|| passed.map(expired)))
     }
@@ -132,11 +147,10 @@ fn expired(at: Stamp) -> String {
 /// late either: the condition variable waits on the monotonic clock, which stops during a suspend,
 /// so the wait is cut into steps of at most [`CLOCK_RECHECK`] that re-read the boot-time clock, and
 /// the renewal due during a suspend goes out within that time of the resume.
-fn sleep_until(stop: &(Mutex<bool>, Condvar), until: Stamp) -> bool {
-    let (lock, cond) = stop;
-    let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+fn sleep_until(stop: &Stop, until: Stamp) -> bool {
+    let mut st = shared(stop);
     loop {
-        if *stopped {
+        if st.stopped {
             return true;
         }
         let left = until.remaining();
@@ -144,22 +158,22 @@ fn sleep_until(stop: &(Mutex<bool>, Condvar), until: Stamp) -> bool {
             return false;
         }
         let left = left.min(CLOCK_RECHECK);
-        stopped = cond
-            .wait_timeout(stopped, left)
+        st = stop
+            .1
+            .wait_timeout(st, left)
             .unwrap_or_else(|e| e.into_inner())
             .0;
     }
 }
 
 fn renew_loop(
-    mut engine: Engine,
     grant: &mut Grant,
     holder: &Holder,
     supervisor: &Arc<Supervisor>,
     deadline: &Deadline,
     watcher: &Link,
-    stop: &(Mutex<bool>, Condvar),
-) -> (Engine, Option<String>) {
+    stop: &Stop,
+) {
     let ttl = grant.ttl;
     let interval = ttl / 3;
     let retry_gap = (ttl / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
@@ -175,12 +189,21 @@ fn renew_loop(
     };
     loop {
         if sleep_until(stop, last.add(interval)) {
-            return (engine, None);
+            return;
         }
         loop {
-            if let Some(reason) = ran_out() {
-                return (engine, Some(reason));
+            // Held to the end of the renewal: once stopped, the engine is the main thread's.
+            let mut st = shared(stop);
+            if st.stopped {
+                return;
             }
+            if let Some(reason) = ran_out() {
+                st.lost = Some(reason);
+                return;
+            }
+            let Some(engine) = st.engine.as_mut() else {
+                return;
+            };
             // No call may outlive the lease.
             engine.limit_calls(Some(deadline.at()));
             let started = Stamp::now();
@@ -191,7 +214,8 @@ fn renew_loop(
                         guarded = watcher.deadline(at);
                     }) {
                         // Answered after the deadline: too late to count.
-                        return (engine, ran_out());
+                        st.lost = ran_out();
+                        return;
                     }
                     if !guarded && !supervisor.over() {
                         // (Once the job is over, the watcher was told to stand down: no loss.)
@@ -200,7 +224,8 @@ fn renew_loop(
                         let reason = "its watcher process (lockctl-guard) is gone, so the command \
                                       could outlive lockctl"
                             .to_string();
-                        return (engine, lose(supervisor, &grant.keys.name, reason));
+                        st.lost = lose(supervisor, &grant.keys.name, reason);
+                        return;
                     }
                     last = started;
                     trace!(
@@ -212,13 +237,15 @@ fn renew_loop(
                 }
                 Err(LockError::Lost { detail, .. }) => {
                     let reason = format!("the lock is no longer ours ({detail})");
-                    return (engine, lose(supervisor, &grant.keys.name, reason));
+                    st.lost = lose(supervisor, &grant.keys.name, reason);
+                    return;
                 }
                 Err(e) => {
+                    drop(st);
                     trace!("renewal failed, retrying until the deadline: {e}");
                     let next = Stamp::now().add(retry_gap).min(deadline.at());
                     if sleep_until(stop, next) {
-                        return (engine, None);
+                        return;
                     }
                 }
             }

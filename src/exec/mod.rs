@@ -61,6 +61,11 @@ enum Route {
 
 pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     check_name(&args.name)?;
+    // A SIGCHLD that lockctl's parent left ignored (`trap '' CHLD`) would have the kernel reap
+    // every child at its exit: the watcher's start and the job's status would be lost (waits fail
+    // with ECHILD). Its default action is to do nothing, which the job inherits too.
+    // SAFETY: SIG_DFL is a valid disposition for SIGCHLD; no child of lockctl exists yet.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let (program, program_args) = match (&args.command, args.program.split_first()) {
         (Some(c), _) => (OsString::from("sh"), vec![OsString::from("-c"), c.clone()]),
         (None, Some((p, rest))) => (p.clone(), rest.to_vec()),
@@ -248,7 +253,6 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     };
     // Nothing of the job is left: the watcher stands down before anything else (see its docs).
     watcher.done();
-    drop(child);
     child::reclaim_terminal();
     let (mut engine, lost_by_deadline) = lease.stop();
     let lost_while_running = supervisor.lost();
@@ -288,9 +292,9 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
 }
 
 /// Kills the command's process group and reaps the command, on a path where lockctl cannot supervise.
-fn abandon(supervisor: &Supervisor, mut child: std::process::Child, watcher: watcher::Watcher) {
+fn abandon(supervisor: &Supervisor, child: child::Spawned, watcher: watcher::Watcher) {
     supervisor.kill_now();
-    let _ = child.wait();
+    child.wait();
     watcher.done();
     child::reclaim_terminal();
 }

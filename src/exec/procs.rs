@@ -39,7 +39,7 @@ pub fn snapshot() -> Vec<Proc> {
 
 /// The process `pid`, if it exists.
 pub fn read(pid: i32) -> Option<Proc> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = read_proc(format!("/proc/{pid}/stat")).ok()?;
     // The command name, in parentheses, may itself contain spaces and parentheses; it is not
     // used (a name proves nothing: a job's process may call itself lockctl-guard).
     let close = stat.rfind(')')?;
@@ -55,10 +55,40 @@ pub fn read(pid: i32) -> Option<Proc> {
     })
 }
 
+/// A file of `/proc`, whole, in one read when it fits 1 KiB (a `stat` line does): open, read,
+/// the read that finds the end, close. `std::fs::read_to_string` asks for the size first, which
+/// `/proc` gives as 0, and then reads in steps from 32 bytes up: nine calls for a `stat` line, on
+/// the path between a grant and its command, and at each of the watcher's looks. Bytes that are
+/// not UTF-8 are replaced, not refused.
+pub fn read_proc(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 1024];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    // A process's name (in parentheses in `stat`) is whatever bytes its program file or `prctl`
+    // gave it: a job's process named in bytes that are not UTF-8 must still be found.
+    Ok(match String::from_utf8(buf) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
 /// How `pid` is stopped, if it is: `Some('T')` by a stop signal, `Some('t')` at a tracer's stop
 /// (`strace -f` puts a process there for a moment at every system call; a debugger, for good).
 pub fn stop_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = read_proc(format!("/proc/{pid}/stat")).ok()?;
     let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
     match state {
         "T" => Some('T'),
@@ -185,7 +215,7 @@ impl Walker {
     /// from it to the job's other groups would be cut before the search.
     pub fn await_lockctl_exit(&self) {
         for _ in 0..1000 {
-            let state = std::fs::read_to_string(format!("/proc/{}/stat", self.lockctl));
+            let state = read_proc(format!("/proc/{}/stat", self.lockctl));
             let running = state.is_ok_and(|stat| {
                 let rest = stat.rfind(')').map_or("", |close| &stat[close + 1..]);
                 let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -290,7 +320,7 @@ fn children_of(root: i32) -> Option<Vec<Proc>> {
             continue;
         };
         for task in tasks.flatten() {
-            let list = match std::fs::read_to_string(task.path().join("children")) {
+            let list = match read_proc(task.path().join("children")) {
                 Ok(list) => list,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && pid == root => {
                     // Gone with its thread, or no such lists at all: ask the thread that stays.

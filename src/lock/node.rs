@@ -1275,6 +1275,12 @@ struct Alarm(libc::timer_t);
 
 extern "C" fn on_alarm(_: libc::c_int) {}
 
+/// The signal the connect alarm is delivered with: a job's process resets its handler before exec
+/// (`exec/child.rs`).
+pub fn alarm_signal() -> libc::c_int {
+    Alarm::signal()
+}
+
 impl Alarm {
     fn signal() -> libc::c_int {
         // Above the real-time signals glibc keeps for itself (SIGRTMIN() already skips those).
