@@ -8,11 +8,11 @@
 
 mod support;
 
+use std::io::Read;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use support::*;
@@ -261,7 +261,11 @@ fn a_renewal_sent_again_after_a_break_does_not_revive_the_lock() {
         exec.trace()
     );
     s.restart_in_place();
-    assert_eq!(s.get(&key).as_deref(), Some(token.as_str()), "AOF lost the key");
+    assert_eq!(
+        s.get(&key).as_deref(),
+        Some(token.as_str()),
+        "AOF lost the key"
+    );
     // The restart emptied the script cache: a NOSCRIPT first send would run nothing.
     warm(&s);
     let (left, then) = (pttl(&s, &key), std::time::Instant::now());
@@ -370,7 +374,10 @@ fn a_grant_sent_again_after_its_key_was_taken_is_not_reported() {
     });
     let (exit, out, trace) = acquire.finish();
     eprintln!("exit {exit}\n{trace}");
-    assert_ne!(exit, 0, "a grant reported while another held the lock: {out}\n{trace}");
+    assert_ne!(
+        exit, 0,
+        "a grant reported while another held the lock: {out}\n{trace}"
+    );
     assert!(out.is_empty(), "{trace}");
     assert_eq!(s.get(&key).as_deref(), Some(other.as_str()), "{trace}");
     assert!(
@@ -390,20 +397,16 @@ fn a_grant_sent_again_to_a_server_restarted_empty_is_quarantined() {
     assert!(eventually(BOUND, || s.uptime() >= 5));
     let name = "restarted";
     let key = slot_key(name, 1);
-    let acquire = Traced::spawn(
-        lockctl_on(&s)
-            .env("LOCKCTL_QUARANTINE", "3s")
-            .args([
-                "-v",
-                "--node-timeout",
-                "20s",
-                "acquire",
-                name,
-                "-n",
-                "--ttl",
-                "30s",
-            ]),
-    );
+    let acquire = Traced::spawn(lockctl_on(&s).env("LOCKCTL_QUARANTINE", "3s").args([
+        "-v",
+        "--node-timeout",
+        "20s",
+        "acquire",
+        name,
+        "-n",
+        "--ttl",
+        "30s",
+    ]));
     s.pause();
     stop_in_a_read(acquire.pid());
     s.resume();
@@ -425,4 +428,155 @@ fn a_grant_sent_again_to_a_server_restarted_empty_is_quarantined() {
         eventually(Duration::from_secs(10), || s.get(&key).is_none()),
         "the attempt left the lock held: {trace}"
     );
+}
+
+/// `break --yes` whose reply is cut by a stop that outlasts its node timeout (1 s) but not its
+/// record (twice the node timeout and a second): the first send ran and let the waiter in. No
+/// second send may go (the call's time is up), so the waiter keeps the lock; the exit code is
+/// what lockctl can know, a break that may have run (69), or the break's report (0).
+#[test]
+fn a_break_stopped_past_its_node_timeout_breaks_nothing_more() {
+    let s = Server::start();
+    warm(&s);
+    let name = "late-break";
+    let key = slot_key(name, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let entered = dir.path().join("entered");
+    let first = queue::hold(&mut lockctl_on(&s), name);
+    let mut waiter = lockctl_on(&s);
+    waiter
+        .args(["exec", name, "--ttl", "30s", "-c"])
+        .arg(format!("touch '{}'; sleep 30", entered.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut waiter = waiter.spawn().unwrap();
+    queue::wait_queued(&s, name, 1);
+    let breaker =
+        Traced::spawn(lockctl_on(&s).args(["-v", "--node-timeout", "1s", "break", name, "--yes"]));
+    let mut second = None;
+    breaker.cut_once(&s, || {
+        assert!(
+            eventually(BOUND, || entered.exists()),
+            "the waiter never got the lock the break freed"
+        );
+        second = s.get(&key);
+        std::thread::sleep(Duration::from_secs(2));
+    });
+    let second = second.expect("the waiter holds the lock");
+    assert_ne!(second, first);
+    let (exit, out, trace) = breaker.finish();
+    eprintln!("exit {exit}\nstdout: {out}\n{trace}");
+    let now = s.get(&key);
+    kill(waiter.id() as i32, libc::SIGTERM);
+    let _ = waiter.wait();
+    assert_eq!(
+        now.as_deref(),
+        Some(second.as_str()),
+        "a break past its time took the lock from the holder its first send let in: {trace}"
+    );
+    assert!(!out.contains("sh -c touch"), "{out}");
+    assert!([0, 69].contains(&exit), "exit {exit}: {trace}");
+    if exit == 69 {
+        // The operator's next step would be to break again, taking the lock from the waiter.
+        assert!(
+            trace.contains("may have run"),
+            "a break that ran reported only as unavailable: {trace}"
+        );
+    }
+}
+
+/// Stops and continues `pid` every few milliseconds until `done` is set.
+fn hammer(pid: i32, done: Arc<AtomicBool>) -> JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut rng = fastrand::Rng::new();
+        let mut n = 0;
+        while !done.load(Ordering::Relaxed) {
+            kill(pid, libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(rng.u64(1..=5)));
+            kill(pid, libc::SIGCONT);
+            n += 1;
+            std::thread::sleep(Duration::from_millis(rng.u64(1..=3)));
+        }
+        n
+    })
+}
+
+/// Runs `cmd` under [`hammer`]: its output, the time it took and the stops it took.
+fn hammered(cmd: &mut Command) -> (std::process::Output, Duration, u64) {
+    let started = std::time::Instant::now();
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lockctl");
+    let done = Arc::new(AtomicBool::new(false));
+    let h = hammer(child.id() as i32, done.clone());
+    // Reaped only after the hammer stops, so its pid is never signalled once reused.
+    let pid = child.id() as i32;
+    assert!(
+        eventually(BOUND, || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
+        }),
+        "lockctl never ended"
+    );
+    done.store(true, Ordering::Relaxed);
+    let stops = h.join().unwrap();
+    let o = wait_output(child, BOUND);
+    (o, started.elapsed(), stops)
+}
+
+/// A server with a password, lockctl stopped and continued every few milliseconds, handshake
+/// included: the right password still gets the lock and releases it (the cut handshake is made
+/// again); a wrong one is still refused (78), promptly, never taken for a cut read and tried until
+/// the node timeout (10 s here).
+#[test]
+fn a_password_server_under_stops() {
+    let s = Server::start_tcp();
+    let () = s.cmd(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    let port = s.port.unwrap();
+    let on = |password: &str| {
+        let mut c = lockctl();
+        c.env(
+            "LOCKCTL_REDIS",
+            format!("redis://:{password}@127.0.0.1:{port}"),
+        )
+        .args(["--node-timeout", "10s"]);
+        c
+    };
+    let mut stops = 0;
+    for _ in 0..10 {
+        let (o, took, n) = hammered(on("hunter2zz").args(["acquire", "pw", "-n"]));
+        stops += n;
+        let err = stderr(&o);
+        assert_eq!(code(&o), 78, "{err}");
+        assert!(!err.contains("hunter2zz"), "the password shows: {err}");
+        assert!(
+            took < Duration::from_secs(9),
+            "refused only after {took:?}: {err}"
+        );
+    }
+    let key = slot_key("pw", 1);
+    let get = || -> Option<String> {
+        let mut c = redis::Client::open(format!("redis://:s3cret@127.0.0.1:{port}"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("GET").arg(&key).query(&mut c).unwrap()
+    };
+    for _ in 0..10 {
+        let (o, _, n) = hammered(on("s3cret").args(["acquire", "pw", "-n"]));
+        stops += n;
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let token = stdout(&o);
+        assert_eq!(get().as_deref(), Some(token.as_str()));
+        let (o, _, n) = hammered(on("s3cret").args(["release", "pw", "--token", &token]));
+        stops += n;
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(get(), None);
+    }
+    eprintln!("{stops} stops");
 }
