@@ -580,3 +580,67 @@ fn a_password_server_under_stops() {
     }
     eprintln!("{stops} stops");
 }
+
+/// A lock on a Redis Cluster reached through a node that does not own its slot: every send is
+/// redirected (MOVED) to the owner. The owner paused (briefly: below the cluster's 2 s node
+/// timeout, so no failover) holds lockctl in its read there, and lockctl is stopped and continued
+/// in it several times: each cut read goes again through the URL's node and its MOVED. A stop is
+/// not a redirect loop: the renewal that ran is reported (0), not refused as a cluster whose slot
+/// map keeps changing (78).
+#[test]
+fn a_call_cut_repeatedly_through_a_redirect_is_not_a_redirect_loop() {
+    let cluster = support::topology::Cluster::start();
+    let name = "hops";
+    let key = format!("lockctl:{name}");
+    let owner = cluster.owner(&key);
+    let url = format!("redis://127.0.0.1:{}", cluster.not_owner(&key));
+    let on = || support::topology::lockctl_on_url(&url);
+    let token = stdout(&run(on().args(["acquire", name, "-n", "--ttl", "60s"])));
+    assert_eq!(token.len(), 32);
+    // The owner caches the renewal script: a first send that runs, not one answered NOSCRIPT.
+    let o = run(on().args(["renew", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let owner_pid = cluster
+        .nodes
+        .iter()
+        .find(|n| n.port == owner)
+        .expect("the owner")
+        .pid();
+    let renew = Traced::spawn(on().args([
+        "-v",
+        "--node-timeout",
+        "30s",
+        "renew",
+        name,
+        "--token",
+        &token,
+        "--ttl",
+        "600s",
+    ]));
+    kill(owner_pid, libc::SIGSTOP);
+    let mut cuts = 0;
+    while cuts < 8 && renew.count("moved to") < 7 {
+        // Not waiting for a reply any more: it has ended (refused, on the code before).
+        if !eventually(Duration::from_secs(5), || reading_a_socket(renew.pid())) {
+            break;
+        }
+        stop_in_a_read(renew.pid());
+        kill(renew.pid(), libc::SIGCONT);
+        cuts += 1;
+        let moved = renew.count("moved to");
+        // The resend's MOVED, or the next read (its connection to the owner) cut again.
+        eventually(Duration::from_secs(2), || {
+            renew.count("moved to") > moved || renew.count("reconnecting") >= cuts
+        });
+    }
+    kill(owner_pid, libc::SIGCONT);
+    let (exit, out, trace) = renew.finish();
+    eprintln!("exit {exit} after {cuts} cuts\n{trace}");
+    assert_eq!(
+        exit, 0,
+        "a renewal cut {cuts} times by stops reported as failed: {trace}"
+    );
+    assert!(!out.is_empty());
+    let o = run(on().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
