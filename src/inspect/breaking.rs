@@ -131,6 +131,9 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     let mut failures = Vec::new();
     let mut answered = 0;
     let mut changed_hands = 0;
+    // Nodes whose break may have run though no answer came (a timeout, or a reply cut by a stop of
+    // lockctl with no time left to send it again).
+    let mut maybe = 0;
     for r in results {
         match r {
             Ok((node, v)) => {
@@ -141,10 +144,22 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
                 }
                 broken.extend(mine);
             }
-            Err(fail) => failures.push(fail.reason),
+            Err(fail) => {
+                maybe += usize::from(fail.maybe_applied);
+                failures.push(fail.reason);
+            }
         }
     }
     let quorum = quorum::quorum(n);
+    // Said because the operator's next step would be to run the break again: with `--yes` that
+    // takes the lock from whoever the first one let in.
+    if maybe > 0 {
+        crate::complain!(
+            "the break may have run on {maybe} node(s) that did not answer in time; see `lockctl \
+             status {}` before breaking again",
+            keys.name
+        );
+    }
 
     if changed_hands > 0 {
         crate::complain!(

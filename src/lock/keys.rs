@@ -129,6 +129,12 @@ impl LockKeys {
         format!("{}{token}", self.release_base)
     }
 
+    /// The record of `token`'s renewal under a server's new run id, after a restart that kept the
+    /// key (see `renew.lua`): a renewal sent again then never puts back a key broken meanwhile.
+    pub fn renew_record(&self, token: &str) -> String {
+        format!("{}renewed.{token}", self.release_base)
+    }
+
     /// The record of the break call `id` (see `break.lua`): beside the release records, so that
     /// whatever skips those (`list`, `status`) skips it too.
     pub fn break_record(&self, id: &str) -> String {

@@ -1324,11 +1324,13 @@ impl Engine {
             keys.slot_holder(slot),
             slot.to_string(),
         );
+        let record = keys.renew_record(token);
         let key_list = [
             slot_key.as_str(),
             keys.fence.as_str(),
             slot_holder.as_str(),
             keys.limit.as_str(),
+            record.as_str(),
         ];
         let mut results = quorum::all(&mut self.nodes, |i, node| {
             let granted_by = granted_by.get(i).map_or("", String::as_str);

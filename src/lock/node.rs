@@ -47,7 +47,8 @@
 //! continued fails all the same. The reply is not read again on that connection (redis-rs then skips
 //! the next reply, taking it for the one it gave up on): the connection is dropped and the command
 //! sent again, as above, and again after each further cut read for as long as the call has time
-//! left, since a cut read says nothing about the server and each one takes a stop of its own. So
+//! left, since a cut read says nothing about the server and each one takes a stop of its own; to
+//! the same server, not through the URL's node again (a cluster's redirect each time). So
 //! does a cut read of the `INFO` that follows a new connection's first reply, or of `WAIT` (whose
 //! new connection waits for this write only once the command went out on it); a cut handshake
 //! (AUTH, SELECT, TLS) is made again.
@@ -456,7 +457,12 @@ impl Node {
                     trace!("{}: connection dropped ({e}); reconnecting", self.display);
                     resent = true;
                     self.conn = None;
-                    self.endpoint.lost();
+                    // The server is where it was: going back to the URL's node (a cluster's seed,
+                    // the Sentinels) cost each cut read a redirect, and five stops in one call
+                    // made it a redirect loop (78).
+                    if !is_interrupted(&e) {
+                        self.endpoint.lost();
+                    }
                 }
                 Err(e) if e.redirect_node().is_some() && hops < MAX_REDIRECTS => {
                     hops += 1;

@@ -1,5 +1,6 @@
 -- Compare-and-pexpire: extend the lock only where it still holds our token.
--- KEYS: the slot's key (the lock key for slot 1), fence counter, the slot's holder hash, limit
+-- KEYS: the slot's key (the lock key for slot 1), fence counter, the slot's holder hash, limit,
+--       and (optional) the token's renewal record (`release\x1frenewed.<token>`)
 -- ARGV: token, ttl ms ('' = the grant's, recorded with the holder), fence T, the node's run id when
 --       it last gave us the key ('' = never re-create), host, pid, command line, the ttl ms for ''
 --       when the holder record is not ours (a canonical client's key has none), quarantine ms,
@@ -68,7 +69,15 @@ if current == token then
   end
   -- A holder that may re-create learns the run id under which the key is still there: after a
   -- restart that kept the key, a later disappearance (a `break`) is then final, not a restart loss.
-  return {tonumber(ttl), string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or granted_by}
+  local now_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or granted_by
+  -- The reply that tells it may be lost (a read cut by a stop of lockctl, a dropped connection),
+  -- and the renewal sent again with the old run id: so the server keeps it too, for the lease's
+  -- TTL. Without it, a break between the two sends was undone by the second one, which took the
+  -- missing key for one lost in the restart and put it back.
+  if KEYS[5] and now_id ~= granted_by then
+    redis.call('SET', KEYS[5], now_id, 'PX', ttl)
+  end
+  return {tonumber(ttl), now_id}
 end
 if current or granted_by == '' then
   return 0
@@ -76,6 +85,11 @@ end
 local info = redis.call('INFO', 'server')
 local run_id = string.match(info, 'run_id:(%x+)')
 if not run_id or run_id == granted_by then
+  return 0
+end
+-- This token's key was renewed here under the current run id, after the restart: gone since, it
+-- was broken, evicted or expired, never lost in a restart (see the record above).
+if KEYS[5] and redis.call('GET', KEYS[5]) == run_id then
   return 0
 end
 -- The name is in use here as a semaphore of another limit (of any, for a plain lock's holder): a key
