@@ -340,9 +340,11 @@ fn a_late_semaphore_attempt_leaves_no_slot_and_no_limit() {
             }
             let stopped = Stopped::start();
             let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
+            // The rollback's new connection must open within the node timeout, or no tombstone is
+            // sent (documented): 300 ms was too short once under load (the late attempt granted).
             let o = run(lockctl()
                 .env("LOCKCTL_REDIS", urls)
-                .env("LOCKCTL_NODE_TIMEOUT", "300ms")
+                .env("LOCKCTL_NODE_TIMEOUT", "1s")
                 .args(["acquire", "sem", "--limit", "2", "-n", "--ttl", "60s"]));
             assert_eq!(code(&o), 75, "{}", stderr(&o));
             let sent = Sent::from(stopped.closed());
@@ -461,7 +463,7 @@ fn a_node_stalled_at_round_two_keeps_nothing() {
         let urls = format!("{},{},{}", s[0].url(), s[1].url(), freeze.url());
         let o = run(lockctl()
             .env("LOCKCTL_REDIS", urls)
-            .env("LOCKCTL_NODE_TIMEOUT", "300ms")
+            .env("LOCKCTL_NODE_TIMEOUT", "1s")
             .args(["acquire", "r2", "-n", "--ttl", "60s", "--verbose"]));
         let e = stderr(&o);
         assert_eq!(code(&o), 75, "{e}");
@@ -944,7 +946,7 @@ fn the_inspecting_commands_see_nothing_in_a_tombstone() {
         let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
         let o = run(lockctl()
             .env("LOCKCTL_REDIS", urls)
-            .env("LOCKCTL_NODE_TIMEOUT", "300ms")
+            .env("LOCKCTL_NODE_TIMEOUT", "1s")
             .args(["--prefix", prefix, "acquire", "insp", "-n", "--ttl", "60s"]));
         assert_eq!(code(&o), 75, "{}", stderr(&o));
         let sent = Sent::from(stopped.closed());
@@ -1086,7 +1088,7 @@ fn on_a_cluster_the_tombstone_is_in_the_lock_slot() {
                 "LOCKCTL_REDIS",
                 format!("{},redis://127.0.0.1:{owner_port}", s.urls()),
             )
-            .env("LOCKCTL_NODE_TIMEOUT", "300ms")
+            .env("LOCKCTL_NODE_TIMEOUT", "1s")
             .args(["acquire", name, "-n", "--ttl", "30s", "--verbose"]));
         kill(owner.pid(), libc::SIGCONT);
         let e = stderr(&o);
