@@ -1502,6 +1502,46 @@ fn a_watcher_held_by_a_debugger_stops_the_job() {
     assert_eq!(s.get("lockctl:debugged"), None, "released");
 }
 
+/// A tracer's stop that does not last (a traced process passes through one at every system call,
+/// `strace -f`) loses nothing: only a second of looks in a row at it counts. Here the watcher is
+/// held five times for 200 ms, with 400 ms between, so that lockctl's looks (a tenth of a second
+/// apart) find it at the stop, even when some come late, without ever a second in a row.
+#[test]
+fn a_watcher_held_by_a_debugger_for_a_moment_keeps_the_lease() {
+    let s = Server::start();
+    let done = s.dir().join("done");
+    let mut cmd = exec_on(&s, "moment");
+    cmd.env("D", &done);
+    let (holder, _out) = start_ready(
+        cmd,
+        &["--ttl", "90s"],
+        r#"echo ready; while [ ! -e "$D" ]; do sleep 0.05; done"#,
+        "ready",
+    );
+    let watcher = watcher_of(holder.id());
+    let mut permitted = true;
+    for _ in 0..5 {
+        let Some(traced) = support::watchers::Traced::attach(watcher) else {
+            // A watcher gone is lockctl's doing, and the assertions below tell it.
+            permitted = !alive(watcher);
+            break;
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        drop(traced);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    std::fs::write(&done, "").unwrap();
+    let o = wait_output(holder, Duration::from_secs(60));
+    if !permitted {
+        eprintln!("NOT RUN HERE: ptrace is not permitted");
+        return;
+    }
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "the job ran to its end: {err}");
+    assert!(!err.contains("debugger"), "{err}");
+    assert_eq!(s.get("lockctl:moment"), None, "released");
+}
+
 /// With lockctl stopped (SIGSTOP) past its deadline, only the watcher can apply the stop policy: a
 /// SIGTERM to the whole job at the deadline, then SIGKILL once `--kill-after` has passed. The
 /// group's leader and a member that left the group with `setsid` both note SIGTERM and run on, so
