@@ -16,116 +16,11 @@
 
 mod support;
 
-use std::io::Read;
-use std::net::TcpListener;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::stopped::{name, play, Stopped};
 use support::*;
-
-/// One RESP command: its arguments, the name first.
-type Command = Vec<Vec<u8>>;
-
-/// One connection's bytes so far, and whether the client closed it.
-type Kept = Arc<Mutex<(Vec<u8>, bool)>>;
-
-/// A listener that accepts and keeps what each connection sends, and never answers.
-struct Stopped {
-    port: u16,
-    /// Per connection, in the order accepted.
-    conns: Arc<Mutex<Vec<Kept>>>,
-}
-
-impl Stopped {
-    fn start() -> Stopped {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let conns: Arc<Mutex<Vec<Kept>>> = Arc::default();
-        let all = Arc::clone(&conns);
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(mut client) = client else { return };
-                let kept: Kept = Arc::new(Mutex::new((Vec::new(), false)));
-                all.lock().unwrap().push(Arc::clone(&kept));
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 16384];
-                    loop {
-                        match client.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => kept.lock().unwrap().0.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    kept.lock().unwrap().1 = true;
-                });
-            }
-        });
-        Stopped { port, conns }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Every connection's commands, once the client closed them all (it exited).
-    fn closed(&self) -> Vec<Vec<Command>> {
-        assert!(
-            eventually(Duration::from_secs(30), || self
-                .conns
-                .lock()
-                .unwrap()
-                .iter()
-                .all(|c| c.lock().unwrap().1)),
-            "lockctl left a connection open after it exited"
-        );
-        self.conns
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|c| parse(&c.lock().unwrap().0))
-            .collect()
-    }
-}
-
-/// The commands in a client's bytes (arrays of bulk strings).
-fn parse(mut buf: &[u8]) -> Vec<Command> {
-    fn line(buf: &mut &[u8]) -> usize {
-        let end = buf
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("a RESP line");
-        let n = std::str::from_utf8(&buf[1..end]).unwrap().parse().unwrap();
-        *buf = &buf[end + 2..];
-        n
-    }
-    let mut out = Vec::new();
-    while !buf.is_empty() {
-        assert_eq!(buf[0], b'*', "a RESP array");
-        let n = line(&mut buf);
-        let mut cmd = Vec::with_capacity(n);
-        for _ in 0..n {
-            assert_eq!(buf[0], b'$', "a bulk string");
-            let len = line(&mut buf);
-            cmd.push(buf[..len].to_vec());
-            buf = &buf[len + 2..];
-        }
-        out.push(cmd);
-    }
-    out
-}
-
-fn name(cmd: &Command) -> String {
-    String::from_utf8_lossy(&cmd[0]).to_uppercase()
-}
-
-/// Runs one command on `s` as it was sent.
-fn play(s: &Server, cmd: &Command) -> redis::RedisResult<redis::Value> {
-    let mut c = redis::cmd(&name(cmd));
-    for a in &cmd[1..] {
-        c.arg(&a[..]);
-    }
-    c.query(&mut s.conn())
-}
 
 /// The keys of `pool` on `s` (release records aside, see `Server::keys`).
 fn pool_keys(s: &Server) -> Vec<String> {
@@ -173,7 +68,7 @@ fn a_late_attempt(first: First, held: bool) -> redis::Value {
         .unwrap();
     let o = wait_output(child, Duration::from_secs(60));
     assert_eq!(code(&o), 75, "{}", stderr(&o));
-    let conns = stopped.closed();
+    let conns = stopped.closed_whole();
     // The attempt goes out as EVALSHA, first on its connection; what lockctl sends without waiting
     // goes as EVAL.
     let (attempts, blind): (Vec<_>, Vec<_>) = conns

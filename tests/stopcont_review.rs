@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use support::hammer::{holding_proxy, stop_in_a_read, two_scripts, warm, Traced};
 use support::*;
 
 /// A lockctl run that has hung.
@@ -403,122 +404,6 @@ fn exec_on_redlock_with_limit_two_under_the_hammer() {
     exec_under_the_hammer(3, 2, 4, 12);
 }
 
-/// True when a thread of `pid` is blocked reading a socket (a node's reply). The thread named
-/// `signals` always is (signal-hook's self-pipe is a socket pair), and does not count.
-fn reading_a_socket(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().any(|t| {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "signals" {
-            return false;
-        }
-        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
-        let mut f = call.split_whitespace();
-        let nr: i64 = f.next().and_then(|n| n.parse().ok()).unwrap_or(-1);
-        let fd = f
-            .next()
-            .and_then(|a| i64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
-        (nr == libc::SYS_read || nr == libc::SYS_recvfrom)
-            && fd.is_some_and(|fd| {
-                std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
-                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-            })
-    })
-}
-
-/// True once `pid` is stopped (state T).
-fn stopped(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit(')')
-                .next()
-                .map(|r| r.trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
-}
-
-/// Stops `pid` once it waits in a socket read: the read then fails with EINTR when it continues.
-fn stop_in_a_read(pid: i32) {
-    assert!(
-        eventually(BOUND, || reading_a_socket(pid)),
-        "lockctl never waited for a reply"
-    );
-    kill(pid, libc::SIGSTOP);
-    assert!(eventually(BOUND, || stopped(pid)), "lockctl did not stop");
-}
-
-/// A lockctl the test signals itself, its trace (`-v`) read as it comes.
-struct Traced {
-    child: Option<Child>,
-    trace: Arc<Mutex<String>>,
-    reader: Option<JoinHandle<()>>,
-}
-
-impl Traced {
-    fn spawn(cmd: &mut Command) -> Traced {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lockctl");
-        let (trace, reader) = stderr_so_far(child.stderr.take().unwrap());
-        Traced {
-            child: Some(child),
-            trace,
-            reader: Some(reader),
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().expect("running").id() as i32
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        self.trace.lock().unwrap().matches(needle).count()
-    }
-
-    /// Waits until the trace holds `needle` `n` times.
-    fn wait_for(&self, needle: &str, n: usize) {
-        assert!(
-            eventually(BOUND, || self.count(needle) >= n),
-            "no {n}x {needle:?} in: {}",
-            self.trace.lock().unwrap()
-        );
-    }
-
-    /// Stops lockctl in its read and continues it, `times` times, each in the read of a new
-    /// connection (the one it opened to send the command again); `during` runs while it is stopped
-    /// the last time.
-    fn interrupt(&self, times: usize, during: impl FnOnce()) {
-        let pid = self.pid();
-        for i in 0..times {
-            // The i-th connection (the first, then one per resend) is the one waited on.
-            self.wait_for("connected in", i + 1);
-            stop_in_a_read(pid);
-            if i + 1 == times {
-                break;
-            }
-            kill(pid, libc::SIGCONT);
-            self.wait_for("reconnecting", i + 1);
-        }
-        during();
-        kill(pid, libc::SIGCONT);
-    }
-
-    /// Exit code, stdout and the whole trace.
-    fn finish(mut self) -> (i32, String, String) {
-        let o = wait_output(self.child.take().expect("running"), BOUND);
-        if let Some(r) = self.reader.take() {
-            r.join().unwrap();
-        }
-        let trace = self.trace.lock().unwrap().clone();
-        (code(&o), stdout(&o), trace)
-    }
-}
-
 /// `break --yes` whose reply is cut by a stop after the server ran it: lockctl sends it again. A
 /// waiter the first send let in must not lose its lock to that second send, which nobody asked for,
 /// and the report must name the holder the lock was taken from.
@@ -543,7 +428,10 @@ fn a_break_sent_again_leaves_the_holder_it_let_in() {
 
     s.pause();
     let mut cmd = lockctl_on(&s);
-    let breaker = Traced::spawn(cmd.args(["-v", "--node-timeout", "20s", "break", name, "--yes"]));
+    let breaker = Traced::spawn(
+        cmd.args(["-v", "--node-timeout", "20s", "break", name, "--yes"]),
+        BOUND,
+    );
     let key = slot_key(name, 1);
     let mut second = None;
     breaker.interrupt(1, || {
@@ -578,22 +466,11 @@ fn a_break_sent_again_leaves_the_holder_it_let_in() {
     );
 }
 
-/// Runs a grant, a renewal and a release on `s`, which caches their scripts there: a first send
-/// is then an EVALSHA that runs, not one answered NOSCRIPT (whose reply a cut read never sees, so
-/// that the script never runs at all).
-fn warm(s: &Server) {
-    let token = queue::hold(&mut lockctl_on(s), "warm");
-    for args in [["renew", "warm"], ["release", "warm"]] {
-        let o = run(lockctl_on(s).args(args).args(["--token", &token]));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
-}
-
 /// Pauses `s`, runs `cmd` (with `-v`; the scripts cached by [`warm`]), interrupts its read `times` times (each on the connection it
 /// opened for the resend), resumes `s` and returns lockctl's exit code, stdout and trace.
 fn cut_twice(s: &Server, cmd: &mut Command, times: usize) -> (i32, String, String) {
     s.pause();
-    let run = Traced::spawn(cmd);
+    let run = Traced::spawn(cmd, BOUND);
     run.interrupt(times, || {});
     s.resume();
     run.finish()
@@ -891,12 +768,15 @@ fn a_stopped_waiter_is_still_woken_by_the_release() {
     let s = Server::start();
     let name = "listening";
     let token = queue::hold(&mut lockctl_on(&s), name);
-    let waiter = Traced::spawn(lockctl_on(&s).args(["-v", "acquire", name, "--ttl", "10s"]));
+    let waiter = Traced::spawn(
+        lockctl_on(&s).args(["-v", "acquire", name, "--ttl", "10s"]),
+        BOUND,
+    );
     waiter.wait_for("subscribed to releases on 1/1", 1);
     let sleeps = waiter.count("waiting up to");
     waiter.wait_for("waiting up to", sleeps + 1);
     // Its only socket read now is the subscription's (the main thread sleeps on a channel).
-    stop_in_a_read(waiter.pid());
+    stop_in_a_read(waiter.pid(), BOUND);
     kill(waiter.pid(), libc::SIGCONT);
     // Whatever the cut read did (nothing, or a retry), the waiter sleeps again before the release.
     let sleeps = waiter.count("waiting up to");
@@ -949,16 +829,19 @@ fn a_grant_sent_again_still_waits_for_its_replica() {
     warm(&master);
     replica.pause();
     master.pause();
-    let grant = Traced::spawn(lockctl_on(&master).args([
-        "-v",
-        "--node-timeout",
-        "3s",
-        "acquire",
-        "durable",
-        "-n",
-        "--ttl",
-        "60s",
-    ]));
+    let grant = Traced::spawn(
+        lockctl_on(&master).args([
+            "-v",
+            "--node-timeout",
+            "3s",
+            "acquire",
+            "durable",
+            "-n",
+            "--ttl",
+            "60s",
+        ]),
+        BOUND,
+    );
     grant.interrupt(1, || {
         // The first send runs while lockctl is stopped; its resend comes after it, as it does
         // when a stop cuts the read of a reply already on its way.
@@ -1017,17 +900,20 @@ fn a_renewal_whose_wait_is_cut_still_reports_the_renewal() {
     warm(&master);
     let token = queue::hold(&mut lockctl_on(&master), "acked");
     replica.pause();
-    let renew = Traced::spawn(lockctl_on(&master).args([
-        "-v",
-        "--node-timeout",
-        "10s",
-        "renew",
-        "acked",
-        "--token",
-        &token,
-        "--ttl",
-        "600s",
-    ]));
+    let renew = Traced::spawn(
+        lockctl_on(&master).args([
+            "-v",
+            "--node-timeout",
+            "10s",
+            "renew",
+            "acked",
+            "--token",
+            &token,
+            "--ttl",
+            "600s",
+        ]),
+        BOUND,
+    );
     let blocked = || {
         let info: String = master.cmd(&["INFO", "clients"]);
         info.contains("blocked_clients:1")
@@ -1076,24 +962,27 @@ fn exec_stopped_in_a_renewal_past_its_lease_still_stops_its_job() {
         "trap '' TERM; while :; do date +%s%N >> '{}'; sleep 0.05; done",
         ticks.display()
     );
-    let exec = Traced::spawn(lockctl_on(&s).args([
-        "-v",
-        "exec",
-        "long",
-        "--ttl",
-        "2s",
-        "--kill-after",
-        "1s",
-        "-c",
-        &job,
-    ]));
+    let exec = Traced::spawn(
+        lockctl_on(&s).args([
+            "-v",
+            "exec",
+            "long",
+            "--ttl",
+            "2s",
+            "--kill-after",
+            "1s",
+            "-c",
+            &job,
+        ]),
+        BOUND,
+    );
     assert!(eventually(BOUND, || ticks.exists()), "the job never ran");
     // The next renewal waits in its read for as long as the server is paused.
     let renewals = exec.count("renew in");
     exec.wait_for("renew in", renewals + 1);
     let paused_at = now_ns();
     s.pause();
-    stop_in_a_read(exec.pid());
+    stop_in_a_read(exec.pid(), BOUND);
     s.resume();
     // Another client gets the lock once the lease has run out.
     let o = run(lockctl_on(&s).args(["acquire", "long", "-w", "30s", "--ttl", "60s"]));
@@ -1181,15 +1070,18 @@ fn a_release_whose_info_read_is_cut_still_reports_the_release() {
     warm(&s);
     let token = queue::hold(&mut lockctl_on(&s), "info");
     let port = hold_the_first_info(s.port.unwrap());
-    let release = Traced::spawn(lockctl().args([
-        "-v",
-        "-r",
-        &format!("redis://127.0.0.1:{port}"),
-        "release",
-        "info",
-        "--token",
-        &token,
-    ]));
+    let release = Traced::spawn(
+        lockctl().args([
+            "-v",
+            "-r",
+            &format!("redis://127.0.0.1:{port}"),
+            "release",
+            "info",
+            "--token",
+            &token,
+        ]),
+        BOUND,
+    );
     // The script ran (the key is gone) and its reply was passed on: lockctl waits for INFO's.
     assert!(
         eventually(BOUND, || s.get(&slot_key("info", 1)).is_none()),
@@ -1275,65 +1167,6 @@ fn round_two_on_redlock_under_the_hammer() {
     nothing_left(&servers, Duration::from_secs(10));
 }
 
-/// A proxy in front of `upstream` that withholds the server's bytes on the first connection whose
-/// client bytes so far satisfy `hold`, from then on (what the client sent still goes on, and runs).
-/// Every other connection passes everything.
-fn holding_proxy(upstream: u16, hold: fn(&[u8]) -> bool) -> u16 {
-    use std::io::Write;
-    use std::net::{TcpListener, TcpStream};
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let taken = Arc::new(AtomicBool::new(false));
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { return };
-            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                continue;
-            };
-            let held = Arc::new(AtomicBool::new(false));
-            let (mine, taken) = (Arc::clone(&held), Arc::clone(&taken));
-            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 16384];
-                while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                    seen.extend_from_slice(&buf[..n]);
-                    // Set before the bytes go on to the server, hence before its reply comes.
-                    if !mine.load(Ordering::SeqCst)
-                        && hold(&seen)
-                        && !taken.swap(true, Ordering::SeqCst)
-                    {
-                        mine.store(true, Ordering::SeqCst);
-                    }
-                    if s_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-            std::thread::spawn(move || {
-                let (mut s_in, mut c_out) = (server, client);
-                let mut buf = [0u8; 16384];
-                while let Ok(n @ 1..) = s_in.read(&mut buf) {
-                    if !held.load(Ordering::SeqCst) && c_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
-/// True once `seen`, a client's bytes, hold two scripts (`EVAL`, `EVALSHA`).
-fn two_scripts(seen: &[u8]) -> bool {
-    let sent = seen
-        .windows(13)
-        .filter(|w| *w == b"$7\r\nEVALSHA\r\n")
-        .count()
-        + seen.windows(10).filter(|w| *w == b"$4\r\nEVAL\r\n").count();
-    sent >= 2
-}
-
 /// Round 2 of a Redlock grant (`fence.lua` on the nodes whose counter is behind), its reply held
 /// back on node 1 and the read cut by a stop of lockctl: the raise goes again on a new connection,
 /// finds its own raise done, and the grant stands with node 1 counted and its counter at the fence.
@@ -1374,7 +1207,7 @@ fn a_round_two_cut_by_a_stop_still_counts() {
         "--format",
         "json",
     ]);
-    let grant = Traced::spawn(&mut cmd);
+    let grant = Traced::spawn(&mut cmd, BOUND);
     grant.wait_for("raise fence in", 1);
     grant.interrupt(1, || {});
     let (exit, out, trace) = grant.finish();
@@ -1420,16 +1253,19 @@ fn a_handshake_cut_by_a_stop_is_made_again() {
     };
     assert_eq!(get(&mut conn).as_deref(), Some(token.as_str()));
     s.pause();
-    let release = Traced::spawn(on().args([
-        "-v",
-        "--node-timeout",
-        "20s",
-        "release",
-        "auth",
-        "--token",
-        &token,
-    ]));
-    stop_in_a_read(release.pid());
+    let release = Traced::spawn(
+        on().args([
+            "-v",
+            "--node-timeout",
+            "20s",
+            "release",
+            "auth",
+            "--token",
+            &token,
+        ]),
+        BOUND,
+    );
+    stop_in_a_read(release.pid(), BOUND);
     kill(release.pid(), libc::SIGCONT);
     // The cut handshake shows in the trace only as the call's outcome: give it time to be cut.
     std::thread::sleep(Duration::from_millis(300));
@@ -1572,10 +1408,10 @@ fn a_waiter_stopped_while_it_subscribes_is_still_woken() {
             "--ttl",
             "10s",
         ]);
-    let waiter = Traced::spawn(&mut cmd);
+    let waiter = Traced::spawn(&mut cmd, BOUND);
     // Its attempt refused, the waiter subscribes; the confirmation never comes on that connection.
     waiter.wait_for("attempt on", 1);
-    stop_in_a_read(waiter.pid());
+    stop_in_a_read(waiter.pid(), BOUND);
     kill(waiter.pid(), libc::SIGCONT);
     waiter.wait_for("subscribed to releases on", 1);
     let sleeps = waiter.count("waiting up to");

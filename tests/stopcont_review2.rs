@@ -8,201 +8,19 @@
 
 mod support;
 
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use support::hammer::{
+    holding_proxy, reading_a_socket, stop_in_a_read, two_scripts, warm_with_break, Traced,
+};
 use support::*;
 
 /// A lockctl run that has hung.
 const BOUND: Duration = Duration::from_secs(30);
-
-/// True when a thread of `pid` is blocked reading a socket (a node's reply). The thread named
-/// `signals` always is (signal-hook's self-pipe is a socket pair), and does not count.
-fn reading_a_socket(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().any(|t| {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "signals" {
-            return false;
-        }
-        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
-        let mut f = call.split_whitespace();
-        let nr: i64 = f.next().and_then(|n| n.parse().ok()).unwrap_or(-1);
-        let fd = f
-            .next()
-            .and_then(|a| i64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
-        (nr == libc::SYS_read || nr == libc::SYS_recvfrom)
-            && fd.is_some_and(|fd| {
-                std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
-                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-            })
-    })
-}
-
-/// True once `pid` is stopped (state T).
-fn stopped(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit(')')
-                .next()
-                .map(|r| r.trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
-}
-
-/// Stops `pid` once it waits in a socket read: the read then fails with EINTR when it continues.
-fn stop_in_a_read(pid: i32) {
-    assert!(
-        eventually(BOUND, || reading_a_socket(pid)),
-        "lockctl never waited for a reply"
-    );
-    kill(pid, libc::SIGSTOP);
-    assert!(eventually(BOUND, || stopped(pid)), "lockctl did not stop");
-}
-
-/// A lockctl the test signals itself, its trace (`-v`) read as it comes.
-struct Traced {
-    child: Option<Child>,
-    trace: Arc<Mutex<String>>,
-    reader: Option<JoinHandle<()>>,
-}
-
-impl Traced {
-    fn spawn(cmd: &mut Command) -> Traced {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lockctl");
-        let (trace, reader) = stderr_so_far(child.stderr.take().unwrap());
-        Traced {
-            child: Some(child),
-            trace,
-            reader: Some(reader),
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().expect("running").id() as i32
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        self.trace.lock().unwrap().matches(needle).count()
-    }
-
-    fn trace(&self) -> String {
-        self.trace.lock().unwrap().clone()
-    }
-
-    /// Pauses `s` (lockctl's next read waits), stops lockctl in that read, resumes `s` (it runs the
-    /// first send), runs `during` while lockctl is still stopped, then continues lockctl.
-    fn cut_once(&self, s: &Server, during: impl FnOnce()) {
-        s.pause();
-        stop_in_a_read(self.pid());
-        s.resume();
-        during();
-        kill(self.pid(), libc::SIGCONT);
-    }
-
-    /// Exit code, stdout and the whole trace.
-    fn finish(mut self) -> (i32, String, String) {
-        let o = wait_output(self.child.take().expect("running"), BOUND);
-        if let Some(r) = self.reader.take() {
-            r.join().unwrap();
-        }
-        let trace = self.trace.lock().unwrap().clone();
-        (code(&o), stdout(&o), trace)
-    }
-}
-
-impl Drop for Traced {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let pid = c.id() as i32;
-            kill(pid, libc::SIGCONT);
-            kill(pid, libc::SIGKILL);
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Caches the grant, renewal, release and break scripts on `s`, so that a first send is an
-/// EVALSHA that runs, not one answered NOSCRIPT.
-fn warm(s: &Server) {
-    let token = queue::hold(&mut lockctl_on(s), "warm");
-    for args in [["renew", "warm"], ["release", "warm"]] {
-        let o = run(lockctl_on(s).args(args).args(["--token", &token]));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
-    let o = run(lockctl_on(s).args(["break", "warm", "--yes"]));
-    assert_eq!(code(&o), 1, "{}", stderr(&o));
-}
-
-/// A proxy in front of `upstream` that withholds the server's bytes on the first connection whose
-/// client bytes so far satisfy `hold`, from then on (what the client sent still goes on, and runs).
-/// Every other connection passes everything.
-fn holding_proxy(upstream: u16, hold: fn(&[u8]) -> bool) -> u16 {
-    use std::io::Write;
-    use std::net::{TcpListener, TcpStream};
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let taken = Arc::new(AtomicBool::new(false));
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { return };
-            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                continue;
-            };
-            let held = Arc::new(AtomicBool::new(false));
-            let (mine, taken) = (Arc::clone(&held), Arc::clone(&taken));
-            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 16384];
-                while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                    seen.extend_from_slice(&buf[..n]);
-                    // Set before the bytes go on to the server, hence before its reply comes.
-                    if !mine.load(Ordering::SeqCst)
-                        && hold(&seen)
-                        && !taken.swap(true, Ordering::SeqCst)
-                    {
-                        mine.store(true, Ordering::SeqCst);
-                    }
-                    if s_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-            std::thread::spawn(move || {
-                let (mut s_in, mut c_out) = (server, client);
-                let mut buf = [0u8; 16384];
-                while let Ok(n @ 1..) = s_in.read(&mut buf) {
-                    if !held.load(Ordering::SeqCst) && c_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
-/// True once `seen`, a client's bytes, hold two scripts (`EVAL`, `EVALSHA`).
-fn two_scripts(seen: &[u8]) -> bool {
-    let sent = seen
-        .windows(13)
-        .filter(|w| *w == b"$7\r\nEVALSHA\r\n")
-        .count()
-        + seen.windows(10).filter(|w| *w == b"$4\r\nEVAL\r\n").count();
-    sent >= 2
-}
 
 fn pttl(s: &Server, key: &str) -> i64 {
     s.cmd(&["PTTL", key])
@@ -217,7 +35,7 @@ fn pttl(s: &Server, key: &str) -> i64 {
 #[test]
 fn a_renewal_sent_again_after_a_break_does_not_revive_the_lock() {
     let mut s = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
-    warm(&s);
+    warm_with_break(&s);
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     let name = "revived";
@@ -242,6 +60,7 @@ fn a_renewal_sent_again_after_a_break_does_not_revive_the_lock() {
                 "echo $LOCKCTL_TOKEN > '{}'; exec sleep 120",
                 token_file.display()
             )),
+        BOUND,
     );
     assert!(
         eventually(BOUND, || std::fs::read_to_string(&token_file)
@@ -267,12 +86,12 @@ fn a_renewal_sent_again_after_a_break_does_not_revive_the_lock() {
         "AOF lost the key"
     );
     // The restart emptied the script cache: a NOSCRIPT first send would run nothing.
-    warm(&s);
+    warm_with_break(&s);
     let (left, then) = (pttl(&s, &key), std::time::Instant::now());
     // Without a renewal the key's time left only goes down; the renewal (5 s later) puts it back.
     let unrenewed = || left - then.elapsed().as_millis() as i64;
     s.pause();
-    stop_in_a_read(exec.pid());
+    stop_in_a_read(exec.pid(), BOUND);
     s.resume();
     assert!(
         eventually(BOUND, || pttl(&s, &key) > unrenewed() + 2000),
@@ -289,7 +108,7 @@ fn a_renewal_sent_again_after_a_break_does_not_revive_the_lock() {
     // The resend runs at once; a revived key would then stay for the lease's TTL.
     std::thread::sleep(Duration::from_secs(2));
     let now = s.get(&key);
-    let alive = exec.child.as_ref().map(|c| alive(c.id() as i32));
+    let alive = Some(alive(exec.pid()));
     assert_ne!(
         now.as_deref(),
         Some(token.as_str()),
@@ -307,7 +126,7 @@ fn a_renewal_sent_again_after_a_break_does_not_revive_the_lock() {
 #[test]
 fn a_renew_sent_again_after_a_break_stays_broken() {
     let s = Server::start_tcp();
-    warm(&s);
+    warm_with_break(&s);
     let name = "renew-broken";
     let key = slot_key(name, 1);
     let token = queue::hold(&mut lockctl_on(&s), name);
@@ -327,12 +146,13 @@ fn a_renew_sent_again_after_a_break_stays_broken() {
                 "--ttl",
                 "600s",
             ]),
+        BOUND,
     );
     assert!(
         eventually(BOUND, || pttl(&s, &key) > 100_000),
         "the renewal's first send never ran"
     );
-    stop_in_a_read(renew.pid());
+    stop_in_a_read(renew.pid(), BOUND);
     let o = run(lockctl_on(&s).args(["break", name, "--yes"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     kill(renew.pid(), libc::SIGCONT);
@@ -349,19 +169,22 @@ fn a_renew_sent_again_after_a_break_stays_broken() {
 #[test]
 fn a_grant_sent_again_after_its_key_was_taken_is_not_reported() {
     let s = Server::start();
-    warm(&s);
+    warm_with_break(&s);
     let name = "taken";
     let key = slot_key(name, 1);
-    let acquire = Traced::spawn(lockctl_on(&s).args([
-        "-v",
-        "--node-timeout",
-        "20s",
-        "acquire",
-        name,
-        "-n",
-        "--ttl",
-        "2s",
-    ]));
+    let acquire = Traced::spawn(
+        lockctl_on(&s).args([
+            "-v",
+            "--node-timeout",
+            "20s",
+            "acquire",
+            name,
+            "-n",
+            "--ttl",
+            "2s",
+        ]),
+        BOUND,
+    );
     let mut other = String::new();
     acquire.cut_once(&s, || {
         assert!(
@@ -393,22 +216,25 @@ fn a_grant_sent_again_after_its_key_was_taken_is_not_reported() {
 #[test]
 fn a_grant_sent_again_to_a_server_restarted_empty_is_quarantined() {
     let mut s = Server::start();
-    warm(&s);
+    warm_with_break(&s);
     assert!(eventually(BOUND, || s.uptime() >= 5));
     let name = "restarted";
     let key = slot_key(name, 1);
-    let acquire = Traced::spawn(lockctl_on(&s).env("LOCKCTL_QUARANTINE", "3s").args([
-        "-v",
-        "--node-timeout",
-        "20s",
-        "acquire",
-        name,
-        "-n",
-        "--ttl",
-        "30s",
-    ]));
+    let acquire = Traced::spawn(
+        lockctl_on(&s).env("LOCKCTL_QUARANTINE", "3s").args([
+            "-v",
+            "--node-timeout",
+            "20s",
+            "acquire",
+            name,
+            "-n",
+            "--ttl",
+            "30s",
+        ]),
+        BOUND,
+    );
     s.pause();
-    stop_in_a_read(acquire.pid());
+    stop_in_a_read(acquire.pid(), BOUND);
     s.resume();
     assert!(
         eventually(BOUND, || s.get(&key).is_some()),
@@ -437,7 +263,7 @@ fn a_grant_sent_again_to_a_server_restarted_empty_is_quarantined() {
 #[test]
 fn a_break_stopped_past_its_node_timeout_breaks_nothing_more() {
     let s = Server::start();
-    warm(&s);
+    warm_with_break(&s);
     let name = "late-break";
     let key = slot_key(name, 1);
     let dir = tempfile::tempdir().unwrap();
@@ -451,8 +277,10 @@ fn a_break_stopped_past_its_node_timeout_breaks_nothing_more() {
         .stderr(Stdio::null());
     let mut waiter = waiter.spawn().unwrap();
     queue::wait_queued(&s, name, 1);
-    let breaker =
-        Traced::spawn(lockctl_on(&s).args(["-v", "--node-timeout", "1s", "break", name, "--yes"]));
+    let breaker = Traced::spawn(
+        lockctl_on(&s).args(["-v", "--node-timeout", "1s", "break", name, "--yes"]),
+        BOUND,
+    );
     let mut second = None;
     breaker.cut_once(&s, || {
         assert!(
@@ -606,17 +434,20 @@ fn a_call_cut_repeatedly_through_a_redirect_is_not_a_redirect_loop() {
         .find(|n| n.port == owner)
         .expect("the owner")
         .pid();
-    let renew = Traced::spawn(on().args([
-        "-v",
-        "--node-timeout",
-        "30s",
-        "renew",
-        name,
-        "--token",
-        &token,
-        "--ttl",
-        "600s",
-    ]));
+    let renew = Traced::spawn(
+        on().args([
+            "-v",
+            "--node-timeout",
+            "30s",
+            "renew",
+            name,
+            "--token",
+            &token,
+            "--ttl",
+            "600s",
+        ]),
+        BOUND,
+    );
     kill(owner_pid, libc::SIGSTOP);
     let mut cuts = 0;
     while cuts < 8 && renew.count("moved to") < 7 {
@@ -624,7 +455,7 @@ fn a_call_cut_repeatedly_through_a_redirect_is_not_a_redirect_loop() {
         if !eventually(Duration::from_secs(5), || reading_a_socket(renew.pid())) {
             break;
         }
-        stop_in_a_read(renew.pid());
+        stop_in_a_read(renew.pid(), BOUND);
         kill(renew.pid(), libc::SIGCONT);
         cuts += 1;
         let moved = renew.count("moved to");

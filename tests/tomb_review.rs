@@ -12,129 +12,16 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::stopped::{accept, all_closed, keep, name, parse, play, Command, Kept, Stopped};
 use support::*;
-
-/// One RESP command: its arguments, the name first.
-type Command = Vec<Vec<u8>>;
-
-/// One connection's bytes so far, and whether the client closed it.
-type Kept = Arc<Mutex<(Vec<u8>, bool)>>;
-
-/// A listener that accepts and keeps what each connection sends, and never answers.
-struct Stopped {
-    port: u16,
-    conns: Arc<Mutex<Vec<Kept>>>,
-}
-
-impl Stopped {
-    fn start() -> Stopped {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let conns: Arc<Mutex<Vec<Kept>>> = Arc::default();
-        let all = Arc::clone(&conns);
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let kept: Kept = Arc::new(Mutex::new((Vec::new(), false)));
-                all.lock().unwrap().push(Arc::clone(&kept));
-                keep(client, kept);
-            }
-        });
-        Stopped { port, conns }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Every connection's commands, once the client closed them all.
-    fn closed(&self) -> Vec<Vec<Command>> {
-        all_closed(&self.conns)
-    }
-}
-
-/// Keeps what `client` sends in `kept` on a thread of its own, answering nothing.
-fn keep(mut client: TcpStream, kept: Kept) {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 16384];
-        while let Ok(n @ 1..) = client.read(&mut buf) {
-            kept.lock().unwrap().0.extend_from_slice(&buf[..n]);
-        }
-        kept.lock().unwrap().1 = true;
-    });
-}
-
-fn all_closed(conns: &Arc<Mutex<Vec<Kept>>>) -> Vec<Vec<Command>> {
-    assert!(
-        eventually(Duration::from_secs(30), || conns
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|c| c.lock().unwrap().1)),
-        "lockctl left a connection open after it exited"
-    );
-    conns
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|c| parse(&c.lock().unwrap().0).0)
-        .collect()
-}
-
-/// The complete commands at the start of `buf` (arrays of bulk strings) and the bytes they take.
-fn parse(buf: &[u8]) -> (Vec<Command>, usize) {
-    fn line(buf: &[u8], at: usize) -> Option<(usize, usize)> {
-        let end = buf[at..].windows(2).position(|w| w == b"\r\n")? + at;
-        let n = std::str::from_utf8(&buf[at + 1..end])
-            .unwrap()
-            .parse()
-            .unwrap();
-        Some((n, end + 2))
-    }
-    let mut out = Vec::new();
-    let mut at = 0;
-    'commands: while at < buf.len() {
-        assert_eq!(buf[at], b'*', "a RESP array");
-        let Some((n, mut next)) = line(buf, at) else {
-            break;
-        };
-        let mut cmd = Vec::with_capacity(n);
-        for _ in 0..n {
-            let Some((len, from)) = line(buf, next) else {
-                break 'commands;
-            };
-            if buf.len() < from + len + 2 {
-                break 'commands;
-            }
-            cmd.push(buf[from..from + len].to_vec());
-            next = from + len + 2;
-        }
-        out.push(cmd);
-        at = next;
-    }
-    (out, at)
-}
-
-fn name(cmd: &Command) -> String {
-    String::from_utf8_lossy(&cmd[0]).to_uppercase()
-}
 
 fn is_script(cmd: &Command) -> bool {
     matches!(name(cmd).as_str(), "EVAL" | "EVALSHA")
-}
-
-/// Runs one command on `s` as it was sent.
-fn play(s: &Server, cmd: &Command) -> redis::RedisResult<redis::Value> {
-    let mut c = redis::cmd(&name(cmd));
-    for a in &cmd[1..] {
-        c.arg(&a[..]);
-    }
-    c.query(&mut s.conn())
 }
 
 /// Runs every command of `conn` on `s`, in order; errors are the server's answers to nobody.
@@ -511,61 +398,52 @@ struct Freeze {
 
 impl Freeze {
     fn start(upstream: u16) -> Freeze {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let kept: Arc<Mutex<Vec<Kept>>> = Arc::default();
-        let all = Arc::clone(&kept);
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let mine: Kept = Arc::new(Mutex::new((Vec::new(), false)));
-                all.lock().unwrap().push(Arc::clone(&mine));
-                if all.lock().unwrap().len() > 1 {
-                    keep(client, mine);
-                    continue;
-                }
-                let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
-                proxy::one_way(server.try_clone().unwrap(), client.try_clone().unwrap());
-                std::thread::spawn(move || {
-                    let (mut c_in, mut s_out) = (client, server);
-                    let mut pending = Vec::new();
-                    let mut scripts = 0;
-                    let mut buf = [0u8; 16384];
-                    let mut held = false;
-                    while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                        if held {
-                            mine.lock().unwrap().0.extend_from_slice(&buf[..n]);
-                            continue;
-                        }
-                        pending.extend_from_slice(&buf[..n]);
-                        let (cmds, used) = parse(&pending);
-                        // Where the second script starts, if it came.
-                        let mut at = 0;
-                        let mut cut = None;
-                        for cmd in &cmds {
-                            if is_script(cmd) {
-                                scripts += 1;
-                                if scripts == 2 {
-                                    cut = Some(at);
-                                    break;
-                                }
-                            }
-                            at += encoded_len(cmd);
-                        }
-                        let pass = cut.unwrap_or(used);
-                        let _ = s_out.write_all(&pending[..pass]);
-                        if cut.is_some() {
-                            held = true;
-                            mine.lock().unwrap().0.extend_from_slice(&pending[pass..]);
-                            pending.clear();
-                        } else {
-                            pending.drain(..pass);
-                        }
-                    }
-                    mine.lock().unwrap().1 = true;
-                    let _ = s_out.shutdown(std::net::Shutdown::Write);
-                });
+        let (port, kept) = accept(move |client, mine, i| {
+            if i > 0 {
+                keep(client, mine);
+                return;
             }
+            let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+            proxy::one_way(server.try_clone().unwrap(), client.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let (mut c_in, mut s_out) = (client, server);
+                let mut pending = Vec::new();
+                let mut scripts = 0;
+                let mut buf = [0u8; 16384];
+                let mut held = false;
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    if held {
+                        mine.lock().unwrap().0.extend_from_slice(&buf[..n]);
+                        continue;
+                    }
+                    pending.extend_from_slice(&buf[..n]);
+                    let (cmds, used) = parse(&pending);
+                    // Where the second script starts, if it came.
+                    let mut at = 0;
+                    let mut cut = None;
+                    for cmd in &cmds {
+                        if is_script(cmd) {
+                            scripts += 1;
+                            if scripts == 2 {
+                                cut = Some(at);
+                                break;
+                            }
+                        }
+                        at += encoded_len(cmd);
+                    }
+                    let pass = cut.unwrap_or(used);
+                    let _ = s_out.write_all(&pending[..pass]);
+                    if cut.is_some() {
+                        held = true;
+                        mine.lock().unwrap().0.extend_from_slice(&pending[pass..]);
+                        pending.clear();
+                    } else {
+                        pending.drain(..pass);
+                    }
+                }
+                mine.lock().unwrap().1 = true;
+                let _ = s_out.shutdown(std::net::Shutdown::Write);
+            });
         });
         Freeze { port, kept }
     }

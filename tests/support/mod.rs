@@ -5,8 +5,10 @@
 //! [`lockctl`] builds a command for the binary under test with a clean `LOCKCTL_*` environment.
 #![allow(dead_code)]
 
+pub mod hammer;
 pub mod proxy;
 pub mod queue;
+pub mod stopped;
 pub mod tls;
 pub mod topology;
 pub mod watchers;
