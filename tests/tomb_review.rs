@@ -87,21 +87,38 @@ impl Sent {
     }
 }
 
+/// `refuse` run until its rollback went on a new connection too (a tombstone was sent), at most
+/// three times. Under a loaded machine that connection may not open within the node timeout, the
+/// documented case where only the old connection carries the rollback (`docs/redlock.md`): those
+/// runs show nothing about the tombstone and are tried again, but one in three must send it.
+fn tombstoned(mut refuse: impl FnMut() -> Sent) -> Sent {
+    for _ in 0..3 {
+        let sent = refuse();
+        if !sent.others.is_empty() {
+            return sent;
+        }
+        eprintln!("no new connection for the rollback this time (loaded machine?); again");
+    }
+    panic!("three refused attempts and not one rollback went on a new connection");
+}
+
 /// One refused attempt on lock `name` by Redlock over `s[0]`, `s[1]` (held by a peer) and a
 /// stopped node standing for `s[2]`; `args` after `acquire NAME`. Returns what node 2 was sent.
 fn refused_with_a_stalled_node(s: &Servers, name: &str, args: &[&str]) -> Sent {
     for i in [0, 1] {
         let _: () = s[i].cmd(&["SET", &format!("lockctl:{name}"), PEER, "PX", "60000"]);
     }
-    let stopped = Stopped::start();
-    let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
-    let o = run(lockctl()
-        .env("LOCKCTL_REDIS", urls)
-        .env("LOCKCTL_NODE_TIMEOUT", "300ms")
-        .args(["acquire", name, "--verbose"])
-        .args(args));
-    assert_eq!(code(&o), 75, "{}", stderr(&o));
-    Sent::from(stopped.closed())
+    tombstoned(|| {
+        let stopped = Stopped::start();
+        let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
+        let o = run(lockctl()
+            .env("LOCKCTL_REDIS", urls)
+            .env("LOCKCTL_NODE_TIMEOUT", "300ms")
+            .args(["acquire", name, "--verbose"])
+            .args(args));
+        assert_eq!(code(&o), 75, "{}", stderr(&o));
+        Sent::from(stopped.closed())
+    })
 }
 
 /// The answer's first item: 1 granted.
@@ -225,16 +242,16 @@ fn a_late_semaphore_attempt_leaves_no_slot_and_no_limit() {
                     assert_eq!(code(&o), 0, "{}", stderr(&o));
                 }
             }
-            let stopped = Stopped::start();
-            let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
-            // The rollback's new connection must open within the node timeout, or no tombstone is
-            // sent (documented): 300 ms was too short once under load (the late attempt granted).
-            let o = run(lockctl()
-                .env("LOCKCTL_REDIS", urls)
-                .env("LOCKCTL_NODE_TIMEOUT", "1s")
-                .args(["acquire", "sem", "--limit", "2", "-n", "--ttl", "60s"]));
-            assert_eq!(code(&o), 75, "{}", stderr(&o));
-            let sent = Sent::from(stopped.closed());
+            let sent = tombstoned(|| {
+                let stopped = Stopped::start();
+                let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
+                let o = run(lockctl()
+                    .env("LOCKCTL_REDIS", urls)
+                    .env("LOCKCTL_NODE_TIMEOUT", "1s")
+                    .args(["acquire", "sem", "--limit", "2", "-n", "--ttl", "60s"]));
+                assert_eq!(code(&o), 75, "{}", stderr(&o));
+                Sent::from(stopped.closed())
+            });
             let mut answer = None;
             if attempt_first {
                 answer = Some(play(&s[2], &sent.attempt[0]).unwrap());
@@ -820,14 +837,16 @@ fn the_inspecting_commands_see_nothing_in_a_tombstone() {
         for i in [0, 1] {
             let _: () = s[i].cmd(&["SET", &format!("{prefix}insp"), PEER, "PX", "60000"]);
         }
-        let stopped = Stopped::start();
-        let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
-        let o = run(lockctl()
-            .env("LOCKCTL_REDIS", urls)
-            .env("LOCKCTL_NODE_TIMEOUT", "1s")
-            .args(["--prefix", prefix, "acquire", "insp", "-n", "--ttl", "60s"]));
-        assert_eq!(code(&o), 75, "{}", stderr(&o));
-        let sent = Sent::from(stopped.closed());
+        let sent = tombstoned(|| {
+            let stopped = Stopped::start();
+            let urls = format!("{},{},{}", s[0].url(), s[1].url(), stopped.url());
+            let o = run(lockctl()
+                .env("LOCKCTL_REDIS", urls)
+                .env("LOCKCTL_NODE_TIMEOUT", "1s")
+                .args(["--prefix", prefix, "acquire", "insp", "-n", "--ttl", "60s"]));
+            assert_eq!(code(&o), 75, "{}", stderr(&o));
+            Sent::from(stopped.closed())
+        });
         for c in &sent.others {
             play_all(&s[2], c);
         }
