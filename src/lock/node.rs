@@ -35,11 +35,11 @@
 //! carries too, and answers only a send with that id (so a first send never finds one): the token
 //! alone cannot tell this call's first send from an earlier release of the same token (`lockctl
 //! release --token T` run twice, a job releasing through `LOCKCTL_TOKEN`), and a token that holds
-//! nothing any more must still be told so when its second release's reply is cut. A key lost before the release, or with a
-//! restart without data between the sends, leaves no record: still "not ours" (76). A record lost
-//! with a restart just after the first send ran gives "not ours" for a release that did run: that
-//! rare false report is the one left. The other scripts need no record: a grant or renewal sent
-//! again answers as the first did.
+//! nothing any more must still be told so when its second release's reply is cut. A key lost
+//! before the release, or with a restart without data between the sends, leaves no record: still
+//! "not ours" (76). A record lost with a restart just after the first send ran gives "not ours" for
+//! a release that did run: that rare false report is the one left. The other scripts need no
+//! record: a grant or renewal sent again answers as the first did.
 //!
 //! lockctl's own signals are never why a read fails: a socket read with a timeout fails with
 //! `EINTR` even under `SA_RESTART`, so they are blocked in every thread but the one that receives
