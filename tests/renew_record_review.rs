@@ -19,9 +19,14 @@ const AOF: &[&str] = &[
 ];
 
 /// Starts `exec` holding `name` (3 s TTL, the restart quarantine on) until the file `go` exists.
-fn hold(urls: &str, name: &str, go: &std::path::Path) -> Child {
+fn hold(servers: &[Server], name: &str, go: &std::path::Path) -> Child {
+    // Every server past the quarantine, so that the grant wins all of them, not a majority.
+    assert!(eventually(Duration::from_secs(15), || servers
+        .iter()
+        .all(|s| s.uptime() > 3)));
+    let urls = urls_of(servers);
     let mut child = lockctl()
-        .env("LOCKCTL_REDIS", urls)
+        .env("LOCKCTL_REDIS", &urls)
         .env_remove("LOCKCTL_QUARANTINE")
         .env("GO", go)
         .args(["exec", name, "--ttl", "3s", "--kill-after", "1s", "-c"])
@@ -44,43 +49,53 @@ fn no_renew_record_left(s: &Server) -> bool {
     })
 }
 
-#[test]
-fn two_restarts_that_keep_the_key_keep_the_lease() {
-    let mut s = Server::with_args(AOF);
-    let go = s.dir().join("go");
-    let mut child = hold(&s.url(), "twice", &go);
-    let token = s.get("lockctl:twice").unwrap();
+/// Restarts every server in place twice (run id A -> B -> C) under one `exec`, which must keep its lease.
+fn two_restarts(servers: &mut [Server]) {
+    let urls = urls_of(servers);
+    let go = servers[0].dir().join("go");
+    let mut child = hold(servers, "twice", &go);
+    let tokens: Vec<_> = servers.iter().map(|s| s.get("lockctl:twice")).collect();
+    assert!(tokens.iter().all(Option::is_some), "{tokens:?}");
     for round in 1..=2 {
-        s.restart_in_place();
-        assert_eq!(
-            s.get("lockctl:twice"),
-            Some(token.clone()),
-            "restart {round}"
-        );
+        for s in servers.iter_mut() {
+            s.restart_in_place();
+        }
         // Past the quarantine (3 s, plus the second the uptime may read high), several renewals.
         std::thread::sleep(Duration::from_secs(5));
         assert!(
             matches!(child.try_wait(), Ok(None)),
             "the holder lost its lease after restart {round}"
         );
-        assert_eq!(
-            s.get("lockctl:twice"),
-            Some(token.clone()),
-            "after restart {round}"
-        );
+        for (s, t) in servers.iter().zip(&tokens) {
+            assert_eq!(&s.get("lockctl:twice"), t, "after restart {round}");
+        }
     }
     std::fs::write(&go, "").unwrap();
     let o = wait_output(child, Duration::from_secs(30));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(s.get("lockctl:twice"), None, "the release left the key");
-    assert!(no_renew_record_left(&s), "a renew record outlived its TTL");
+    for s in servers.iter() {
+        assert_eq!(s.get("lockctl:twice"), None, "the release left the key");
+        assert!(no_renew_record_left(s), "a renew record outlived its TTL");
+    }
+}
+
+#[test]
+fn two_restarts_that_keep_the_key_keep_the_lease() {
+    let mut servers = vec![Server::with_args(AOF)];
+    two_restarts(&mut servers);
+}
+
+#[test]
+fn two_restarts_that_keep_the_key_keep_the_lease_under_redlock() {
+    let mut servers: Vec<Server> = (0..3).map(|_| Server::with_args(AOF)).collect();
+    two_restarts(&mut servers);
 }
 
 /// Restarts every server in place, breaks the lock, and checks that no renewal puts a key back.
 fn break_after_restart(servers: &mut [Server], restarts: usize) {
     let urls = urls_of(servers);
     let go = servers[0].dir().join("go");
-    let mut child = hold(&urls, "broken", &go);
+    let mut child = hold(servers, "broken", &go);
     let tokens: Vec<_> = servers.iter().map(|s| s.get("lockctl:broken")).collect();
     assert!(tokens.iter().all(Option::is_some), "{tokens:?}");
     for _ in 0..restarts {
