@@ -51,7 +51,6 @@ fn no_renew_record_left(s: &Server) -> bool {
 
 /// Restarts every server in place twice (run id A -> B -> C) under one `exec`, which must keep its lease.
 fn two_restarts(servers: &mut [Server]) {
-    let urls = urls_of(servers);
     let go = servers[0].dir().join("go");
     let mut child = hold(servers, "twice", &go);
     let tokens: Vec<_> = servers.iter().map(|s| s.get("lockctl:twice")).collect();
