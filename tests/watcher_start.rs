@@ -385,7 +385,9 @@ fn a_watcher_stopped_while_waiting_is_replaced_at_the_grant() {
         "echo started; while [ ! -e {go} ]; do sleep 0.05; done",
         go = go.display()
     );
-    let (child, err) = start_waiting(&s, "stopped", &["--ttl", "2s"], &["sh", "-c", &script]);
+    // A TTL that a loaded machine's wake after the release does not eat up (with 2 s, one CI run
+    // woke lockctl past the lease's deadline, and the grant was refused as the watcher's: 76).
+    let (child, err) = start_waiting(&s, "stopped", &["--ttl", "6s"], &["sh", "-c", &script]);
     let errs = collect_stderr(err);
     let lockctl = child.id();
     let first = watcher_of(lockctl);
@@ -409,8 +411,8 @@ fn a_watcher_stopped_while_waiting_is_replaced_at_the_grant() {
             .collect();
         !second.is_empty()
     });
-    // Renewals (2 s TTL) pass with the new watcher in place: no false 76.
-    std::thread::sleep(Duration::from_millis(1500));
+    // A renewal (every 2 s at a 6 s TTL) passes with the new watcher in place: no false 76.
+    std::thread::sleep(Duration::from_millis(2500));
     drop(resume);
     std::fs::write(&go, "").unwrap();
     let out = child.output(Duration::from_secs(60));
