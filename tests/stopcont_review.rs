@@ -1143,15 +1143,28 @@ fn round_two_on_redlock_under_the_hammer() {
         assert!(fence > last, "fence {fence} after {last}: {trace}");
         last = fence;
         let token = grant["token"].as_str().unwrap();
+        // The grant stands on a quorum whose counters are at the fence: every later quorum meets
+        // it. A node whose round 2 failed (a raise that found no time left under load) keeps the
+        // key from round 1 until the release, with its counter below: it was not counted.
+        let (mut at_fence, mut below) = (0, 0);
         for s in &servers.0 {
             if s.get(&slot_key(name, 1)).as_deref() == Some(token) {
                 let c: u64 = s.cmd::<String>(&["GET", &counter]).parse().unwrap();
-                assert!(
-                    c >= fence,
-                    "a node won keeps counter {c} below fence {fence}"
-                );
+                if c >= fence {
+                    at_fence += 1;
+                } else {
+                    below += 1;
+                }
             }
         }
+        assert!(
+            at_fence >= 2,
+            "only {at_fence} node(s) hold the grant with a counter at fence {fence}: {trace}"
+        );
+        assert!(
+            below == 0 || trace.contains("raise fence failed"),
+            "{below} node(s) hold the grant below fence {fence} though no round 2 failed: {trace}"
+        );
         let mut cmd = servers.lockctl();
         cmd.args(["-v", "release", name, "--token", token]);
         let o = hammer.spawn(&mut cmd).output(BOUND);
