@@ -278,7 +278,50 @@ impl Cluster {
             }) && c.replicas_synced()),
             "the cluster never became ok"
         );
+        assert!(
+            eventually(Duration::from_secs(90), || c.replicas_acknowledge()),
+            "a master's replica never acknowledged a write"
+        );
         c
+    }
+
+    /// Whether every master's replicas acknowledge a write (`WAIT`), as a grant needs them to. A
+    /// replica's `master_link_status:up` and its master's `state=online` are not enough: after a
+    /// diskless full sync, a replica whose first `REPLCONF ACK` reaches the master before the master
+    /// has reaped its RDB child (late on a loaded machine) gets the replication stream only with its
+    /// next periodic ACK, up to a second later, and a grant in that second is refused at the default
+    /// 500 ms node timeout. The probe key is deleted again, so the keyspace stays empty.
+    fn replicas_acknowledge(&self) -> bool {
+        self.masters().into_iter().all(|m| {
+            let need = self
+                .nodes
+                .iter()
+                .filter(|n| {
+                    info_field(n.port, "replication", "master_port").as_deref()
+                        == Some(&m.to_string())
+                })
+                .count();
+            let Some(key) = (0..1000)
+                .map(|k| format!("cluster-ready-{k}"))
+                .find(|k| self.owner(k) == m)
+            else {
+                return false;
+            };
+            let node = self.nodes.iter().find(|n| n.port == m).expect("a node");
+            let mut c = node.conn();
+            need > 0
+                && redis::cmd("SET")
+                    .arg(&key)
+                    .arg("1")
+                    .query::<()>(&mut c)
+                    .is_ok()
+                && redis::cmd("DEL").arg(&key).query::<i64>(&mut c).is_ok()
+                && redis::cmd("WAIT")
+                    .arg(need)
+                    .arg(1000)
+                    .query::<i64>(&mut c)
+                    .is_ok_and(|n| n >= need as i64)
+        })
     }
 
     fn replicas_synced(&self) -> bool {
