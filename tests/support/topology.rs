@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{
-    code, collect_stderr, eventually, free_port, lockctl, redis_server_bin, run, wait_output,
-    Server,
+    code, collect_stderr, eventually, free_port, lockctl, redis_server_bin, replicas_acknowledge,
+    run, wait_output, Server,
 };
 
 /// lockctl with `LOCKCTL_REDIS` set to `url`.
@@ -285,12 +285,8 @@ impl Cluster {
         c
     }
 
-    /// Whether every master's replicas acknowledge a write (`WAIT`), as a grant needs them to. A
-    /// replica's `master_link_status:up` and its master's `state=online` are not enough: after a
-    /// diskless full sync, a replica whose first `REPLCONF ACK` reaches the master before the master
-    /// has reaped its RDB child (late on a loaded machine) gets the replication stream only with its
-    /// next periodic ACK, up to a second later, and a grant in that second is refused at the default
-    /// 500 ms node timeout. The probe key is deleted again, so the keyspace stays empty.
+    /// Whether every master's replicas acknowledge a write ([`replicas_acknowledge`]), as a grant
+    /// needs them to: the links being up is not enough.
     fn replicas_acknowledge(&self) -> bool {
         self.masters().into_iter().all(|m| {
             let need = self
@@ -308,19 +304,7 @@ impl Cluster {
                 return false;
             };
             let node = self.nodes.iter().find(|n| n.port == m).expect("a node");
-            let mut c = node.conn();
-            need > 0
-                && redis::cmd("SET")
-                    .arg(&key)
-                    .arg("1")
-                    .query::<()>(&mut c)
-                    .is_ok()
-                && redis::cmd("DEL").arg(&key).query::<i64>(&mut c).is_ok()
-                && redis::cmd("WAIT")
-                    .arg(need)
-                    .arg(1000)
-                    .query::<i64>(&mut c)
-                    .is_ok_and(|n| n >= need as i64)
+            need > 0 && replicas_acknowledge(&mut node.conn(), &key, need)
         })
     }
 
