@@ -94,6 +94,9 @@ fn with_a_replica_a_renewal_is_the_script_then_wait() {
         let info: String = master.cmd(&["INFO", "replication"]);
         info.contains("state=online")
     }));
+    assert!(eventually(Duration::from_secs(30), || {
+        replicas_acknowledge(&mut master.conn(), "replicas-ready", 1)
+    }));
     let proxy = Proxy::start(master.port.unwrap());
     finish(exec_through(&proxy, "rw", "1.5"));
 

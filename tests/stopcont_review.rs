@@ -825,6 +825,14 @@ fn a_grant_sent_again_still_waits_for_its_replica() {
         eventually(Duration::from_secs(30), || online(&master) == 1),
         "the replica did not come online"
     );
+    assert!(
+        eventually(Duration::from_secs(30), || replicas_acknowledge(
+            &mut master.conn(),
+            "replicas-ready",
+            1
+        )),
+        "the replica never acknowledged a write"
+    );
     // Cache the scripts on the master (the replica is still running).
     warm(&master);
     replica.pause();
@@ -874,6 +882,14 @@ fn exec_on_a_master_with_a_replica_under_the_hammer() {
         eventually(Duration::from_secs(30), || online(&master) == 1),
         "the replica did not come online"
     );
+    assert!(
+        eventually(Duration::from_secs(30), || replicas_acknowledge(
+            &mut master.conn(),
+            "replicas-ready",
+            1
+        )),
+        "the replica never acknowledged a write"
+    );
     hammer_sections(
         "a master with a replica",
         &|| lockctl_on(&master),
@@ -896,6 +912,14 @@ fn a_renewal_whose_wait_is_cut_still_reports_the_renewal() {
     assert!(
         eventually(Duration::from_secs(30), || online(&master) == 1),
         "the replica did not come online"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || replicas_acknowledge(
+            &mut master.conn(),
+            "replicas-ready",
+            1
+        )),
+        "the replica never acknowledged a write"
     );
     warm(&master);
     let token = queue::hold(&mut lockctl_on(&master), "acked");

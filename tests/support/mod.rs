@@ -606,6 +606,26 @@ pub fn alive(pid: i32) -> bool {
 }
 
 /// Waits until `cond` holds, checking every few milliseconds, up to `limit`.
+/// Whether `need` replicas acknowledge a write on the master behind `conn` (`WAIT`, a second per
+/// try); the written `key` is deleted again. What a grant needs of a new replica, and more than its
+/// `master_link_status:up` or its master's `state=online` say: after a diskless full sync, a replica
+/// whose first `REPLCONF ACK` reaches the master before the master's RDB child has exited (late on a
+/// loaded machine) gets the replication stream only with its next periodic ACK, up to a second
+/// later, and a grant in that second is refused at the default 500 ms node timeout.
+pub fn replicas_acknowledge(conn: &mut redis::Connection, key: &str, need: usize) -> bool {
+    redis::cmd("SET")
+        .arg(key)
+        .arg("1")
+        .query::<()>(conn)
+        .is_ok()
+        && redis::cmd("DEL").arg(key).query::<i64>(conn).is_ok()
+        && redis::cmd("WAIT")
+            .arg(need)
+            .arg(1000)
+            .query::<i64>(conn)
+            .is_ok_and(|n| n >= need as i64)
+}
+
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {

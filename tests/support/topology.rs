@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{
-    code, collect_stderr, eventually, free_port, lockctl, redis_server_bin, run, wait_output,
-    Server,
+    code, collect_stderr, eventually, free_port, lockctl, redis_server_bin, replicas_acknowledge,
+    run, wait_output, Server,
 };
 
 /// lockctl with `LOCKCTL_REDIS` set to `url`.
@@ -278,7 +278,34 @@ impl Cluster {
             }) && c.replicas_synced()),
             "the cluster never became ok"
         );
+        assert!(
+            eventually(Duration::from_secs(90), || c.replicas_acknowledge()),
+            "a master's replica never acknowledged a write"
+        );
         c
+    }
+
+    /// Whether every master's replicas acknowledge a write ([`replicas_acknowledge`]), as a grant
+    /// needs them to: the links being up is not enough.
+    fn replicas_acknowledge(&self) -> bool {
+        self.masters().into_iter().all(|m| {
+            let need = self
+                .nodes
+                .iter()
+                .filter(|n| {
+                    info_field(n.port, "replication", "master_port").as_deref()
+                        == Some(&m.to_string())
+                })
+                .count();
+            let Some(key) = (0..1000)
+                .map(|k| format!("cluster-ready-{k}"))
+                .find(|k| self.owner(k) == m)
+            else {
+                return false;
+            };
+            let node = self.nodes.iter().find(|n| n.port == m).expect("a node");
+            need > 0 && replicas_acknowledge(&mut node.conn(), &key, need)
+        })
     }
 
     fn replicas_synced(&self) -> bool {
