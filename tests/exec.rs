@@ -1001,7 +1001,7 @@ fn a_background_member_keeps_the_lock_until_it_exits() {
         "(i=0; while [ ! -e \"$GO\" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; \
                   touch \"$DONE\") & exit 3";
     let holder = exec_on(&s, "bg")
-        .args(["--ttl", "1s", "--", "sh", "-c", script])
+        .args(["--ttl", "3s", "--", "sh", "-c", script])
         .env("DONE", &done)
         .env("GO", &go)
         .stdout(Stdio::piped())
@@ -1011,8 +1011,9 @@ fn a_background_member_keeps_the_lock_until_it_exits() {
     assert!(eventually(Duration::from_secs(10), || s
         .get("lockctl:bg")
         .is_some()));
-    // Longer than the TTL: only renewals can have kept the lock this long.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Longer than the TTL: only renewals can have kept the lock this long. (At a 1 s TTL a renewal
+    // late on a loaded machine lost the lease in one CI run.)
+    std::thread::sleep(Duration::from_millis(3500));
     let o = run(lockctl_on(&s).args(["acquire", "bg", "-n"]));
     assert_eq!(
         code(&o),
