@@ -12,12 +12,19 @@
 //!   says so (3 of 3 by hand).
 //! - a waiter whose attempts all went unanswered is not known to be queued anywhere, yet its
 //!   attempt may queue it when the stopped node resumes: its leave must go out all the same.
+//! - a waiter without a connection to a node (its last call there failed, its reconnect was
+//!   refused) that is reachable again: the leave opens a connection first, within the node
+//!   timeout, or the node keeps the waiter's place until its heartbeat lapses.
 
 mod support;
 
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::proxy::one_way;
 use support::queue::queue_key;
 use support::*;
 
@@ -177,4 +184,191 @@ fn script_calls(s: &Server) -> (u64, u64) {
             .unwrap_or(0)
     };
     (calls("evalsha"), calls("eval"))
+}
+
+/// A loopback TCP relay to a server that the test can shut (every relayed connection cut, new ones
+/// refused: its port closed) and open again on the same port. The server behind it keeps its data
+/// and its uptime: a lockctl behind the gate finds its node unreachable and back, with no restart.
+struct Gate {
+    port: u16,
+    /// 0 open, 1 shut, 2 dropped.
+    state: Arc<AtomicU8>,
+    listening: Arc<AtomicBool>,
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Gate {
+    fn start(upstream: u16) -> Gate {
+        let first = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = first.local_addr().unwrap().port();
+        let state = Arc::new(AtomicU8::new(0));
+        let listening = Arc::new(AtomicBool::new(true));
+        let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (st, ls, ss) = (state.clone(), listening.clone(), streams.clone());
+        std::thread::spawn(move || {
+            let mut listener = Some(first);
+            loop {
+                match st.load(Ordering::SeqCst) {
+                    2 => return,
+                    1 => {
+                        listener = None;
+                        ls.store(false, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    _ => {}
+                }
+                // std sets SO_REUSEADDR: the port is taken again at once.
+                let l = listener.get_or_insert_with(|| {
+                    TcpListener::bind(("127.0.0.1", port)).expect("bind the gate's port again")
+                });
+                l.set_nonblocking(true).unwrap();
+                ls.store(true, Ordering::SeqCst);
+                match l.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).unwrap();
+                        let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                            continue;
+                        };
+                        let mut kept = ss.lock().unwrap();
+                        kept.push(client.try_clone().unwrap());
+                        kept.push(server.try_clone().unwrap());
+                        one_way(client.try_clone().unwrap(), server.try_clone().unwrap());
+                        one_way(server, client);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Gate {
+            port,
+            state,
+            listening,
+            streams,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Closes the port, then cuts every connection it relays.
+    fn shut(&self) {
+        self.state.store(1, Ordering::SeqCst);
+        assert!(
+            eventually(Duration::from_secs(10), || !self
+                .listening
+                .load(Ordering::SeqCst)),
+            "the gate did not close its port"
+        );
+        for s in self.streams.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn open(&self) {
+        self.state.store(0, Ordering::SeqCst);
+        assert!(
+            eventually(Duration::from_secs(10), || self
+                .listening
+                .load(Ordering::SeqCst)),
+            "the gate did not open its port again"
+        );
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.state.store(2, Ordering::SeqCst);
+        for s in self.streams.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Docs (CONTRACT, signals; `node.rs` `send_only`): a signalled waiter's leave goes to every node,
+/// one without a connection too: it opens one first, within the node timeout. A waiter has none
+/// to a node whose last call failed and whose reconnect was refused (an unreachable node); the
+/// node, reachable again before the waiter's next call there, still keeps its place. Here the node
+/// is behind a gate, shut while the waiter waits and opened again while the waiter is held still
+/// (SIGSTOP) in a sleep between two attempts; the signal comes before its next attempt. The leave
+/// must go out on a new connection: "given up without waiting", and nothing of the waiter left in
+/// the queue. Without it the waiter says "could not be withdrawn on 1 of 1 node(s)", and the node
+/// keeps the entry until its heartbeat lapses. A `CLIENT KILL` of the waiter's connection alone
+/// does not get there: the waiter still has the connection, and its leave is written into the
+/// closed socket (which succeeds), or its next call finds the drop and reconnects at once.
+#[test]
+fn a_waiter_signalled_while_it_has_no_connection_to_a_reachable_node_still_leaves() {
+    use std::io::{BufRead, BufReader};
+    // Never restarted: the quarantine is off for this server the test started itself.
+    let s = Server::start_tcp();
+    let gate = Gate::start(s.port.unwrap());
+    for round in 0..3 {
+        let name = format!("r6-gate-{round}");
+        let o = run(lockctl_on(&s).args(["acquire", &name, "--ttl", "60s"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let mut cmd = lockctl();
+        cmd.env("LOCKCTL_REDIS", gate.url()).arg("-v");
+        let mut child = waiting(cmd, &name);
+        let pid = child.id() as i32;
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut said = String::new();
+        // The next line of its stderr, also added to `said`.
+        let line = |err: &mut BufReader<_>, said: &mut String| {
+            let mut l = String::new();
+            let n = err.read_line(&mut l).expect("read the waiter's stderr");
+            assert!(n > 0, "round {round}: the waiter ended early: {said}");
+            said.push_str(&l);
+            l
+        };
+        // Queued and sleeping until its next heartbeat.
+        while !said.contains("waiting up to") {
+            line(&mut err, &mut said);
+        }
+        assert_eq!(s.cmd::<u64>(&["ZCARD", &queue_key(&name)]), 1, "{said}");
+        gate.shut();
+        // Its next attempt fails and its reconnect is refused: no connection to the node. Once it
+        // sleeps at least 300 ms before the next one, it is held still there.
+        let mut failed = false;
+        loop {
+            let l = line(&mut err, &mut said);
+            failed |= l.contains("Redis unavailable since");
+            let ms = l
+                .split("waiting up to ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|v| v.parse::<f64>().ok());
+            if failed && ms.is_some_and(|ms| ms >= 300.0) {
+                kill(pid, libc::SIGSTOP);
+                break;
+            }
+        }
+        let rest = std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+            rest
+        });
+        assert!(
+            eventually(Duration::from_secs(10), || support::hammer::stopped(pid)),
+            "the waiter did not stop"
+        );
+        gate.open();
+        kill(pid, libc::SIGTERM);
+        kill(pid, libc::SIGCONT);
+        let status = child.wait().unwrap();
+        said.push_str(&rest.join().unwrap());
+        assert_eq!(status.code(), Some(143), "round {round}: {said}");
+        assert!(
+            said.contains("given up without waiting for the answer")
+                && !said.contains("could not be withdrawn"),
+            "round {round}: the leave was not sent to the node reachable again: {said}"
+        );
+        let left = eventually(Duration::from_secs(10), || {
+            s.cmd::<u64>(&["ZCARD", &queue_key(&name)]) == 0
+        });
+        assert!(
+            left,
+            "round {round}: the signalled waiter stayed queued: {said}"
+        );
+    }
 }

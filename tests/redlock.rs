@@ -1682,3 +1682,60 @@ fn a_waiter_gets_an_expired_lock_without_a_release_on_redlock() {
         assert!(fence(&g) > fence(&held), "{g} after {held}");
     }
 }
+
+/// A subscription that fails on a node (here node 3 accepts connections and closes them at once)
+/// is given up at once and tried again only every 5 s, the waiter polling that node meanwhile; only
+/// a connect or SUBSCRIBE whose read a stop of lockctl cut is made again at once
+/// (`stopcont_review.rs`). Retried at once on any failure, the subscriber connected and subscribed
+/// in a loop for a whole node timeout each time the waiter subscribed: a storm of connections on
+/// the node, the waiter held meanwhile.
+#[test]
+fn a_subscription_that_fails_on_a_node_is_not_retried_in_a_loop() {
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let servers = Servers::start(2);
+    let closer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closer.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        for conn in closer.incoming() {
+            count.fetch_add(1, Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    let urls = format!("{},redis://127.0.0.1:{port}", servers.urls());
+    let cmd = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &urls);
+        c
+    };
+    let o = run(cmd().args(["acquire", "deaf", "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let before = accepted.load(Ordering::SeqCst);
+    let o = run(cmd().args([
+        "--verbose",
+        "--node-timeout",
+        "2s",
+        "acquire",
+        "deaf",
+        "-w",
+        "3s",
+    ]));
+    let made = accepted.load(Ordering::SeqCst) - before;
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("127.0.0.1:{port}: cannot subscribe")),
+        "{}",
+        stderr(&o)
+    );
+    // Four per attempt (the attempt and its rollback, each made again once on a dropped
+    // connection), a few attempts a second, one subscription per 5 s.
+    eprintln!("{made} connections to node 3");
+    assert!(
+        made <= 300,
+        "{made} connections to node 3 in a 3 s wait: {}",
+        stderr(&o)
+    );
+}

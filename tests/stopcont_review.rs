@@ -1434,9 +1434,11 @@ fn a_waiter_stopped_while_it_subscribes_is_still_woken() {
     let s = Server::start_tcp();
     let name = "subscribing";
     let token = queue::hold(&mut lockctl_on(&s), name);
+    // The command itself: the acquire script's text (sent with EVAL to a server that has not
+    // cached it) mentions subscriptions in its comments, and holding its reply held the attempt.
     let port = holding_proxy(s.port.unwrap(), |seen| {
-        seen.windows(9)
-            .any(|w| w.eq_ignore_ascii_case(b"SUBSCRIBE"))
+        seen.windows(15)
+            .any(|w| w.eq_ignore_ascii_case(b"$9\r\nSUBSCRIBE\r\n"))
     });
     let mut cmd = lockctl();
     cmd.env("LOCKCTL_REDIS", format!("redis://127.0.0.1:{port}"))
