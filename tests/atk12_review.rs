@@ -458,3 +458,56 @@ fn a_grant_cut_by_a_stop_while_its_slot_moves_follows_the_redirect() {
     let after: Option<String> = node(target).cmd(&["GET", &key]).unwrap();
     assert_eq!(after, None);
 }
+
+/// The release's counterpart: the release runs on the owner, its reply is cut by a stop of
+/// lockctl, and the slot moves with its keys (the release's record among them) to another master.
+/// The resend follows the MOVED and finds the record of its first send there: the release is
+/// reported (0), not as a lock that was no longer held.
+#[test]
+fn a_release_cut_by_a_stop_while_its_slot_moves_is_still_reported() {
+    let cluster = support::topology::Cluster::start();
+    let name = "mvr";
+    let key = format!("lockctl:{name}");
+    let owner = cluster.owner(&key);
+    let target = cluster.not_owner(&key);
+    let slot: i64 = cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", &key]).unwrap();
+    let node = |p: u16| cluster.nodes.iter().find(|n| n.port == p).unwrap();
+    let url = format!("redis://127.0.0.1:{owner}");
+    let on = || support::topology::lockctl_on_url(&url);
+    let o = run(on().args(["exec", name, "--", "true"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(on().args(["acquire", name, "-n", "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let token = stdout(&o);
+    let owner_pid = node(owner).pid();
+    kill(owner_pid, libc::SIGSTOP);
+    let release = support::hammer::Traced::spawn(
+        on().args([
+            "-v",
+            "--node-timeout",
+            "30s",
+            "release",
+            name,
+            "--token",
+            &token,
+        ]),
+        BOUND,
+    );
+    support::hammer::stop_in_a_read(release.pid(), BOUND);
+    kill(owner_pid, libc::SIGCONT);
+    assert!(
+        eventually(BOUND, || node(owner)
+            .cmd::<Option<String>>(&["GET", &key])
+            .is_ok_and(|v| v.is_none())),
+        "the first send never released"
+    );
+    move_slot(&cluster, slot, owner, target);
+    assert_eq!(cluster.owner(&key), target);
+    kill(release.pid(), libc::SIGCONT);
+    let (exit, _, trace) = release.finish();
+    eprintln!("exit {exit}\n{trace}");
+    assert!(trace.contains("moved to"), "no redirect followed: {trace}");
+    assert_eq!(exit, 0, "a release that ran reported otherwise: {trace}");
+    let held: Option<String> = node(target).cmd(&["GET", &key]).unwrap();
+    assert_eq!(held, None);
+}
