@@ -155,9 +155,12 @@ impl Server {
         // A connect with a timeout fails with EINTR when a signal interrupts it, or when this test
         // process is stopped and continued (signal(7)); it happened once, in a side-by-side CI run
         // (properties.rs), from a source not found. The server is there: try again.
+        // The timeout also bounds the connection's hello (`CLIENT SETINFO`): a server with
+        // `--appendfsync always` on a slow disk answered it later than 2 s once in CI (EAGAIN,
+        // renew_record_review.rs), so it is as long as a command's read timeout.
         let mut tries = 0;
         let c = loop {
-            match client.get_connection_with_timeout(Duration::from_secs(2)) {
+            match client.get_connection_with_timeout(Duration::from_secs(10)) {
                 Err(e) if tries < 5 && e.to_string().contains("Interrupted system call") => {
                     tries += 1
                 }
