@@ -40,12 +40,7 @@ pub fn snapshot() -> Vec<Proc> {
 /// The process `pid`, if it exists.
 pub fn read(pid: i32) -> Option<Proc> {
     let stat = read_proc(format!("/proc/{pid}/stat")).ok()?;
-    // The command name, in parentheses, may itself contain spaces and parentheses; it is not
-    // used (a name proves nothing: a job's process may call itself lockctl-guard).
-    let close = stat.rfind(')')?;
-    let rest = &stat[close + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(0) ppid(1) pgrp(2) session(3) ... starttime(19).
+    let fields = after_name(&stat)?;
     Some(Proc {
         pid,
         ppid: fields.get(1)?.parse().ok()?,
@@ -53,6 +48,14 @@ pub fn read(pid: i32) -> Option<Proc> {
         sid: fields.get(3)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
+}
+
+/// The fields of a `stat` line after the command name: state(0) ppid(1) pgrp(2) session(3) ...
+/// starttime(19). The name, in parentheses, may itself contain spaces and parentheses, so the
+/// fields start after the last `)`; it is not used (a name proves nothing: a job's process may
+/// call itself lockctl-guard).
+fn after_name(stat: &str) -> Option<Vec<&str>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace().collect())
 }
 
 /// A file of `/proc`, whole, in one read when it fits 1 KiB (a `stat` line does): open, read,
@@ -89,8 +92,7 @@ pub fn read_proc(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
 /// (`strace -f` puts a process there for a moment at every system call; a debugger, for good).
 pub fn stop_state(pid: i32) -> Option<char> {
     let stat = read_proc(format!("/proc/{pid}/stat")).ok()?;
-    let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
-    match state {
+    match *after_name(&stat)?.first()? {
         "T" => Some('T'),
         "t" => Some('t'),
         _ => None,
@@ -217,8 +219,7 @@ impl Walker {
         for _ in 0..1000 {
             let state = read_proc(format!("/proc/{}/stat", self.lockctl));
             let running = state.is_ok_and(|stat| {
-                let rest = stat.rfind(')').map_or("", |close| &stat[close + 1..]);
-                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let fields = after_name(&stat).unwrap_or_default();
                 let start = fields.get(19).and_then(|s| s.parse::<u64>().ok());
                 start == Some(self.start) && !matches!(fields.first(), Some(&"Z") | Some(&"X"))
             }) || std::fs::read_dir(format!("/proc/{}/task", self.lockctl))

@@ -1284,15 +1284,11 @@ extern "C" fn on_alarm(_: libc::c_int) {}
 /// The signal the connect alarm is delivered with: a job's process resets its handler before exec
 /// (`exec/child.rs`).
 pub fn alarm_signal() -> libc::c_int {
-    Alarm::signal()
+    // Above the real-time signals glibc keeps for itself (SIGRTMIN() already skips those).
+    libc::SIGRTMIN() + 4
 }
 
 impl Alarm {
-    fn signal() -> libc::c_int {
-        // Above the real-time signals glibc keeps for itself (SIGRTMIN() already skips those).
-        libc::SIGRTMIN() + 4
-    }
-
     fn arm(after: Duration) -> std::io::Result<Alarm> {
         static INSTALLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let installed = *INSTALLED.get_or_init(|| {
@@ -1302,7 +1298,7 @@ impl Alarm {
                 action.sa_sigaction = on_alarm as *const () as libc::sighandler_t;
                 action.sa_flags = 0;
                 libc::sigemptyset(&mut action.sa_mask);
-                libc::sigaction(Self::signal(), &action, std::ptr::null_mut()) == 0
+                libc::sigaction(alarm_signal(), &action, std::ptr::null_mut()) == 0
             }
         });
         if !installed {
@@ -1312,7 +1308,7 @@ impl Alarm {
         let timer = unsafe {
             let mut event: libc::sigevent = std::mem::zeroed();
             event.sigev_notify = libc::SIGEV_THREAD_ID;
-            event.sigev_signo = Self::signal();
+            event.sigev_signo = alarm_signal();
             event.sigev_notify_thread_id = libc::gettid();
             let mut timer: libc::timer_t = std::ptr::null_mut();
             if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
