@@ -100,6 +100,14 @@ pub enum LockError {
         quorum: usize,
         detail: String,
     },
+    /// Nodes whose ACL refuses lockctl's channels: every node must allow them, or a release there
+    /// would fail, so the command is refused (what it did elsewhere undone, or never sent).
+    #[error("Redis refuses: {refused} of {nodes} node(s) answered but their ACL refuses lockctl's channels, which every node must allow (a release or break there would fail): {detail}")]
+    ChannelsRefused {
+        nodes: usize,
+        refused: usize,
+        detail: String,
+    },
     /// The token does not hold the lock on a quorum.
     #[error("lock '{name}' is not held by this token{}", detail_suffix(.detail))]
     Lost { name: String, detail: String },
@@ -134,7 +142,9 @@ impl LockError {
             | LockError::Quarantined { .. }
             | LockError::Superseded { .. } => busy,
             LockError::Unavailable { .. } => Exit::Unavailable,
-            LockError::Misconfigured { .. } => Exit::Misconfigured,
+            LockError::Misconfigured { .. } | LockError::ChannelsRefused { .. } => {
+                Exit::Misconfigured
+            }
             LockError::Lost { .. } => Exit::Lost,
             LockError::Interrupted(signal, _) => Exit::from_signal(*signal),
         }

@@ -184,6 +184,34 @@ fn every_lock_command_of_a_user_without_channels_is_refused_and_changes_nothing(
     assert_eq!(s.get("lockctl:held").as_deref(), Some(token.as_str()));
 }
 
+/// The fencing counters of `state`, by key, as numbers.
+fn counters(state: &[String]) -> Vec<(String, u128)> {
+    state
+        .iter()
+        .filter(|l| l.contains("\\u{1f}fence\""))
+        .map(|l| {
+            let (key, rest) = l.split_once(' ').unwrap();
+            (
+                key.to_string(),
+                rest.rsplit(' ').next().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `state` without the fencing counters.
+fn without_counters(state: &[String]) -> Vec<String> {
+    state
+        .iter()
+        .filter(|l| !l.contains("\\u{1f}fence\""))
+        .cloned()
+        .collect()
+}
+
+/// Redlock: the node that refuses changes nothing, and the command is refused as a whole. A release,
+/// renewal or break is refused before anything is sent that changes a key (a probe round); an
+/// acquire's round 1 is rolled back on the nodes that granted, and only their fencing counters may
+/// have risen (a counter only rises; any rolled-back attempt leaves the same).
 #[test]
 fn a_redlock_with_one_node_without_channels_is_refused_on_every_node() {
     let servers = Servers::start(3);
@@ -192,15 +220,20 @@ fn a_redlock_with_one_node_without_channels_is_refused_on_every_node() {
     }
     let all: Vec<&Server> = servers.0.iter().collect();
     let token = held_by_default(&all, "held");
-    let before: Vec<Vec<String>> = all.iter().map(|s| state(s)).collect();
-    let cases: [&[&str]; 5] = [
-        &["acquire", "job", "-n"],
-        &["acquire", "held", "-w", "5s"],
-        &["release", "held", "--token", &token],
-        &["renew", "held", "--token", &token, "--ttl", "600s"],
-        &["break", "held", "--yes"],
+    let states = || -> Vec<Vec<String>> { all.iter().map(|s| state(s)).collect() };
+    let cases: [(&[&str], bool); 6] = [
+        (&["acquire", "job", "-n"], true),
+        (&["acquire", "held", "-w", "5s"], true),
+        (&["exec", "job", "-n", "--", "true"], true),
+        (&["release", "held", "--token", &token], false),
+        (
+            &["renew", "held", "--token", &token, "--ttl", "600s"],
+            false,
+        ),
+        (&["break", "held", "--yes"], false),
     ];
-    for args in cases {
+    for (args, rolled_back) in cases {
+        let before = states();
         let o = run(as_locker(&all).args(args));
         assert_channel_refusal(args[0], &o);
         let err = stderr(&o);
@@ -208,9 +241,32 @@ fn a_redlock_with_one_node_without_channels_is_refused_on_every_node() {
             err.contains(&servers[1].socket().display().to_string()),
             "{args:?}: names the node that refuses: {err}"
         );
-        let after: Vec<Vec<String>> = all.iter().map(|s| state(s)).collect();
-        assert_eq!(after, before, "{args:?} changed something");
+        let after = states();
+        if rolled_back {
+            for (b, a) in before.iter().zip(&after) {
+                assert_eq!(without_counters(a), without_counters(b), "{args:?}: {err}");
+                for (key, was) in counters(b) {
+                    let now = counters(a).into_iter().find(|(k, _)| *k == key);
+                    assert!(
+                        now.as_ref().is_some_and(|(_, n)| *n >= was),
+                        "{args:?}: {key} {now:?}"
+                    );
+                }
+            }
+            // A free lock: the other two nodes granted, and their grants went back.
+            if args[1] == "job" {
+                assert!(err.contains("rolled back"), "{args:?}: {err}");
+            }
+        } else {
+            assert_eq!(after, before, "{args:?} changed something: {err}");
+            assert!(
+                err.contains("nothing that changes a key"),
+                "{args:?}: {err}"
+            );
+        }
     }
+    let ttl: i64 = servers[0].cmd(&["PTTL", "lockctl:held"]);
+    assert!(ttl <= 60_000, "renewed: {ttl} ms");
     // With the rules on that node too, the same user works.
     locker(&servers[1], CHANNELS);
     let grant = acquire_json(&mut as_locker(&all), "job", &["-n"]);

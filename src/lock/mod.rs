@@ -358,6 +358,8 @@ pub struct Engine {
     drift_factor: f64,
     quarantine: Option<Duration>,
     supersede: bool,
+    /// The nodes' channel rights were probed in this run ([`Engine::check_channels`]).
+    channels_checked: bool,
 }
 
 impl Engine {
@@ -374,6 +376,7 @@ impl Engine {
             drift_factor: settings.drift_factor,
             quarantine: settings.quarantine,
             supersede: false,
+            channels_checked: false,
         })
     }
 
@@ -446,6 +449,49 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// With several nodes, before a release, renewal or break that no grant of this run preceded:
+    /// one `PUBLISH` on the lock's probe channel per node, in parallel. The scripts probe the same
+    /// channel before their first write, but only on their own node: the nodes that allow it would
+    /// already have deleted or extended the lock when another node's ACL refused, which cannot be
+    /// undone. So a node whose ACL refuses the probe refuses the whole command (78) before anything
+    /// is sent that changes a key. A node that does not answer is left to the command (its scripts
+    /// probe for themselves). An acquire needs no such round: what its round 1 did on the other
+    /// nodes can be rolled back (`Engine::attempt`), and the round proves the rights of every node
+    /// that answered, so the grant's renewals and release do not pay it either.
+    pub fn check_channels(&mut self, keys: &LockKeys) -> Result<(), LockError> {
+        if self.nodes.len() < 2 || self.channels_checked {
+            return Ok(());
+        }
+        let channel = keys.probe_channel();
+        let results = quorum::all(&mut self.nodes, |_, node| {
+            node.publish("probe of the channel rights", &channel, "probe")
+        });
+        let refused: Vec<String> = results
+            .into_iter()
+            .filter_map(|r| r.err())
+            .map(|f| f.reason)
+            .filter(|r| node::is_acl_refusal(r))
+            .collect();
+        trace!(
+            "channel rights of '{}': {} of {} node(s) refuse",
+            keys.name,
+            refused.len(),
+            self.nodes.len()
+        );
+        if refused.is_empty() {
+            self.channels_checked = true;
+            return Ok(());
+        }
+        Err(LockError::ChannelsRefused {
+            nodes: self.nodes.len(),
+            refused: refused.len(),
+            detail: format!(
+                "{}; nothing that changes a key was sent to any node",
+                refused.join("; ")
+            ),
+        })
     }
 
     /// A majority of the nodes.
@@ -824,6 +870,8 @@ impl Engine {
         let mut maybe_applied = vec![false; n];
         let mut queued: Vec<QueueReply> = Vec::new();
         let mut heard = vec![None; n];
+        // The reasons of the nodes whose ACL refused the probe of the channel rights.
+        let mut channels_refused: Vec<String> = Vec::new();
         let mut refusal_displacing = 0;
         let mut hear = |i: usize, queue: &QueueReply, read: Stamp| {
             if queue.ticket.is_some() {
@@ -904,10 +952,41 @@ impl Engine {
                 }
                 Err(fail) => {
                     maybe_applied[i] = fail.maybe_applied;
+                    if node::is_channel_refusal(&fail.reason) {
+                        channels_refused.push(fail.reason.clone());
+                    }
                     refusal.failures.push(fail.reason);
                 }
             }
         }
+        if !channels_refused.is_empty() {
+            // A node whose ACL refuses the channels changed nothing (the probe comes first in
+            // acquire.lua), but it would refuse this grant's release: the attempt goes back on the
+            // nodes it touched, and the command is refused (78), waiting or not.
+            let touched: Vec<bool> = (0..n)
+                .map(|i| won[i].is_some() || maybe_applied[i])
+                .collect();
+            let rolled_back = touched.iter().filter(|&&t| t).count();
+            if rolled_back > 0 {
+                self.rollback(keys, &token, &touched, ttl);
+            }
+            let mut detail = channels_refused.join("; ");
+            if rolled_back > 0 {
+                detail.push_str(&format!(
+                    "; the grants of the other {rolled_back} node(s) were rolled back (their \
+                     fencing counters stay raised, as after any rollback)"
+                ));
+            }
+            refusal.fatal = Some(LockError::ChannelsRefused {
+                nodes: n,
+                refused: channels_refused.len(),
+                detail,
+            });
+            return Err(Box::new(refusal));
+        }
+        // Every node that answered may publish: a renewal or release of this run needs no probe
+        // round of its own (see `check_channels`).
+        self.channels_checked = true;
         refusal.accepted = refusal.wins + queued.iter().filter(|q| q.ticket.is_some()).count();
         refusal.displacing = refusal_displacing;
         place.heard = heard;
@@ -1205,6 +1284,7 @@ impl Engine {
     /// Deletes the lock where it still holds `token`. Ok with the number of nodes released when they
     /// make a quorum.
     pub fn release(&mut self, keys: &LockKeys, token: &str) -> Result<usize, LockError> {
+        self.check_channels(keys)?;
         let record = keys.release_record(token);
         let [k1, k2, k3, k4, k5, k6, k7] = release_keys(keys);
         let key_list = [k1, k2, k3, k4, k5, k6, k7, record.as_str()];
@@ -1286,6 +1366,7 @@ impl Engine {
         slot: Option<(usize, usize)>,
         recreate: Option<(u64, &mut Vec<String>, &Holder)>,
     ) -> Result<Duration, LockError> {
+        self.check_channels(keys)?;
         let ttl_ms = ttl.map_or(String::new(), |t| t.as_millis().to_string());
         let fallback_ms = fallback.as_millis().to_string();
         let quarantine_ms = self
@@ -1332,6 +1413,12 @@ impl Engine {
             keys.limit.as_str(),
             record.as_str(),
         ];
+        // A held grant's renewals need no probe: its acquire probed (renew.lua).
+        let probe = if recreate.is_some() {
+            ""
+        } else {
+            keys.wake.as_str()
+        };
         let mut results = quorum::all(&mut self.nodes, |i, node| {
             let granted_by = granted_by.get(i).map_or("", String::as_str);
             let args = [
@@ -1349,6 +1436,7 @@ impl Engine {
                 &keys.slot_base,
                 &keys.holder_base,
                 &note,
+                probe,
             ];
             node.eval("renew", &RENEW, &key_list, &args)
         });
@@ -1435,6 +1523,8 @@ impl Engine {
                 "",
                 &keys.slot_base,
                 &keys.holder_base,
+                "",
+                &keys.wake,
             ];
             node.eval("renew (find the slot)", &RENEW, &key_list, &args)
         });

@@ -126,6 +126,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                 lock.to_vec(),
                 vec![
                     &token, &ttl, fence, "", "", "", "", &ttl, "0", "", "1", bases[0], bases[1],
+                    "", &keys.wake,
                 ],
             ),
             (

@@ -33,6 +33,13 @@
 --         {4, record of the superseding waiter (JSON), run id}
 --                                                the caller was displaced by a --supersede waiter
 local token, ttl = ARGV[1], ARGV[2]
+-- The probe of the channel rights, before anything else: a grant publishes nothing, yet every
+-- release, break or departure from the queue publishes on the lock's channels, and a script is not
+-- rolled back when a command in it is refused. So the caller must be able to publish on the wake
+-- channels (`<wake prefix>\031<id>`) before it may hold or queue: an ACL user without the `&` rules
+-- is refused here (the script raises), with nothing changed. Nobody listens on this channel (no
+-- waiter id is empty); a PUBLISH to no subscriber costs a lookup.
+redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
 -- This attempt was rolled back here already: it timed out on this node, was refused, and its
 -- rollback, sent on a new connection as well, ran before it (the server runs its connections in any
 -- order after a stall). It changes nothing (no grant, no place in the queue, no fencing counter, no

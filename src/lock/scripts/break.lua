@@ -26,8 +26,11 @@ local any = #ARGV <= 6
 for i = 7, #ARGV do
   confirmed[ARGV[i]] = true
 end
+-- Every PUBLISH that an ACL may refuse comes before the first write (release.lua): the probe of
+-- the wake channels, then the release channel's announcement, then the deletes.
+redis.call('PUBLISH', ARGV[4] .. '\031', 'probe')
 local limit = tonumber(redis.call('GET', KEYS[3]) or '')
-local broken, left = {}, {}
+local broken, left, gone = {}, {}, {}
 for i = 1, limit or 1 do
   local key, holder = KEYS[1], KEYS[2]
   if i > 1 then
@@ -36,13 +39,16 @@ for i = 1, limit or 1 do
   local token = redis.call('GET', key)
   if token and (any or confirmed[token]) then
     broken[#broken + 1] = {i, token, redis.call('HGETALL', holder)}
-    redis.call('DEL', key, holder)
+    gone[#gone + 1] = {key, holder}
   elseif token then
     left[#left + 1] = token
   end
 end
 if #broken > 0 then
   redis.call('PUBLISH', ARGV[1], 'broken')
+  for _, k in ipairs(gone) do
+    redis.call('DEL', k[1], k[2])
+  end
   -- free: the number of free slots.
   local free = 0
   for i = 1, limit or 1 do

@@ -8,6 +8,8 @@ local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
 if not rank then
   return 0
 end
+-- The probe of the channel rights (acquire.lua), before the first write: the wakes below publish.
+redis.call('PUBLISH', ARGV[2] .. '\031', 'probe')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])

@@ -33,10 +33,16 @@
 -- written after a delete: a server over its maxmemory (noeviction) refuses a script's first write
 -- that adds memory, and aborts the script, whereas a delete first is allowed and lets the writes
 -- after it through.
+-- Every PUBLISH that an ACL may refuse comes before the first write (a script is not rolled back
+-- when a command in it is refused): the probe of the wake channels (acquire.lua) and the release
+-- channel's announcement, so a caller without the channel rules changes nothing. The wakes at the
+-- end publish under the probed prefix. Subscribers get the messages only after the script.
 local token = ARGV[1]
+redis.call('PUBLISH', ARGV[5] .. '\031', 'probe')
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
 local places = {}
+local ours = {}
 local function take(key, holder)
   if ARGV[7] == '1' then
     places[#places + 1] = redis.call('HGET', holder, 'queued')
@@ -44,14 +50,20 @@ local function take(key, holder)
   redis.call('DEL', key, holder)
 end
 if redis.call('GET', KEYS[1]) == token then
-  take(KEYS[1], KEYS[2])
+  ours[#ours + 1] = {KEYS[1], KEYS[2]}
   deleted[1] = 1
 end
 for i = 2, n or 1 do
   if redis.call('GET', ARGV[3] .. i) == token then
-    take(ARGV[3] .. i, ARGV[4] .. i)
+    ours[#ours + 1] = {ARGV[3] .. i, ARGV[4] .. i}
     deleted[#deleted + 1] = i
   end
+end
+if #deleted > 0 then
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
+for _, k in ipairs(ours) do
+  take(k[1], k[2])
 end
 if #deleted == 0 then
   if ARGV[7] == '1' and KEYS[8] then
@@ -75,7 +87,6 @@ end
 if tonumber(ARGV[8] or '') then
   redis.call('SET', KEYS[8], (ARGV[9] or '') .. ':' .. table.concat(deleted, ','), 'PX', ARGV[8])
 end
-redis.call('PUBLISH', ARGV[2], 'released')
 -- free: the number of free slots.
 local free = 0
 for i = 1, n or 1 do
