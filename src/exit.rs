@@ -101,7 +101,7 @@ pub enum LockError {
         detail: String,
     },
     /// Nodes whose ACL refuses lockctl's channels: every node must allow them, or a release there
-    /// would fail, so the command is refused (what it did elsewhere undone, or never sent).
+    /// would fail, so an acquire is refused (what its round did elsewhere rolled back).
     #[error("Redis refuses: {refused} of {nodes} node(s) answered but their ACL refuses lockctl's channels, which every node must allow (a release or break there would fail): {detail}")]
     ChannelsRefused {
         nodes: usize,

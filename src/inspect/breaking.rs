@@ -55,8 +55,6 @@ pub fn run(settings: &Settings, args: &BreakArgs) -> anyhow::Result<Exit> {
     let mut engine = Engine::new(settings)?;
     let keys = engine.keys(&args.name);
     let n = engine.nodes().len();
-    // Before the question: a node that refuses the channels would refuse the break there.
-    engine.check_channels(&keys)?;
 
     // On the interactive path, only the tokens the operator confirmed may be broken; `--token` alone
     // may be broken on every path.

@@ -82,12 +82,6 @@ impl LockKeys {
         format!("{}{AUX_SEPARATOR}{id}", self.wake)
     }
 
-    /// The channel on which the scripts probe the caller's channel rights: a wake channel with an
-    /// empty waiter id, so the ACL rules that allow the wakes allow it, and nobody listens on it.
-    pub fn probe_channel(&self) -> String {
-        self.wake_channel("")
-    }
-
     /// The keys of lock `name` under `prefix`.
     pub fn new(prefix: &str, name: &str) -> LockKeys {
         let key = format!("{prefix}{name}");

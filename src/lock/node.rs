@@ -68,7 +68,7 @@
 //! cannot be followed; 78), which [`Node::refused`] tells the engine. A refusal raised inside a script
 //! names the script's line, whose command lockctl names in the message. A channel that the ACL
 //! refuses is named as such, with the `&` rules: the scripts publish before their first write, so
-//! such a refusal left nothing behind (see `acquire.lua` and `Engine::check_channels`).
+//! such a refusal left nothing behind on that node (see `acquire.lua`).
 //!
 //! Opening a connection has parts that no socket timeout bounds, or bounds one by one: the name lookup
 //! (`getaddrinfo` takes no timeout at all), a unix-socket connect (std's `UnixStream::connect` takes
@@ -788,24 +788,6 @@ impl Node {
         })
     }
 
-    /// Publishes `message` on `channel` (the probe of the channel rights, before a Redlock's first
-    /// change: see `Engine::check_channels`), with the `INFO` of a new connection in the same write.
-    pub fn publish(
-        &mut self,
-        what: &str,
-        channel: &str,
-        message: &str,
-    ) -> Result<Value, NodeFailure> {
-        let mut publish = redis::cmd("PUBLISH");
-        publish.arg(channel).arg(message);
-        self.call_with(what, false, |conn, along| {
-            if along != Along::Nothing {
-                return command_then_info(conn, &publish, along);
-            }
-            (publish.query(conn), None)
-        })
-    }
-
     /// Sends a script without waiting for its reply (a rollback to a node that timed out, a waiter's
     /// leave on a signal); the connection then owes replies and serves only further sends of this
     /// kind. The script text goes along (EVAL), since no NOSCRIPT reply would be read. With no
@@ -968,12 +950,6 @@ pub(crate) fn is_channel_refusal(text: &str) -> bool {
     text.contains("can't publish to the channel")
         || text.contains("permissions to access a channel")
         || text.contains("permissions to access one of the channels")
-}
-
-/// The reason of a refusal by the node's ACL (a command, key or channel), as [`Node::describe`]
-/// words it.
-pub(crate) fn is_acl_refusal(reason: &str) -> bool {
-    reason.contains("(the ACL user ")
 }
 
 /// A script's text without its comment lines, for what goes out without waiting. A waiter that
@@ -1586,7 +1562,7 @@ mod tests {
             assert!(is_channel_refusal(text), "{text}");
             let fix = refusal(&e, text).unwrap_or_default();
             assert!(
-                fix.contains(ACL_CHANNELS) && is_acl_refusal(&fix),
+                fix.contains(ACL_CHANNELS) && fix.contains("(the ACL user "),
                 "{text}: {fix}"
             );
         }

@@ -37,9 +37,16 @@ local token, ttl = ARGV[1], ARGV[2]
 -- release, break or departure from the queue publishes on the lock's channels, and a script is not
 -- rolled back when a command in it is refused. So the caller must be able to publish on the wake
 -- channels (`<wake prefix>\031<id>`) before it may hold or queue: an ACL user without the `&` rules
--- is refused here (the script raises), with nothing changed. Nobody listens on this channel (no
--- waiter id is empty); a PUBLISH to no subscriber costs a lookup.
-redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
+-- is refused here (the script raises), with nothing changed. Redis 7 and Valkey check the right
+-- without publishing (`redis.acl_check_cmd`): a PUBLISH would travel to every replica and, on a
+-- cluster, to every node. Redis 6.2 has no such check and publishes: nobody listens on this
+-- channel (no waiter id is empty), and the server answers a refusal with a raised error.
+if not redis.acl_check_cmd then
+  redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
+elseif not redis.acl_check_cmd('PUBLISH', ARGV[15] .. '\031', 'probe') then
+  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+    .. 'arguments (PUBLISH on the lock\'s wake channels)'})
+end
 -- This attempt was rolled back here already: it timed out on this node, was refused, and its
 -- rollback, sent on a new connection as well, ran before it (the server runs its connections in any
 -- order after a stall). It changes nothing (no grant, no place in the queue, no fencing counter, no

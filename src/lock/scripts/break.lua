@@ -28,7 +28,12 @@ for i = 7, #ARGV do
 end
 -- Every PUBLISH that an ACL may refuse comes before the first write (release.lua): the probe of
 -- the wake channels, then the release channel's announcement, then the deletes.
-redis.call('PUBLISH', ARGV[4] .. '\031', 'probe')
+if not redis.acl_check_cmd then
+  redis.call('PUBLISH', ARGV[4] .. '\031', 'probe')
+elseif not redis.acl_check_cmd('PUBLISH', ARGV[4] .. '\031', 'probe') then
+  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+    .. 'arguments (PUBLISH on the lock\'s wake channels)'})
+end
 local limit = tonumber(redis.call('GET', KEYS[3]) or '')
 local broken, left, gone = {}, {}, {}
 for i = 1, limit or 1 do

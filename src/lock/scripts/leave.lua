@@ -9,7 +9,12 @@ if not rank then
   return 0
 end
 -- The probe of the channel rights (acquire.lua), before the first write: the wakes below publish.
-redis.call('PUBLISH', ARGV[2] .. '\031', 'probe')
+if not redis.acl_check_cmd then
+  redis.call('PUBLISH', ARGV[2] .. '\031', 'probe')
+elseif not redis.acl_check_cmd('PUBLISH', ARGV[2] .. '\031', 'probe') then
+  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+    .. 'arguments (PUBLISH on the lock\'s wake channels)'})
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])

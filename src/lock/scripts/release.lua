@@ -38,7 +38,12 @@
 -- channel's announcement, so a caller without the channel rules changes nothing. The wakes at the
 -- end publish under the probed prefix. Subscribers get the messages only after the script.
 local token = ARGV[1]
-redis.call('PUBLISH', ARGV[5] .. '\031', 'probe')
+if not redis.acl_check_cmd then
+  redis.call('PUBLISH', ARGV[5] .. '\031', 'probe')
+elseif not redis.acl_check_cmd('PUBLISH', ARGV[5] .. '\031', 'probe') then
+  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+    .. 'arguments (PUBLISH on the lock\'s wake channels)'})
+end
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
 local places = {}

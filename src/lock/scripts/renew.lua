@@ -33,7 +33,12 @@ local token, ttl = ARGV[1], ARGV[2]
 -- not publish could never release, so a `lockctl renew` of such a user is refused before it changes
 -- anything.
 if (ARGV[15] or '') ~= '' then
-  redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
+  if not redis.acl_check_cmd then
+    redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
+  elseif not redis.acl_check_cmd('PUBLISH', ARGV[15] .. '\031', 'probe') then
+    error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+      .. 'arguments (PUBLISH on the lock\'s wake channels)'})
+  end
 end
 local key, holder = KEYS[1], KEYS[3]
 local limit = tonumber(ARGV[10])
