@@ -146,3 +146,42 @@ fn a_waiter_whose_rules_are_taken_away_leaves_nothing_queued() {
     );
     assert_eq!(s.get("lockctl:held").as_deref(), Some(token.as_str()));
 }
+
+/// A user whose rules allow the probe's channel (the wake prefix with an empty waiter id) and the
+/// `released` channel, but no waiter's own wake channel. Its release passes the probe, publishes
+/// `released`, deletes the key, and is refused at the wake of the waiter queued behind it: a
+/// release that deleted and then failed at a PUBLISH, reported as 78 with "this command changed
+/// nothing on this node, so a lock it was to release ... is still held here".
+#[test]
+fn a_release_refused_at_a_waiters_wake_does_not_say_the_lock_is_still_held_when_it_is_not() {
+    let s = Server::start();
+    locker(&s, &["&{lockctl:*}?released", "&{lockctl:*}?wake?"]);
+    let grant = acquire_json(&mut as_locker(&s), "job", &["-n", "--ttl", "60s"]);
+    let token = grant["token"].as_str().unwrap().to_string();
+    let queue = "{lockctl:job}\u{1f}queue";
+    let waiter = lockctl_on(&s)
+        .args(["acquire", "job", "-w", "50s", "--ttl", "60s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || s.cmd::<i64>(&["ZCARD", queue])
+            == 1),
+        "the waiter never queued"
+    );
+    let o = run(as_locker(&s).args(["release", "job", "--token", &token]));
+    let err = stderr(&o);
+    let key = s.get("lockctl:job");
+    let w = wait_output(waiter, Duration::from_secs(60));
+    assert_eq!(code(&w), 0, "the waiter: {}", stderr(&w));
+    match code(&o) {
+        0 => assert_ne!(key.as_deref(), Some(token.as_str()), "{err}"),
+        _ => assert_eq!(
+            key.as_deref(),
+            Some(token.as_str()),
+            "the release exited {} saying the lock is still held, but the key is gone: {err}",
+            code(&o)
+        ),
+    }
+}
