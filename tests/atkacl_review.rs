@@ -185,3 +185,45 @@ fn a_release_refused_at_a_waiters_wake_does_not_say_the_lock_is_still_held_when_
         ),
     }
 }
+
+/// Rules that cover one layout of names and not the other (`{lockctl:*` for plain names,
+/// `{*}?lockctl:*` for names with braces, under the default and a custom prefix): every acquire
+/// the rules do not cover is refused (78) with nothing written, and every one they cover is
+/// granted and released by the same user, leaving no lock key.
+#[test]
+fn per_pattern_rules_refuse_exactly_the_names_they_do_not_cover() {
+    let s = Server::start();
+    // (rules, name, prefix, covered)
+    let cases: &[(&[&str], &str, &str, bool)] = &[
+        (&["&{lockctl:*"], "job", "lockctl:", true),
+        (&["&{lockctl:*"], "{app}:job", "lockctl:", false),
+        (&["&{lockctl:*"], "a{b", "lockctl:", false),
+        (&["&{lockctl:*"], "job", "p:", false),
+        (&["&{*}?lockctl:*"], "job", "lockctl:", false),
+        (&["&{*}?lockctl:*"], "{app}:job", "lockctl:", true),
+        (&["&{*}?lockctl:*"], "a{b", "lockctl:", true),
+        (&["&{*}?lockctl:*"], "}x", "lockctl:", true),
+        (&["&lockctl:*"], "job", "lockctl:", false),
+        (&["&__keyspace@*__:lockctl:*"], "job", "lockctl:", false),
+        (&["&{p:*", "&{*}?p:*"], "job", "p:", true),
+        (&["&{p:*", "&{*}?p:*"], "{app}:job", "p:", true),
+        (&["&{p:*", "&{*}?p:*"], "job", "lockctl:", false),
+    ];
+    for &(rules, name, prefix, covered) in cases {
+        let _: String = s.cmd(&["FLUSHALL"]);
+        locker(&s, rules);
+        let what = format!("{rules:?} {prefix}{name}");
+        let o = run(as_locker(&s).args(["--prefix", prefix, "acquire", name, "-n"]));
+        if !covered {
+            assert_eq!(code(&o), 78, "{what}: {}", stderr(&o));
+            assert!(stderr(&o).contains("channel"), "{what}: {}", stderr(&o));
+            assert!(s.keys().is_empty(), "{what}: wrote {:?}", s.keys());
+            continue;
+        }
+        assert_eq!(code(&o), 0, "{what}: {}", stderr(&o));
+        let token = stdout(&o);
+        let r = run(as_locker(&s).args(["--prefix", prefix, "release", name, "--token", &token]));
+        assert_eq!(code(&r), 0, "{what}: release: {}", stderr(&r));
+        assert_eq!(s.get(&format!("{prefix}{name}")), None, "{what}");
+    }
+}
