@@ -67,7 +67,7 @@
 //! answered and refuses: wrong credentials, an ACL, a replica, a renamed command, a redirect that
 //! cannot be followed; 78), which [`Node::refused`] tells the engine. A refusal raised inside a script
 //! names the script's line, whose command lockctl names in the message. A channel that the ACL
-//! refuses is named as such, with the `&` rules: the scripts publish before their first write, so
+//! refuses is named as such, with the `&` rules: the scripts check it before their first write, so
 //! such a refusal left nothing behind on that node (see `acquire.lua`).
 //!
 //! Opening a connection has parts that no socket timeout bounds, or bounds one by one: the name lookup
@@ -979,12 +979,12 @@ fn refusal(e: &RedisError, text: &str) -> Option<String> {
             .to_string()
     } else if is_channel_refusal(text) {
         format!(
-            " (the ACL user may not publish on lockctl's channels, which every release, break \
-             and wait uses; this command changed nothing on this node, so a lock it was to \
-             release or break is still held here. For the default prefix the user needs the \
+            " (the ACL user may not PUBLISH on lockctl's channels, which every release, break \
+             and wait uses: it needs the command +publish and, for the default prefix, the \
              channel rules {ACL_CHANNELS} (Redis 7 and Valkey give a new user no channel: \
-             acl-pubsub-default); all it needs: {ACL_RULES}; \
-             see the ACL recipe in docs/security.md)"
+             acl-pubsub-default); this command changed nothing on this node, so a lock it was to \
+             release or break is still held here. All it needs: {ACL_RULES}; see the ACL recipe \
+             in docs/security.md)"
         )
     } else if code == "NOPERM"
         || text.contains("can't run this command")

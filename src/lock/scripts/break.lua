@@ -26,13 +26,13 @@ local any = #ARGV <= 6
 for i = 7, #ARGV do
   confirmed[ARGV[i]] = true
 end
--- Every PUBLISH that an ACL may refuse comes before the first write (release.lua): the probe of
--- the wake channels, then the release channel's announcement, then the deletes.
+-- The probe of the channel rights comes before the first write; every other PUBLISH is a pcall
+-- (release.lua).
 if not redis.acl_check_cmd then
   redis.call('PUBLISH', ARGV[4] .. '\031', 'probe')
 elseif not redis.acl_check_cmd('PUBLISH', ARGV[4] .. '\031', 'probe') then
   error({err = 'NOPERM this user has no permissions to access one of the channels used as '
-    .. 'arguments (PUBLISH on the lock\'s wake channels)'})
+    .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
 end
 local limit = tonumber(redis.call('GET', KEYS[3]) or '')
 local broken, left, gone = {}, {}, {}
@@ -50,7 +50,7 @@ for i = 1, limit or 1 do
   end
 end
 if #broken > 0 then
-  redis.call('PUBLISH', ARGV[1], 'broken')
+  redis.pcall('PUBLISH', ARGV[1], 'broken')
   for _, k in ipairs(gone) do
     redis.call('DEL', k[1], k[2])
   end
@@ -80,7 +80,7 @@ if #broken > 0 then
     redis.call('DEL', KEYS[3])
   end
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
-    redis.call('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')
+    redis.pcall('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')
   end
 end
 if KEYS[8] and tonumber(ARGV[6]) then

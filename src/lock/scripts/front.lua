@@ -20,7 +20,7 @@ local function clamp_front(queue, alive, waiters, window, now_ms, lifetime, pref
       -- An expiry moved after a stall keeps its mark (keep_time).
       local mark = expiry % 1 == 0.5 and 0.5 or 0.25
       redis.call('ZADD', alive, 'XX', string.format('%.2f', until_ms + mark), w)
-      redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
+      redis.pcall('PUBLISH', prefix .. '\031' .. w, 'front')
     end
   end
 end
@@ -80,7 +80,7 @@ local function keep_time(queue, alive, waiters, seen, now_ms, lifetime, prefix, 
       if until_ms then
         redis.call('ZADD', alive, 'XX', string.format('%.1f', until_ms + 0.5), w)
         if w ~= except then
-          redis.call('PUBLISH', prefix .. '\031' .. w, 'moved')
+          redis.pcall('PUBLISH', prefix .. '\031' .. w, 'moved')
         end
       end
     end

@@ -8,13 +8,9 @@ local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
 if not rank then
   return 0
 end
--- The probe of the channel rights (acquire.lua), before the first write: the wakes below publish.
-if not redis.acl_check_cmd then
-  redis.call('PUBLISH', ARGV[2] .. '\031', 'probe')
-elseif not redis.acl_check_cmd('PUBLISH', ARGV[2] .. '\031', 'probe') then
-  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
-    .. 'arguments (PUBLISH on the lock\'s wake channels)'})
-end
+-- No probe of the channel rights (acquire.lua): leaving is never refused, also by a waiter whose
+-- rules were taken away while it waited (its attempt was refused, and it leaves). A wake the ACL
+-- refuses (pcall) is not sent: the waiter it was for retries at its heartbeat.
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
@@ -48,7 +44,7 @@ for i = 1, limit do
 end
 if rank < free then
   for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, free - 1)) do
-    redis.call('PUBLISH', ARGV[2] .. '\031' .. w, 'head')
+    redis.pcall('PUBLISH', ARGV[2] .. '\031' .. w, 'head')
   end
 end
 return 1

@@ -33,16 +33,17 @@
 -- written after a delete: a server over its maxmemory (noeviction) refuses a script's first write
 -- that adds memory, and aborts the script, whereas a delete first is allowed and lets the writes
 -- after it through.
--- Every PUBLISH that an ACL may refuse comes before the first write (a script is not rolled back
--- when a command in it is refused): the probe of the wake channels (acquire.lua) and the release
--- channel's announcement, so a caller without the channel rules changes nothing. The wakes at the
--- end publish under the probed prefix. Subscribers get the messages only after the script.
+-- The probe of the channel rights (acquire.lua) comes before the first write, since a script is
+-- not rolled back when a command in it is refused: a caller without the channel rules changes
+-- nothing. Every other PUBLISH is a pcall, so no refusal can come after a write: a channel the
+-- caller's rules happen not to cover (the announcement on `released`, which only outside listeners
+-- use; one waiter's wake channel) goes unsent, and a waiter not woken retries at its heartbeat.
 local token = ARGV[1]
 if not redis.acl_check_cmd then
   redis.call('PUBLISH', ARGV[5] .. '\031', 'probe')
 elseif not redis.acl_check_cmd('PUBLISH', ARGV[5] .. '\031', 'probe') then
   error({err = 'NOPERM this user has no permissions to access one of the channels used as '
-    .. 'arguments (PUBLISH on the lock\'s wake channels)'})
+    .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
 end
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
@@ -65,7 +66,7 @@ for i = 2, n or 1 do
   end
 end
 if #deleted > 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.pcall('PUBLISH', ARGV[2], 'released')
 end
 for _, k in ipairs(ours) do
   take(k[1], k[2])
@@ -134,6 +135,6 @@ if n and free == n and redis.call('ZCARD', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[3])
 end
 for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
-  redis.call('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
+  redis.pcall('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
 end
 return deleted

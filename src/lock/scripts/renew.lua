@@ -37,7 +37,7 @@ if (ARGV[15] or '') ~= '' then
     redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
   elseif not redis.acl_check_cmd('PUBLISH', ARGV[15] .. '\031', 'probe') then
     error({err = 'NOPERM this user has no permissions to access one of the channels used as '
-      .. 'arguments (PUBLISH on the lock\'s wake channels)'})
+      .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
   end
 end
 local key, holder = KEYS[1], KEYS[3]
