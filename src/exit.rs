@@ -10,7 +10,9 @@
 //! redirect that cannot be followed) will refuse again until someone changes the setup, so that is
 //! 78, "misconfigured", with the fix in the message. With several nodes the two can mix: the failure is
 //! 78 when the refusing nodes alone leave too few nodes for a quorum (even if every silent node came
-//! back, no lock could be granted), and 69 otherwise.
+//! back, no lock could be granted), and 69 otherwise. One exception: an acquire that any node's ACL
+//! refuses for want of the channel rules is 78 whatever the quorum (`ChannelsRefused`): a lock
+//! granted there could not be released on that node (docs/security.md).
 
 use std::process::ExitCode;
 
