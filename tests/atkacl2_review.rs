@@ -166,7 +166,7 @@ fn expiry(s: &Server, name: &str, id: &str) -> Option<f64> {
 
 /// One run of the case below; `None` when the far-back waiter beat earlier than its interval
 /// allows for (the run proves nothing then).
-fn dropped_case(s: &Server, woken: bool) -> Option<(bool, String)> {
+fn dropped_case(s: &Server, woken: bool, by_waiter: bool) -> Option<(bool, String)> {
     let _: String = s.cmd(&["FLUSHALL"]);
     let name = "job";
     let holder = stdout(&run(lockctl_on(s).args(["acquire", name, "--ttl", "120s"])));
@@ -206,33 +206,60 @@ fn dropped_case(s: &Server, woken: bool) -> Option<(bool, String)> {
         let _ = wait_output(r, Duration::from_secs(30));
     }
     let clamped = expiry(s, name, &id).map(|e| e - now_ms());
-    // A script within two front heartbeats of X's expiry (a `-n` attempt, refused: the lock is
-    // held), so that the node knows it did not stall; then the holder releases after the expiry.
-    std::thread::sleep(Duration::from_millis(3000).saturating_sub(beat.elapsed()));
-    let busy = run(lockctl_on(s).args(["acquire", name, "-n"]));
-    assert_ne!(code(&busy), 0, "{}", stderr(&busy));
+    // Scripts within two front heartbeats of X's expiry, so that the node knows it did not stall:
+    // a `-n` attempt (refused: the lock is held), or waiter Y, queued after X, that heartbeats
+    // every second. Then the holder releases after X's expiry.
+    let y = if by_waiter {
+        std::thread::sleep(Duration::from_millis(1000).saturating_sub(beat.elapsed()));
+        let y = waiting(lockctl_on(s), name);
+        wait_queued(s, name, 2);
+        Some(y)
+    } else {
+        std::thread::sleep(Duration::from_millis(3000).saturating_sub(beat.elapsed()));
+        let busy = run(lockctl_on(s).args(["acquire", name, "-n"]));
+        assert_ne!(code(&busy), 0, "{}", stderr(&busy));
+        None
+    };
     std::thread::sleep(Duration::from_millis(5200).saturating_sub(beat.elapsed()));
     let r = run(lockctl_on(s).args(["release", name, "--token", &holder]));
     assert_eq!(code(&r), 0, "{}", stderr(&r));
     let queued_at_release = expiry(s, name, &id).is_some();
-    // Another client's one attempt, while X, still waiting, came long before it.
-    let jump = run(lockctl_on(s).args(["acquire", name, "-n", "--ttl", "60s"]));
+    // Another client's one attempt, or Y's grant, while X, still waiting, came long before it.
+    let (jumped, what) = match y {
+        None => {
+            let jump = run(lockctl_on(s).args(["acquire", name, "-n", "--ttl", "60s"]));
+            (
+                code(&jump) == 0,
+                format!("the -n attempt exited {}: {}", code(&jump), stderr(&jump)),
+            )
+        }
+        Some(mut y) => {
+            assert!(
+                eventually(Duration::from_secs(3), || s
+                    .get(&format!("lockctl:{name}"))
+                    .is_some()),
+                "nobody took the lock after the release"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+            let done = y.try_wait().unwrap();
+            let granted = done.is_some_and(|st| st.success());
+            finish_off(y);
+            (granted, format!("Y, queued after X, granted: {granted}"))
+        }
+    };
     let since = beat.elapsed();
     let x_beat = expiry(s, name, &id).is_some_and(|e| Some(e) != beat_score);
     let still_waiting = alive(x.id() as i32);
     let detail = format!(
         "X's expiry after the leaves: {clamped:?} ms ahead; X queued at the release: \
-         {queued_at_release}; the -n attempt {:.1?} after X's heartbeat exited {}: {}",
-        since,
-        code(&jump),
-        stderr(&jump)
+         {queued_at_release}; {since:.1?} after X's heartbeat, {what}"
     );
     finish_off(x);
     if (!woken && (x_beat || !still_waiting)) || since > Duration::from_millis(7500) {
         eprintln!("inconclusive run (X beat or left): {detail}");
         return None;
     }
-    Some((code(&jump) == 0, detail))
+    Some((jumped, detail))
 }
 
 /// Waiters of the probe-only user leave from the front of the queue; the waiter behind them, with
@@ -247,12 +274,29 @@ fn a_live_waiter_whose_front_wake_went_unsent_keeps_its_place() {
     let s = Server::start();
     locker(&s, PROBE_ONLY);
     for attempt in 0..3 {
-        if let Some((jumped, detail)) = dropped_case(&s, false) {
+        if let Some((jumped, detail)) = dropped_case(&s, false, false) {
             eprintln!("attempt {attempt}: {detail}");
             assert!(
                 !jumped,
                 "a -n attempt was granted while a live waiter queued long before it waited: {detail}"
             );
+            return;
+        }
+    }
+    panic!("three inconclusive runs");
+}
+
+/// The same case, overtaken by a waiter: Y queues behind X a second after the leaves and
+/// heartbeats at the front; X is dropped before its next heartbeat, and the release lets Y in:
+/// a waiter that arrived seconds ago is served before one that waited since long before.
+#[test]
+fn a_waiter_whose_front_wake_went_unsent_is_not_overtaken_by_a_later_waiter() {
+    let s = Server::start();
+    locker(&s, PROBE_ONLY);
+    for attempt in 0..3 {
+        if let Some((jumped, detail)) = dropped_case(&s, false, true) {
+            eprintln!("attempt {attempt}: {detail}");
+            assert!(!jumped, "a later waiter was served before X: {detail}");
             return;
         }
     }
@@ -265,8 +309,14 @@ fn a_live_waiter_whose_front_wake_went_unsent_keeps_its_place() {
 fn a_live_waiter_woken_to_the_front_keeps_its_place() {
     let s = Server::start();
     locker(&s, &["&lockctl:*", "&{lockctl:*", "&{*}?lockctl:*"]);
+    for by_waiter in [false, true] {
+        woken_case(&s, by_waiter);
+    }
+}
+
+fn woken_case(s: &Server, by_waiter: bool) {
     for attempt in 0..3 {
-        if let Some((jumped, detail)) = dropped_case(&s, true) {
+        if let Some((jumped, detail)) = dropped_case(s, true, by_waiter) {
             eprintln!("attempt {attempt}: {detail}");
             assert!(!jumped, "{detail}");
             return;
