@@ -471,3 +471,60 @@ fn a_cluster_with_the_user_on_every_node() {
         started.elapsed()
     );
 }
+
+/// A `--supersede` waiter of the probe-only user displaces four older waiters with every right:
+/// its wakes to them go unsent, so each learns it was displaced at its next heartbeat, and exits
+/// busy (75) saying so within a bounded time; the holder is untouched, and its release lets the
+/// superseder in, with nothing queued after.
+#[test]
+fn a_supersede_whose_wakes_go_unsent_still_displaces_within_a_heartbeat() {
+    let s = Server::start();
+    locker(&s, PROBE_ONLY);
+    let holder = stdout(&run(
+        lockctl_on(&s).args(["acquire", "sup", "--ttl", "120s"])
+    ));
+    let older: Vec<Child> = (1..=4)
+        .map(|i| {
+            let c = waiting(lockctl_on(&s), "sup");
+            wait_queued(&s, "sup", i);
+            c
+        })
+        .collect();
+    let started = Instant::now();
+    let sup = as_locker(&s)
+        .args([
+            "acquire",
+            "sup",
+            "--supersede",
+            "-w",
+            "100s",
+            "--ttl",
+            "60s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for (i, c) in older.into_iter().enumerate() {
+        let o = wait_output(c, Duration::from_secs(90));
+        let err = stderr(&o);
+        eprintln!(
+            "waiter {i}: exit {} after {:?}",
+            code(&o),
+            started.elapsed()
+        );
+        assert_eq!(code(&o), 75, "waiter {i}: {err}");
+        assert!(err.contains("superseded"), "waiter {i}: {err}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(s.get("lockctl:sup").as_deref(), Some(holder.as_str()));
+    let r = run(lockctl_on(&s).args(["release", "sup", "--token", &holder]));
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let o = wait_output(sup, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "the superseder: {}", stderr(&o));
+    assert!(queue_drains(&s, "sup"), "the queue stayed");
+}
