@@ -528,3 +528,38 @@ fn a_supersede_whose_wakes_go_unsent_still_displaces_within_a_heartbeat() {
     assert_eq!(code(&o), 0, "the superseder: {}", stderr(&o));
     assert!(queue_drains(&s, "sup"), "the queue stayed");
 }
+
+/// Waiters of both users in one queue (every second one probe-only: it cannot listen on its own
+/// wake channel, nor wake the next), behind a holder with every right: they are served in arrival
+/// order, and the queue is empty after.
+#[test]
+fn a_mixed_queue_is_served_in_arrival_order() {
+    let s = Server::start();
+    locker(&s, PROBE_ONLY);
+    for round in 0..2 {
+        let name = format!("mixed{round}");
+        let token = stdout(&run(lockctl_on(&s).args(["acquire", &name, "--ttl", "60s"])));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("order");
+        let mut n = 0;
+        let kids = queue_in_order(&[&s], &name, &file, 6, || {
+            n += 1;
+            if n % 2 == 0 {
+                as_locker(&s)
+            } else {
+                lockctl_on(&s)
+            }
+        });
+        let started = Instant::now();
+        let r = run(lockctl_on(&s).args(["release", &name, "--token", &token]));
+        assert_eq!(code(&r), 0, "{}", stderr(&r));
+        all_succeed(kids);
+        eprintln!("round {round}: served in {:?}", started.elapsed());
+        assert_eq!(
+            order(&file),
+            ["1", "2", "3", "4", "5", "6"],
+            "round {round}"
+        );
+        assert!(queue_drains(&s, &name), "round {round}: the queue stayed");
+    }
+}
