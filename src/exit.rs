@@ -10,7 +10,9 @@
 //! redirect that cannot be followed) will refuse again until someone changes the setup, so that is
 //! 78, "misconfigured", with the fix in the message. With several nodes the two can mix: the failure is
 //! 78 when the refusing nodes alone leave too few nodes for a quorum (even if every silent node came
-//! back, no lock could be granted), and 69 otherwise.
+//! back, no lock could be granted), and 69 otherwise. One exception: an acquire that any node's ACL
+//! refuses for want of the channel rules is 78 whatever the quorum (`ChannelsRefused`): a lock
+//! granted there could not be released on that node (docs/security.md).
 
 use std::process::ExitCode;
 
@@ -100,6 +102,14 @@ pub enum LockError {
         quorum: usize,
         detail: String,
     },
+    /// Nodes whose ACL refuses lockctl's channels: every node must allow them, or a release there
+    /// would fail, so an acquire is refused (what its round did elsewhere rolled back).
+    #[error("Redis refuses: {refused} of {nodes} node(s) answered but their ACL refuses lockctl's channels, which every node must allow (a release or break there would fail): {detail}")]
+    ChannelsRefused {
+        nodes: usize,
+        refused: usize,
+        detail: String,
+    },
     /// The token does not hold the lock on a quorum.
     #[error("lock '{name}' is not held by this token{}", detail_suffix(.detail))]
     Lost { name: String, detail: String },
@@ -134,7 +144,9 @@ impl LockError {
             | LockError::Quarantined { .. }
             | LockError::Superseded { .. } => busy,
             LockError::Unavailable { .. } => Exit::Unavailable,
-            LockError::Misconfigured { .. } => Exit::Misconfigured,
+            LockError::Misconfigured { .. } | LockError::ChannelsRefused { .. } => {
+                Exit::Misconfigured
+            }
             LockError::Lost { .. } => Exit::Lost,
             LockError::Interrupted(signal, _) => Exit::from_signal(*signal),
         }

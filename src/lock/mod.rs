@@ -824,6 +824,8 @@ impl Engine {
         let mut maybe_applied = vec![false; n];
         let mut queued: Vec<QueueReply> = Vec::new();
         let mut heard = vec![None; n];
+        // The reasons of the nodes whose ACL refused the probe of the channel rights.
+        let mut channels_refused: Vec<String> = Vec::new();
         let mut refusal_displacing = 0;
         let mut hear = |i: usize, queue: &QueueReply, read: Stamp| {
             if queue.ticket.is_some() {
@@ -904,9 +906,37 @@ impl Engine {
                 }
                 Err(fail) => {
                     maybe_applied[i] = fail.maybe_applied;
+                    if node::is_channel_refusal(&fail.reason) {
+                        channels_refused.push(fail.reason.clone());
+                    }
                     refusal.failures.push(fail.reason);
                 }
             }
+        }
+        if !channels_refused.is_empty() {
+            // A node whose ACL refuses the channels changed nothing (the probe comes first in
+            // acquire.lua), but it would refuse this grant's release: the attempt goes back on the
+            // nodes it touched, and the command is refused (78), waiting or not.
+            let touched: Vec<bool> = (0..n)
+                .map(|i| won[i].is_some() || maybe_applied[i])
+                .collect();
+            let rolled_back = touched.iter().filter(|&&t| t).count();
+            if rolled_back > 0 {
+                self.rollback(keys, &token, &touched, ttl);
+            }
+            let mut detail = channels_refused.join("; ");
+            if rolled_back > 0 {
+                detail.push_str(&format!(
+                    "; the grants of the other {rolled_back} node(s) were rolled back (their \
+                     fencing counters stay raised, as after any rollback)"
+                ));
+            }
+            refusal.fatal = Some(LockError::ChannelsRefused {
+                nodes: n,
+                refused: channels_refused.len(),
+                detail,
+            });
+            return Err(Box::new(refusal));
         }
         refusal.accepted = refusal.wins + queued.iter().filter(|q| q.ticket.is_some()).count();
         refusal.displacing = refusal_displacing;
@@ -1332,6 +1362,12 @@ impl Engine {
             keys.limit.as_str(),
             record.as_str(),
         ];
+        // A held grant's renewals need no probe: its acquire probed (renew.lua).
+        let probe = if recreate.is_some() {
+            ""
+        } else {
+            keys.wake.as_str()
+        };
         let mut results = quorum::all(&mut self.nodes, |i, node| {
             let granted_by = granted_by.get(i).map_or("", String::as_str);
             let args = [
@@ -1349,6 +1385,7 @@ impl Engine {
                 &keys.slot_base,
                 &keys.holder_base,
                 &note,
+                probe,
             ];
             node.eval("renew", &RENEW, &key_list, &args)
         });
@@ -1435,6 +1472,8 @@ impl Engine {
                 "",
                 &keys.slot_base,
                 &keys.holder_base,
+                "",
+                &keys.wake,
             ];
             node.eval("renew (find the slot)", &RENEW, &key_list, &args)
         });
@@ -1460,6 +1499,18 @@ impl Engine {
         );
         let unanswered = self.nodes.len() - answered;
         if held >= quorum {
+            // A node whose ACL refuses the channels changed nothing (its script publishes before its
+            // first write), so its copy stays until its TTL. `acquire` refuses such a set of nodes
+            // as a whole; a holder meets it only when the rules changed after its grant. Said, not
+            // refused: the quorum did what was asked, and a refusal here would cost every Redlock
+            // call a round of its own to check the rights first.
+            for refused in failures.iter().filter(|f| node::is_channel_refusal(f)) {
+                crate::complain!(
+                    "warning: {what} '{}' done on {held} of {} node(s), a quorum; {refused}",
+                    keys.name,
+                    self.nodes.len()
+                );
+            }
             Ok(())
         } else if answered < quorum {
             Err(self.unavailable(answered, failures.join("; ")))

@@ -66,7 +66,9 @@
 //! A failure is either an outage (no answer: 69 when it costs the quorum) or a refusal (the server
 //! answered and refuses: wrong credentials, an ACL, a replica, a renamed command, a redirect that
 //! cannot be followed; 78), which [`Node::refused`] tells the engine. A refusal raised inside a script
-//! names the script's line, whose command lockctl names in the message.
+//! names the script's line, whose command lockctl names in the message. A channel that the ACL
+//! refuses is named as such, with the `&` rules: the scripts check it before their first write, so
+//! such a refusal left nothing behind on that node (see `acquire.lua`).
 //!
 //! Opening a connection has parts that no socket timeout bounds, or bounds one by one: the name lookup
 //! (`getaddrinfo` takes no timeout at all), a unix-socket connect (std's `UnixStream::connect` takes
@@ -768,8 +770,10 @@ impl Node {
             (result, None)
         });
         result.map_err(|mut fail| {
-            // A script stops at the command that failed; the ones before it stay applied.
-            if fail.reason.contains("@user_script") {
+            // A script stops at the command that failed; the ones before it stay applied. Not so
+            // for a channel the ACL refuses: every PUBLISH that may be refused comes before the
+            // script's first write (the probe, acquire.lua).
+            if fail.reason.contains("@user_script") && !is_channel_refusal(&fail.reason) {
                 fail.maybe_applied = true;
             }
             if let Some(which) = source.and_then(|s| script_command(&fail.reason, s)) {
@@ -936,6 +940,18 @@ pub const ACL_RULES: &str = "~lockctl:* ~{lockctl:* ~{*}?lockctl:* &lockctl:* &{
     +config|get +exists +hget +hdel +zadd +zrem +zrange +zrangebyscore +zrank +zscore +zcount +zcard \
     +pubsub|numsub";
 
+/// The channel rules of [`ACL_RULES`].
+pub const ACL_CHANNELS: &str = "&lockctl:* &{lockctl:* &{*}?lockctl:* &__keyspace@*__:lockctl:*";
+
+/// A refusal for want of a channel rule (`&`): PUBLISH or SUBSCRIBE directly (NOPERM), or PUBLISH in
+/// a script, as Redis 6.2, Redis 7 and Valkey word them.
+pub(crate) fn is_channel_refusal(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    text.contains("can't publish to the channel")
+        || text.contains("permissions to access a channel")
+        || text.contains("permissions to access one of the channels")
+}
+
 /// A script's text without its comment lines, for what goes out without waiting. A waiter that
 /// stops during a node's stall leaves behind, on one connection, its last attempt, a rollback and
 /// its leave, and the server runs them when it resumes; the connection is closed by then, and the
@@ -961,10 +977,19 @@ fn refusal(e: &RedisError, text: &str) -> Option<String> {
     } else if code == "NOAUTH" || text.contains("unauthenticated") {
         " (the server requires a password: redis://:PASSWORD@host or redis://USER:PASSWORD@host)"
             .to_string()
+    } else if is_channel_refusal(text) {
+        format!(
+            " (the ACL user may not PUBLISH on lockctl's channels, which every release, break \
+             and wait uses: it needs the command +publish and, for the default prefix, the \
+             channel rules {ACL_CHANNELS} (Redis 7 and Valkey give a new user no channel: \
+             acl-pubsub-default); this command changed nothing on this node, so a lock it was to \
+             release or break is still held here. All it needs: {ACL_RULES}; see the ACL recipe \
+             in docs/security.md)"
+        )
     } else if code == "NOPERM"
         || text.contains("can't run this command")
         || text.contains("can't access at least one of the")
-        || text.contains("no permissions to")
+        || text.to_ascii_lowercase().contains("no permissions to")
     {
         format!(
             " (the ACL user lacks a command, key or channel lockctl needs; for the default prefix \
@@ -1128,12 +1153,28 @@ fn evalsha_then_info(
     along: Along,
     eval_source: impl FnOnce(&mut Connection, RedisError) -> RedisResult<Value>,
 ) -> (RedisResult<Value>, Option<RedisResult<Value>>) {
-    let mut both = redis::cmd("EVALSHA")
+    let mut evalsha = redis::cmd("EVALSHA");
+    evalsha
         .arg(script.get_hash())
         .arg(keys.len())
         .arg(keys)
-        .arg(args)
-        .get_packed_command();
+        .arg(args);
+    let (first, info) = command_then_info(conn, &evalsha, along);
+    let result = match first {
+        Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, e),
+        other => other,
+    };
+    (result, info)
+}
+
+/// A command and `INFO` in one write (see [`evalsha_then_info`]); `INFO`'s reply is read only after
+/// a reply to the command (a server error counts).
+fn command_then_info(
+    conn: &mut Connection,
+    command: &redis::Cmd,
+    along: Along,
+) -> (RedisResult<Value>, Option<RedisResult<Value>>) {
+    let mut both = command.get_packed_command();
     let mut info = redis::cmd("INFO");
     if along == Along::Replication {
         info.arg("replication");
@@ -1151,11 +1192,7 @@ fn evalsha_then_info(
         return (first, None);
     }
     let info = conn.recv_response().and_then(Value::extract_error);
-    let result = match first {
-        Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, e),
-        other => other,
-    };
-    (result, Some(info))
+    (first, Some(info))
 }
 
 fn timed_out(what: &str) -> RedisError {
@@ -1501,6 +1538,31 @@ mod tests {
             ));
             assert!(refusal(&e, text).is_some(), "{text}");
         }
+        // A channel refused by the ACL, directly and in a script, as Redis 7, Redis 6.2 and Valkey 8
+        // word it: named as a channel, with the `&` rules.
+        for text in [
+            "NOPERM this user has no permissions to access one of the channels used as arguments",
+            "The user executing the script can't publish to the channel mentioned in the command \
+             script: 4b36, on @user_script:1.",
+            "Error running script (call to f_4b36): @user_script:1: @user_script: 1: The user \
+             executing the script can't publish to the channel mentioned in the command",
+            "NOPERM No permissions to access a channel",
+            "ACL failure in script: No permissions to access a channel script: 4b36, on \
+             @user_script:1.",
+        ] {
+            let e = RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "An error was signalled by the server",
+                text.to_string(),
+            ));
+            assert!(is_channel_refusal(text), "{text}");
+            let fix = refusal(&e, text).unwrap_or_default();
+            assert!(
+                fix.contains(ACL_CHANNELS) && fix.contains("(the ACL user "),
+                "{text}: {fix}"
+            );
+        }
+        assert!(!is_channel_refusal("can't access at least one of the keys"));
     }
 
     #[test]
@@ -1514,6 +1576,14 @@ mod tests {
             .skip(1)
             .collect();
         assert_eq!(ACL_RULES.split_whitespace().collect::<Vec<_>>(), recipe);
+        let channels: Vec<&str> = ACL_RULES
+            .split_whitespace()
+            .filter(|r| r.starts_with('&'))
+            .collect();
+        assert_eq!(
+            ACL_CHANNELS.split_whitespace().collect::<Vec<_>>(),
+            channels
+        );
     }
 
     #[test]

@@ -56,7 +56,8 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long a waiter stays queued after its last heartbeat: three of its intervals, which is this
 /// at the front of the queue.
 pub const ALIVE: Duration = Duration::from_secs(3);
-/// The longest heartbeat interval the nodes give a waiter far back.
+/// The longest heartbeat interval the nodes give a waiter far back (`front.lua`'s `keep_time`
+/// counts on it, written there as 30000 ms, for a waiter it could not wake).
 pub const LONGEST: Duration = Duration::from_secs(30);
 /// Longest `--note`, in bytes.
 pub const MAX_NOTE: usize = 512;

@@ -18,7 +18,10 @@
 //! noticed when it happens. When the server publishes keyspace notifications
 //! (`notify-keyspace-events`), a `del`, `expired` or `evicted` event on the key wakes the head too,
 //! which covers clients that release without publishing; the others ignore them. A subscription that
-//! drops (the node restarted) wakes the waiter, which subscribes again.
+//! drops (the node restarted) wakes the waiter, which subscribes again. Each confirmation is read
+//! and checked: a SUBSCRIBE that an ACL refuses is no subscription (traced under `-v`), and the
+//! keyspace channel, whose `&` rule is optional (docs/security.md), is subscribed to on its own, so
+//! that its refusal costs only the keyspace wakes.
 //!
 //! Only a change on a node that refused us can change the next answer, so keyspace events elsewhere
 //! (other waiters rolling back a split vote) are ignored. Two refusals have no release to wait for:
@@ -502,7 +505,7 @@ fn subscribe(
             .stack_size(128 * 1024)
             .spawn(move || {
                 let started = std::time::Instant::now();
-                let mut conn = loop {
+                let (mut conn, early) = loop {
                     let left = timeout
                         .saturating_sub(started.elapsed())
                         .max(Duration::from_millis(1));
@@ -510,12 +513,14 @@ fn subscribe(
                         .get_connection_with_timeout(left)
                         .and_then(|c| super::node::bounded(c, timeout))
                         .and_then(|mut c| {
-                            let mut pubsub = c.as_pubsub();
-                            let done = pubsub.subscribe(&channels);
-                            // Not dropped: that unsubscribes and waits for the reply. Nothing is
-                            // lost with it: no message can come before the first confirmation.
-                            std::mem::forget(pubsub);
-                            done.map(|()| c)
+                            let (keyspace, early) = subscribe_checked(&mut c, &channels)?;
+                            if let Err(e) = keyspace {
+                                trace!(
+                                    "{display}: keyspace events refused ({e}); woken on the wake \
+                                     channel only"
+                                );
+                            }
+                            Ok((c, early))
                         });
                     match subscribed {
                         Ok(c) => break c,
@@ -535,6 +540,10 @@ fn subscribe(
                 alive.store(true, Ordering::Relaxed);
                 let _ = ready_tx.send(true);
                 drop(ready_tx);
+                if early && tx.send(Wake::Released(i)).is_err() {
+                    std::mem::forget(pubsub);
+                    return;
+                }
                 if pubsub
                     .set_read_timeout(Some(SUBSCRIBER_IDLE_CHECK))
                     .is_err()
@@ -587,4 +596,41 @@ fn subscribe(
         .filter(|&ok| ok)
         .count();
     trace!("subscribed to releases on {subscribed}/{count} node(s)");
+}
+
+/// `SUBSCRIBE` to the wake channel and to the keyspace channel, as two commands in one write, with
+/// each confirmation read and checked: redis-rs's `PubSub::subscribe` takes any reply, a refusal
+/// (`-NOPERM` from an ACL without the channel's `&` rule) included, for a confirmation, and the
+/// waiter believed it listened where it did not. One SUBSCRIBE of both channels is refused as a
+/// whole when either is, so the keyspace channel goes on its own: without its rule the waiter still
+/// hears its wake channel. Returns whether the keyspace subscription stands (or the server's
+/// refusal), and whether a message came on the wake channel between the two confirmations; an error
+/// when the wake channel's subscription failed.
+fn subscribe_checked(
+    conn: &mut redis::Connection,
+    channels: &[String; 2],
+) -> redis::RedisResult<(redis::RedisResult<()>, bool)> {
+    let mut both = redis::cmd("SUBSCRIBE")
+        .arg(&channels[0])
+        .get_packed_command();
+    both.extend_from_slice(
+        &redis::cmd("SUBSCRIBE")
+            .arg(&channels[1])
+            .get_packed_command(),
+    );
+    conn.send_packed_command(&both)?;
+    let mut early = false;
+    let mut replies = Vec::with_capacity(2);
+    while replies.len() < 2 {
+        let v = conn.recv_response()?;
+        if let Some(msg) = redis::Msg::from_value(&v) {
+            early |= msg.get_channel_name() == channels[0];
+            continue;
+        }
+        // A confirmation (`subscribe`, or RESP3's push) or the server's refusal.
+        replies.push(v.extract_error().map(|_| ()));
+    }
+    let keyspace = replies.pop().expect("two replies");
+    replies.pop().expect("two replies")?;
+    Ok((keyspace, early))
 }

@@ -126,6 +126,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
                 lock.to_vec(),
                 vec![
                     &token, &ttl, fence, "", "", "", "", &ttl, "0", "", "1", bases[0], bases[1],
+                    "", &keys.wake,
                 ],
             ),
             (
@@ -172,7 +173,16 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
         return fail("the break script", f.reason);
     }
     let pattern = format!("{}*", glob_escape(prefix));
-    let direct: [(&str, redis::Cmd); 4] = [
+    // The scripts check one wake channel (the empty waiter id's) and send every other wake with
+    // pcall, so rules that cover that one alone pass them; a waiter's own channel, under a new
+    // random id that nobody listens on, shows whether a release's wake would reach anyone.
+    let wake = keys.wake_channel(&crate::lock::queue::new_waiter_id());
+    let direct: [(&str, redis::Cmd); 5] = [
+        ("PUBLISH (a waiter's wake channel)", {
+            let mut c = redis::cmd("PUBLISH");
+            c.arg(&wake).arg("doctor");
+            c
+        }),
         ("SCAN (list)", {
             let mut c = redis::cmd("SCAN");
             c.arg(0).arg("MATCH").arg(&pattern).arg("COUNT").arg(10);
@@ -202,7 +212,8 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
     (
         Level::Ok,
         format!(
-            "{} the scratch lock '{SCRATCH}'; SCAN, EVAL, SCRIPT LOAD and WAIT allowed",
+            "{} the scratch lock '{SCRATCH}'; PUBLISH on a wake channel, SCAN, EVAL, SCRIPT LOAD \
+             and WAIT allowed",
             if won.is_some() {
                 "acquire, fence, renew, status, release and break ran on"
             } else {

@@ -33,6 +33,21 @@
 --         {4, record of the superseding waiter (JSON), run id}
 --                                                the caller was displaced by a --supersede waiter
 local token, ttl = ARGV[1], ARGV[2]
+-- The probe of the channel rights, before anything else: a grant publishes nothing, yet the queue
+-- works only by the wakes that releases, breaks and departures publish on the waiters' channels,
+-- and a waiter listens on its own. So the caller must be able to publish on the wake channels
+-- (`<wake prefix>\031<id>`) before it may hold or queue: an ACL user without the `&` rules is
+-- refused here (the script raises), with nothing changed. Every other PUBLISH of the scripts is a
+-- pcall (release.lua), so no refusal comes after a write. Redis 7 and Valkey check the right
+-- without publishing (`redis.acl_check_cmd`): a PUBLISH would travel to every replica and, on a
+-- cluster, to every node. Redis 6.2 has no such check and publishes: nobody listens on this
+-- channel (no waiter id is empty), and the server answers a refusal with a raised error.
+if not redis.acl_check_cmd then
+  redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
+elseif not redis.acl_check_cmd('PUBLISH', ARGV[15] .. '\031', 'probe') then
+  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+    .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
+end
 -- This attempt was rolled back here already: it timed out on this node, was refused, and its
 -- rollback, sent on a new connection as well, ran before it (the server runs its connections in any
 -- order after a stall). It changes nothing (no grant, no place in the queue, no fencing counter, no
@@ -301,7 +316,7 @@ if id ~= '' and mode ~= 'n' then
         ['until'] = till, ticket = ticket ~= '' and ticket or bound, id = id})
       for _, w in ipairs(older) do
         redis.call('HSET', KEYS[9], w, by)
-        redis.call('PUBLISH', wake .. '\031' .. w, 'superseded')
+        redis.pcall('PUBLISH', wake .. '\031' .. w, 'superseded')
       end
       if not redis.call('HGET', KEYS[9], '') then
         redis.call('HSET', KEYS[9], '', till)
@@ -400,7 +415,7 @@ if ahead >= free or not pick or quarantined then
       -- Waiters moved up to a free slot: wake them (the caller, if one of them, is answering now).
       for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, free - 1)) do
         if w ~= id then
-          redis.call('PUBLISH', wake .. '\031' .. w, 'head')
+          redis.pcall('PUBLISH', wake .. '\031' .. w, 'head')
         end
       end
     end

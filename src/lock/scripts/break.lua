@@ -26,8 +26,16 @@ local any = #ARGV <= 6
 for i = 7, #ARGV do
   confirmed[ARGV[i]] = true
 end
+-- The probe of the channel rights comes before the first write; every other PUBLISH is a pcall
+-- (release.lua).
+if not redis.acl_check_cmd then
+  redis.call('PUBLISH', ARGV[4] .. '\031', 'probe')
+elseif not redis.acl_check_cmd('PUBLISH', ARGV[4] .. '\031', 'probe') then
+  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+    .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
+end
 local limit = tonumber(redis.call('GET', KEYS[3]) or '')
-local broken, left = {}, {}
+local broken, left, gone = {}, {}, {}
 for i = 1, limit or 1 do
   local key, holder = KEYS[1], KEYS[2]
   if i > 1 then
@@ -36,13 +44,16 @@ for i = 1, limit or 1 do
   local token = redis.call('GET', key)
   if token and (any or confirmed[token]) then
     broken[#broken + 1] = {i, token, redis.call('HGETALL', holder)}
-    redis.call('DEL', key, holder)
+    gone[#gone + 1] = {key, holder}
   elseif token then
     left[#left + 1] = token
   end
 end
 if #broken > 0 then
-  redis.call('PUBLISH', ARGV[1], 'broken')
+  redis.pcall('PUBLISH', ARGV[1], 'broken')
+  for _, k in ipairs(gone) do
+    redis.call('DEL', k[1], k[2])
+  end
   -- free: the number of free slots.
   local free = 0
   for i = 1, limit or 1 do
@@ -69,7 +80,7 @@ if #broken > 0 then
     redis.call('DEL', KEYS[3])
   end
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
-    redis.call('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')
+    redis.pcall('PUBLISH', ARGV[4] .. '\031' .. w, 'broken')
   end
 end
 if KEYS[8] and tonumber(ARGV[6]) then

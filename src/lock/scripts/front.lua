@@ -17,10 +17,16 @@ local function clamp_front(queue, alive, waiters, window, now_ms, lifetime, pref
     local until_ms = now_ms + own
     local expiry = tonumber(redis.call('ZSCORE', alive, w))
     if w ~= except and expiry and expiry > until_ms then
-      -- An expiry moved after a stall keeps its mark (keep_time).
-      local mark = expiry % 1 == 0.5 and 0.5 or 0.25
-      redis.call('ZADD', alive, 'XX', string.format('%.2f', until_ms + mark), w)
-      redis.call('PUBLISH', prefix .. '\031' .. w, 'front')
+      -- Brought down only when the wake went out: a caller whose ACL does not cover this waiter's
+      -- channel cannot wake it (a refused PUBLISH, docs/security.md), and a waiter not woken beats
+      -- at its own slower pace, so it would be dropped alive. Subscribers get the message only
+      -- after the script, so the order of the two lines is invisible.
+      local sent = redis.pcall('PUBLISH', prefix .. '\031' .. w, 'front')
+      if not (type(sent) == 'table' and sent.err) then
+        -- An expiry moved after a stall keeps its mark (keep_time).
+        local mark = expiry % 1 == 0.5 and 0.5 or 0.25
+        redis.call('ZADD', alive, 'XX', string.format('%.2f', until_ms + mark), w)
+      end
     end
   end
 end
@@ -78,10 +84,16 @@ local function keep_time(queue, alive, waiters, seen, now_ms, lifetime, prefix, 
       local w = due[i]
       local until_ms = moved_expiry(waiters, w, tonumber(due[i + 1]), last, now_ms, lifetime, prefix)
       if until_ms then
-        redis.call('ZADD', alive, 'XX', string.format('%.1f', until_ms + 0.5), w)
         if w ~= except then
-          redis.call('PUBLISH', prefix .. '\031' .. w, 'moved')
+          local sent = redis.pcall('PUBLISH', prefix .. '\031' .. w, 'moved')
+          if type(sent) == 'table' and sent.err then
+            -- Not woken (the caller's ACL does not cover this waiter's channel): it beats at its
+            -- own pace, at most the longest interval (30 s, queue.rs LONGEST), so it keeps three
+            -- of those besides, as a heartbeat from the back of the queue would give it.
+            until_ms = until_ms + 3 * 30000
+          end
         end
+        redis.call('ZADD', alive, 'XX', string.format('%.1f', until_ms + 0.5), w)
       end
     end
   end

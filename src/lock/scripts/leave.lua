@@ -8,6 +8,9 @@ local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
 if not rank then
   return 0
 end
+-- No probe of the channel rights (acquire.lua): leaving is never refused, also by a waiter whose
+-- rules were taken away while it waited (its attempt was refused, and it leaves). A wake the ACL
+-- refuses (pcall) is not sent: the waiter it was for retries at its heartbeat.
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
@@ -41,7 +44,7 @@ for i = 1, limit do
 end
 if rank < free then
   for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, free - 1)) do
-    redis.call('PUBLISH', ARGV[2] .. '\031' .. w, 'head')
+    redis.pcall('PUBLISH', ARGV[2] .. '\031' .. w, 'head')
   end
 end
 return 1

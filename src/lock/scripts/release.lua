@@ -33,10 +33,22 @@
 -- written after a delete: a server over its maxmemory (noeviction) refuses a script's first write
 -- that adds memory, and aborts the script, whereas a delete first is allowed and lets the writes
 -- after it through.
+-- The probe of the channel rights (acquire.lua) comes before the first write, since a script is
+-- not rolled back when a command in it is refused: a caller without the channel rules changes
+-- nothing. Every other PUBLISH is a pcall, so no refusal can come after a write: a channel the
+-- caller's rules happen not to cover (the announcement on `released`, which only outside listeners
+-- use; one waiter's wake channel) goes unsent, and a waiter not woken retries at its heartbeat.
 local token = ARGV[1]
+if not redis.acl_check_cmd then
+  redis.call('PUBLISH', ARGV[5] .. '\031', 'probe')
+elseif not redis.acl_check_cmd('PUBLISH', ARGV[5] .. '\031', 'probe') then
+  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+    .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
+end
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
 local places = {}
+local ours = {}
 local function take(key, holder)
   if ARGV[7] == '1' then
     places[#places + 1] = redis.call('HGET', holder, 'queued')
@@ -44,14 +56,20 @@ local function take(key, holder)
   redis.call('DEL', key, holder)
 end
 if redis.call('GET', KEYS[1]) == token then
-  take(KEYS[1], KEYS[2])
+  ours[#ours + 1] = {KEYS[1], KEYS[2]}
   deleted[1] = 1
 end
 for i = 2, n or 1 do
   if redis.call('GET', ARGV[3] .. i) == token then
-    take(ARGV[3] .. i, ARGV[4] .. i)
+    ours[#ours + 1] = {ARGV[3] .. i, ARGV[4] .. i}
     deleted[#deleted + 1] = i
   end
+end
+if #deleted > 0 then
+  redis.pcall('PUBLISH', ARGV[2], 'released')
+end
+for _, k in ipairs(ours) do
+  take(k[1], k[2])
 end
 if #deleted == 0 then
   if ARGV[7] == '1' and KEYS[8] then
@@ -75,7 +93,6 @@ end
 if tonumber(ARGV[8] or '') then
   redis.call('SET', KEYS[8], (ARGV[9] or '') .. ':' .. table.concat(deleted, ','), 'PX', ARGV[8])
 end
-redis.call('PUBLISH', ARGV[2], 'released')
 -- free: the number of free slots.
 local free = 0
 for i = 1, n or 1 do
@@ -118,6 +135,6 @@ if n and free == n and redis.call('ZCARD', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[3])
 end
 for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
-  redis.call('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
+  redis.pcall('PUBLISH', ARGV[5] .. '\031' .. w, 'released')
 end
 return deleted

@@ -5,7 +5,8 @@
 --       it last gave us the key ('' = never re-create), host, pid, command line, the ttl ms for ''
 --       when the holder record is not ours (a canonical client's key has none), quarantine ms,
 --       the grant's limit N ('' = the one recorded for the name) and slot ('' = unknown: only find
---       it), slot key base, holder hash base (slot i >= 2 is `base .. i`), the holder's note
+--       it), slot key base, holder hash base (slot i >= 2 is `base .. i`), the holder's note, the
+--       wake channel prefix ('' = no probe: the renewals of a grant this run made, which probed)
 -- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed or re-created for a holder that
 --         gave a run id (the node's current run id, which the holder records),
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
@@ -28,6 +29,17 @@
 --
 -- Slots: the limit key outlives every slot's lease, so a renewal that extends a slot extends it too.
 local token, ttl = ARGV[1], ARGV[2]
+-- The probe of the channel rights (acquire.lua): a renewal publishes nothing, but a holder that may
+-- not publish could never release, so a `lockctl renew` of such a user is refused before it changes
+-- anything.
+if (ARGV[15] or '') ~= '' then
+  if not redis.acl_check_cmd then
+    redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
+  elseif not redis.acl_check_cmd('PUBLISH', ARGV[15] .. '\031', 'probe') then
+    error({err = 'NOPERM this user has no permissions to access one of the channels used as '
+      .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
+  end
+end
 local key, holder = KEYS[1], KEYS[3]
 local limit = tonumber(ARGV[10])
 local recorded = tonumber(redis.call('GET', KEYS[4]) or '')
