@@ -12,74 +12,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::acl::*;
 use support::*;
-
-const PW: &str = "L0ckerChannelPw";
-
-/// The recipe's channel rules (docs/security.md, `ACL_RULES`).
-const CHANNELS: &[&str] = &[
-    "&lockctl:*",
-    "&{lockctl:*",
-    "&{*}?lockctl:*",
-    "&__keyspace@*__:lockctl:*",
-];
-
-/// Makes (or remakes) user `locker` on `s`: every key and command, and the channels `channels`.
-fn locker(s: &Server, channels: &[&str]) {
-    let mut args = vec![
-        "ACL",
-        "SETUSER",
-        "locker",
-        "reset",
-        "on",
-        ">L0ckerChannelPw",
-        "~*",
-        "+@all",
-        "resetchannels",
-    ];
-    args.extend_from_slice(channels);
-    let ok: String = s.cmd(&args);
-    assert_eq!(ok, "OK");
-}
-
-/// `s`'s URL as user `locker`.
-fn locker_url(s: &Server) -> String {
-    format!("unix://{}?user=locker&pass={PW}", s.socket().display())
-}
-
-/// A lockctl command as `locker` on `servers` (one URL each).
-fn as_locker(servers: &[&Server]) -> std::process::Command {
-    let mut c = lockctl();
-    let urls: Vec<String> = servers.iter().map(|s| locker_url(s)).collect();
-    c.env("LOCKCTL_REDIS", urls.join(","));
-    c
-}
-
-/// Every key with its type and value (a sorted set with its scores), the short-lived release
-/// records included: nothing at all may change.
-fn state(s: &Server) -> Vec<String> {
-    let mut keys: Vec<String> = s.cmd(&["KEYS", "*"]);
-    keys.sort();
-    keys.into_iter()
-        .map(|k| {
-            let kind: String = s.cmd(&["TYPE", &k]);
-            let v = match kind.as_str() {
-                "string" => s.get(&k).unwrap_or_default(),
-                "hash" => {
-                    let mut f: Vec<String> = s.cmd(&["HGETALL", &k]);
-                    f.sort();
-                    f.join(",")
-                }
-                "zset" => {
-                    let m: Vec<String> = s.cmd(&["ZRANGE", &k, "0", "-1", "WITHSCORES"]);
-                    m.join(",")
-                }
-                other => other.to_string(),
-            };
-            format!("{k:?} {kind} {v}")
-        })
-        .collect()
-}
 
 /// A refusal for want of the channel rules: 78, the `&` rules named, the recipe pointed at, and no
 /// password in the message.

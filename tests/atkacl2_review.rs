@@ -11,43 +11,13 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::acl::*;
 use support::queue::{all_succeed, finish_off, order, queue_in_order, queue_key, wait_queued};
 use support::*;
-
-const PW: &str = "L0ckerReviewPw2";
 
 /// Rules that pass the probe (`{lockctl:NAME}<US>wake<US>`) and cover `released`, but no waiter's
 /// wake channel (`?` is one character, the waiter id is many).
 const PROBE_ONLY: &[&str] = &["&{lockctl:*}?wake?", "&{lockctl:*}?released"];
-
-/// Makes (or remakes) user `locker` on `s`: every key and command, no channel, then `rules`.
-fn locker(s: &Server, rules: &[&str]) {
-    let pw = format!(">{PW}");
-    let mut args = vec![
-        "ACL",
-        "SETUSER",
-        "locker",
-        "reset",
-        "on",
-        pw.as_str(),
-        "~*",
-        "+@all",
-        "resetchannels",
-    ];
-    args.extend_from_slice(rules);
-    let ok: String = s.cmd(&args);
-    assert_eq!(ok, "OK");
-}
-
-/// A lockctl command as `locker` on `s`.
-fn as_locker(s: &Server) -> Command {
-    let mut c = lockctl();
-    c.env(
-        "LOCKCTL_REDIS",
-        format!("unix://{}?user=locker&pass={PW}", s.socket().display()),
-    );
-    c
-}
 
 /// A waiting `acquire` of `name` (not reaped).
 fn waiting(mut c: Command, name: &str) -> Child {
@@ -78,12 +48,12 @@ fn a_queue_behind_a_holder_that_cannot_wake_is_served_in_order() {
         let file = dir.path().join("order");
         let name = format!("job{round}");
         let holder: Option<Child> = if round == 0 {
-            let o = run(as_locker(&s).args(["acquire", &name, "-n", "--ttl", "60s"]));
+            let o = run(as_locker(&[&s]).args(["acquire", &name, "-n", "--ttl", "60s"]));
             assert_eq!(code(&o), 0, "{}", stderr(&o));
             std::fs::write(dir.path().join("token"), stdout(&o)).unwrap();
             None
         } else {
-            let c = as_locker(&s)
+            let c = as_locker(&[&s])
                 .args(["exec", &name, "--ttl", "60s", "--", "sleep", "3"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -102,7 +72,7 @@ fn a_queue_behind_a_holder_that_cannot_wake_is_served_in_order() {
         match holder {
             None => {
                 let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
-                let r = run(as_locker(&s).args(["release", &name, "--token", token.trim()]));
+                let r = run(as_locker(&[&s]).args(["release", &name, "--token", token.trim()]));
                 assert_eq!(code(&r), 0, "the release: {}", stderr(&r));
             }
             Some(c) => {
@@ -128,8 +98,9 @@ fn a_semaphore_held_by_a_user_that_cannot_wake_serves_every_waiter() {
     locker(&s, PROBE_ONLY);
     let tokens: Vec<String> = (0..3)
         .map(|_| {
-            let o =
-                run(as_locker(&s).args(["acquire", "sem", "-n", "--limit", "3", "--ttl", "60s"]));
+            let o = run(
+                as_locker(&[&s]).args(["acquire", "sem", "-n", "--limit", "3", "--ttl", "60s"])
+            );
             assert_eq!(code(&o), 0, "{}", stderr(&o));
             stdout(&o)
         })
@@ -142,7 +113,7 @@ fn a_semaphore_held_by_a_user_that_cannot_wake_serves_every_waiter() {
         c
     });
     for t in &tokens {
-        let r = run(as_locker(&s).args(["release", "sem", "--token", t]));
+        let r = run(as_locker(&[&s]).args(["release", "sem", "--token", t]));
         assert_eq!(code(&r), 0, "{}", stderr(&r));
     }
     all_succeed(kids);
@@ -174,7 +145,7 @@ fn dropped_case(s: &Server, woken: bool, by_waiter: bool) -> Option<(bool, Strin
     // Four waiters of the probe-only user at the front, then X, with every right, at place 4.
     let mut rs: Vec<Child> = Vec::new();
     for i in 1..=4 {
-        rs.push(waiting(as_locker(s), name));
+        rs.push(waiting(as_locker(&[s]), name));
         wait_queued(s, name, i);
     }
     let x = waiting(lockctl_on(s), name);
@@ -335,15 +306,15 @@ fn after_a_script_flush_the_refusal_still_changes_nothing() {
     for round in 0..3 {
         let _: String = s.cmd(&["SCRIPT", "FLUSH"]);
         locker(&s, &[]);
-        let o = run(as_locker(&s).args(["acquire", "job", "-n"]));
+        let o = run(as_locker(&[&s]).args(["acquire", "job", "-n"]));
         assert_eq!(code(&o), 78, "round {round}: {}", stderr(&o));
         assert!(s.keys().is_empty(), "round {round}: wrote {:?}", s.keys());
         let _: String = s.cmd(&["SCRIPT", "FLUSH"]);
         locker(&s, PROBE_ONLY);
-        let o = run(as_locker(&s).args(["acquire", "job", "-n", "--ttl", "60s"]));
+        let o = run(as_locker(&[&s]).args(["acquire", "job", "-n", "--ttl", "60s"]));
         assert_eq!(code(&o), 0, "round {round}: {}", stderr(&o));
         let _: String = s.cmd(&["SCRIPT", "FLUSH"]);
-        let r = run(as_locker(&s).args(["release", "job", "--token", &stdout(&o)]));
+        let r = run(as_locker(&[&s]).args(["release", "job", "--token", &stdout(&o)]));
         assert_eq!(code(&r), 0, "round {round}: {}", stderr(&r));
         assert_eq!(s.get("lockctl:job"), None, "round {round}");
         let _: String = s.cmd(&["FLUSHALL"]);
@@ -356,7 +327,7 @@ fn after_a_script_flush_the_refusal_still_changes_nothing() {
 fn doctor_tells_a_user_without_channels_from_one_with_them() {
     let s = Server::start();
     locker(&s, &[]);
-    let o = run(as_locker(&s).args(["doctor"]));
+    let o = run(as_locker(&[&s]).args(["doctor"]));
     let out = format!("{}{}", stdout(&o), stderr(&o));
     eprintln!("without channels: exit {}\n{out}", code(&o));
     assert_ne!(code(&o), 0, "{out}");
@@ -370,7 +341,7 @@ fn doctor_tells_a_user_without_channels_from_one_with_them() {
             "&__keyspace@*__:lockctl:*",
         ],
     );
-    let o = run(as_locker(&s).args(["doctor"]));
+    let o = run(as_locker(&[&s]).args(["doctor"]));
     let out = format!("{}{}", stdout(&o), stderr(&o));
     eprintln!("with the recipe: exit {}\n{out}", code(&o));
     assert!(!out.contains("refused"), "{out}");
@@ -384,7 +355,7 @@ fn doctor_tells_a_user_without_channels_from_one_with_them() {
 fn doctor_does_not_pass_rules_that_cover_no_waiters_wake_channel() {
     let s = Server::start();
     locker(&s, PROBE_ONLY);
-    let o = run(as_locker(&s).args(["doctor"]));
+    let o = run(as_locker(&[&s]).args(["doctor"]));
     let out = format!("{}{}", stdout(&o), stderr(&o));
     let line = out
         .lines()
@@ -408,19 +379,8 @@ fn a_cluster_with_the_user_on_every_node() {
     let cluster = Cluster::start();
     let set = |rules: &[&str]| {
         for n in &cluster.nodes {
-            let pw = format!(">{PW}");
-            let mut args = vec![
-                "ACL",
-                "SETUSER",
-                "locker",
-                "reset",
-                "on",
-                pw.as_str(),
-                "~*",
-                "+@all",
-                "resetchannels",
-            ];
-            args.extend_from_slice(rules);
+            let args = setuser(rules);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let ok: String = n.cmd(&args).unwrap();
             assert_eq!(ok, "OK");
         }
@@ -493,7 +453,7 @@ fn a_supersede_whose_wakes_go_unsent_still_displaces_within_a_heartbeat() {
         })
         .collect();
     let started = Instant::now();
-    let sup = as_locker(&s)
+    let sup = as_locker(&[&s])
         .args([
             "acquire",
             "sup",
@@ -547,7 +507,7 @@ fn a_mixed_queue_is_served_in_arrival_order() {
         let kids = queue_in_order(&[&s], &name, &file, 6, || {
             n += 1;
             if n % 2 == 0 {
-                as_locker(&s)
+                as_locker(&[&s])
             } else {
                 lockctl_on(&s)
             }

@@ -7,63 +7,8 @@ mod support;
 
 use std::time::Duration;
 
+use support::acl::*;
 use support::*;
-
-const PW: &str = "L0ckerReviewPw";
-
-/// The recipe's channel rules (docs/security.md).
-const CHANNELS: &[&str] = &[
-    "&lockctl:*",
-    "&{lockctl:*",
-    "&{*}?lockctl:*",
-    "&__keyspace@*__:lockctl:*",
-];
-
-/// Makes (or remakes) user `locker` on `s`: every key and command, no channel, then `rules`.
-fn locker(s: &Server, rules: &[&str]) {
-    let mut args = vec![
-        "ACL",
-        "SETUSER",
-        "locker",
-        "reset",
-        "on",
-        ">L0ckerReviewPw",
-        "~*",
-        "+@all",
-        "resetchannels",
-    ];
-    args.extend_from_slice(rules);
-    let ok: String = s.cmd(&args);
-    assert_eq!(ok, "OK");
-}
-
-/// A lockctl command as `locker` on `s`.
-fn as_locker(s: &Server) -> std::process::Command {
-    let mut c = lockctl();
-    c.env(
-        "LOCKCTL_REDIS",
-        format!("unix://{}?user=locker&pass={PW}", s.socket().display()),
-    );
-    c
-}
-
-/// Every key with its value (hashes and sorted sets in full).
-fn state(s: &Server) -> Vec<String> {
-    let mut keys: Vec<String> = s.cmd(&["KEYS", "*"]);
-    keys.sort();
-    keys.into_iter()
-        .map(|k| {
-            let kind: String = s.cmd(&["TYPE", &k]);
-            let v: Vec<String> = match kind.as_str() {
-                "string" => vec![s.get(&k).unwrap_or_default()],
-                "hash" => s.cmd(&["HGETALL", &k]),
-                "zset" => s.cmd(&["ZRANGE", &k, "0", "-1", "WITHSCORES"]),
-                _ => vec![],
-            };
-            format!("{k:?} {kind} {v:?}")
-        })
-        .collect()
-}
 
 /// A user may publish on the wake channels but not on the name's `released` channel (a rule that
 /// ends in the channel's kind). The queue needs only the wake channels, which the acquire checks;
@@ -74,10 +19,10 @@ fn state(s: &Server) -> Vec<String> {
 fn a_user_who_may_publish_on_the_wake_channels_only_holds_and_releases() {
     let s = Server::start();
     locker(&s, &["&{lockctl:*}?wake?*"]);
-    let o = run(as_locker(&s).args(["acquire", "job", "-n", "--ttl", "60s"]));
+    let o = run(as_locker(&[&s]).args(["acquire", "job", "-n", "--ttl", "60s"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let token = stdout(&o);
-    let r = run(as_locker(&s).args(["release", "job", "--token", token.trim()]));
+    let r = run(as_locker(&[&s]).args(["release", "job", "--token", token.trim()]));
     assert_eq!(code(&r), 0, "its own release: {}", stderr(&r));
     assert_eq!(s.get("lockctl:job"), None, "the release left the key");
 }
@@ -91,7 +36,7 @@ fn a_user_without_the_publish_command_is_not_told_it_lacks_the_channel_rules() {
     let s = Server::start();
     locker(&s, &["allchannels", "-publish"]);
     let before = state(&s);
-    let o = run(as_locker(&s).args(["acquire", "job", "-n"]));
+    let o = run(as_locker(&[&s]).args(["acquire", "job", "-n"]));
     let err = stderr(&o);
     assert_eq!(code(&o), 78, "{err}");
     assert_eq!(state(&s), before, "the refused acquire changed something");
@@ -113,7 +58,7 @@ fn a_waiter_whose_rules_are_taken_away_leaves_nothing_queued() {
     let grant = acquire_json(&mut lockctl_on(&s), "held", &["-n", "--ttl", "60s"]);
     let token = grant["token"].as_str().unwrap().to_string();
     let queue = "{lockctl:held}\u{1f}queue";
-    let child = as_locker(&s)
+    let child = as_locker(&[&s])
         .args(["acquire", "held", "-w", "50s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -148,7 +93,7 @@ fn a_waiter_whose_rules_are_taken_away_leaves_nothing_queued() {
 fn a_release_refused_at_a_waiters_wake_does_not_say_the_lock_is_still_held_when_it_is_not() {
     let s = Server::start();
     locker(&s, &["&{lockctl:*}?released", "&{lockctl:*}?wake?"]);
-    let grant = acquire_json(&mut as_locker(&s), "job", &["-n", "--ttl", "60s"]);
+    let grant = acquire_json(&mut as_locker(&[&s]), "job", &["-n", "--ttl", "60s"]);
     let token = grant["token"].as_str().unwrap().to_string();
     let queue = "{lockctl:job}\u{1f}queue";
     let waiter = lockctl_on(&s)
@@ -162,7 +107,7 @@ fn a_release_refused_at_a_waiters_wake_does_not_say_the_lock_is_still_held_when_
             == 1),
         "the waiter never queued"
     );
-    let o = run(as_locker(&s).args(["release", "job", "--token", &token]));
+    let o = run(as_locker(&[&s]).args(["release", "job", "--token", &token]));
     let err = stderr(&o);
     let key = s.get("lockctl:job");
     let w = wait_output(waiter, Duration::from_secs(60));
@@ -205,7 +150,7 @@ fn per_pattern_rules_refuse_exactly_the_names_they_do_not_cover() {
         let _: String = s.cmd(&["FLUSHALL"]);
         locker(&s, rules);
         let what = format!("{rules:?} {prefix}{name}");
-        let o = run(as_locker(&s).args(["--prefix", prefix, "acquire", name, "-n"]));
+        let o = run(as_locker(&[&s]).args(["--prefix", prefix, "acquire", name, "-n"]));
         if !covered {
             assert_eq!(code(&o), 78, "{what}: {}", stderr(&o));
             assert!(stderr(&o).contains("channel"), "{what}: {}", stderr(&o));
@@ -214,7 +159,8 @@ fn per_pattern_rules_refuse_exactly_the_names_they_do_not_cover() {
         }
         assert_eq!(code(&o), 0, "{what}: {}", stderr(&o));
         let token = stdout(&o);
-        let r = run(as_locker(&s).args(["--prefix", prefix, "release", name, "--token", &token]));
+        let r =
+            run(as_locker(&[&s]).args(["--prefix", prefix, "release", name, "--token", &token]));
         assert_eq!(code(&r), 0, "{what}: release: {}", stderr(&r));
         assert_eq!(s.get(&format!("{prefix}{name}")), None, "{what}");
     }

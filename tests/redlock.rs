@@ -1308,9 +1308,13 @@ fn waiters_sleep_through_a_quarantine_instead_of_storming() {
         scripts <= 4 * 15,
         "{scripts} script calls on the voting node"
     );
+    // A server without `redis.acl_check_cmd` (Redis 6.2) checks the channel rights with a probe
+    // PUBLISH in each script call that changes a lock (docs/security.md): not counted there.
+    let probing: i64 = servers[0].cmd(&["EVAL", "return redis.acl_check_cmd and 0 or 1", "0"]);
+    let probes = if probing == 1 { scripts } else { 0 };
     assert!(
-        publishes <= 4 * 10,
-        "{publishes} PUBLISHes on the voting node"
+        publishes <= 4 * 10 + probes,
+        "{publishes} PUBLISHes on the voting node ({probes} probes)"
     );
     assert_eq!(servers[0].get(&key("storm")), None);
 }

@@ -5,6 +5,7 @@
 //! [`lockctl`] builds a command for the binary under test with a clean `LOCKCTL_*` environment.
 #![allow(dead_code)]
 
+pub mod acl;
 pub mod hammer;
 pub mod proxy;
 pub mod queue;

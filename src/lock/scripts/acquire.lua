@@ -45,8 +45,7 @@ local token, ttl = ARGV[1], ARGV[2]
 if not redis.acl_check_cmd then
   redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
 elseif not redis.acl_check_cmd('PUBLISH', ARGV[15] .. '\031', 'probe') then
-  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
-    .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
+  error({err = 'NOPERM no permissions to access one of the channels, or to run PUBLISH'})
 end
 -- This attempt was rolled back here already: it timed out on this node, was refused, and its
 -- rollback, sent on a new connection as well, ran before it (the server runs its connections in any

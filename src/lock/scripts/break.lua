@@ -31,11 +31,10 @@ end
 if not redis.acl_check_cmd then
   redis.call('PUBLISH', ARGV[4] .. '\031', 'probe')
 elseif not redis.acl_check_cmd('PUBLISH', ARGV[4] .. '\031', 'probe') then
-  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
-    .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
+  error({err = 'NOPERM no permissions to access one of the channels, or to run PUBLISH'})
 end
 local limit = tonumber(redis.call('GET', KEYS[3]) or '')
-local broken, left, gone = {}, {}, {}
+local broken, left = {}, {}
 for i = 1, limit or 1 do
   local key, holder = KEYS[1], KEYS[2]
   if i > 1 then
@@ -44,16 +43,13 @@ for i = 1, limit or 1 do
   local token = redis.call('GET', key)
   if token and (any or confirmed[token]) then
     broken[#broken + 1] = {i, token, redis.call('HGETALL', holder)}
-    gone[#gone + 1] = {key, holder}
+    redis.call('DEL', key, holder)
   elseif token then
     left[#left + 1] = token
   end
 end
 if #broken > 0 then
   redis.pcall('PUBLISH', ARGV[1], 'broken')
-  for _, k in ipairs(gone) do
-    redis.call('DEL', k[1], k[2])
-  end
   -- free: the number of free slots.
   local free = 0
   for i = 1, limit or 1 do

@@ -42,13 +42,11 @@ local token = ARGV[1]
 if not redis.acl_check_cmd then
   redis.call('PUBLISH', ARGV[5] .. '\031', 'probe')
 elseif not redis.acl_check_cmd('PUBLISH', ARGV[5] .. '\031', 'probe') then
-  error({err = 'NOPERM this user has no permissions to access one of the channels used as '
-    .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
+  error({err = 'NOPERM no permissions to access one of the channels, or to run PUBLISH'})
 end
 local n = tonumber(redis.call('GET', KEYS[3]) or '')
 local deleted = {}
 local places = {}
-local ours = {}
 local function take(key, holder)
   if ARGV[7] == '1' then
     places[#places + 1] = redis.call('HGET', holder, 'queued')
@@ -56,20 +54,14 @@ local function take(key, holder)
   redis.call('DEL', key, holder)
 end
 if redis.call('GET', KEYS[1]) == token then
-  ours[#ours + 1] = {KEYS[1], KEYS[2]}
+  take(KEYS[1], KEYS[2])
   deleted[1] = 1
 end
 for i = 2, n or 1 do
   if redis.call('GET', ARGV[3] .. i) == token then
-    ours[#ours + 1] = {ARGV[3] .. i, ARGV[4] .. i}
+    take(ARGV[3] .. i, ARGV[4] .. i)
     deleted[#deleted + 1] = i
   end
-end
-if #deleted > 0 then
-  redis.pcall('PUBLISH', ARGV[2], 'released')
-end
-for _, k in ipairs(ours) do
-  take(k[1], k[2])
 end
 if #deleted == 0 then
   if ARGV[7] == '1' and KEYS[8] then
@@ -93,6 +85,7 @@ end
 if tonumber(ARGV[8] or '') then
   redis.call('SET', KEYS[8], (ARGV[9] or '') .. ':' .. table.concat(deleted, ','), 'PX', ARGV[8])
 end
+redis.pcall('PUBLISH', ARGV[2], 'released')
 -- free: the number of free slots.
 local free = 0
 for i = 1, n or 1 do

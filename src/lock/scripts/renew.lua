@@ -36,8 +36,7 @@ if (ARGV[15] or '') ~= '' then
   if not redis.acl_check_cmd then
     redis.call('PUBLISH', ARGV[15] .. '\031', 'probe')
   elseif not redis.acl_check_cmd('PUBLISH', ARGV[15] .. '\031', 'probe') then
-    error({err = 'NOPERM this user has no permissions to access one of the channels used as '
-      .. 'arguments, or to run PUBLISH (the lock\'s wake channels)'})
+    error({err = 'NOPERM no permissions to access one of the channels, or to run PUBLISH'})
   end
 end
 local key, holder = KEYS[1], KEYS[3]
