@@ -917,13 +917,7 @@ impl Engine {
             // A node whose ACL refuses the channels changed nothing (the probe comes first in
             // acquire.lua), but it would refuse this grant's release: the attempt goes back on the
             // nodes it touched, and the command is refused (78), waiting or not.
-            let touched: Vec<bool> = (0..n)
-                .map(|i| won[i].is_some() || maybe_applied[i])
-                .collect();
-            let rolled_back = touched.iter().filter(|&&t| t).count();
-            if rolled_back > 0 {
-                self.rollback(keys, &token, &touched, ttl);
-            }
+            let rolled_back = self.roll_back_touched(keys, &token, &won, &maybe_applied, ttl);
             let mut detail = channels_refused.join("; ");
             if rolled_back > 0 {
                 detail.push_str(&format!(
@@ -944,12 +938,7 @@ impl Engine {
         self.place(place, &queued, &mut refusal);
 
         if let Some((a, b)) = same_server(&run_ids) {
-            let touched: Vec<bool> = (0..n)
-                .map(|i| won[i].is_some() || maybe_applied[i])
-                .collect();
-            if touched.iter().any(|&t| t) {
-                self.rollback(keys, &token, &touched, ttl);
-            }
+            self.roll_back_touched(keys, &token, &won, &maybe_applied, ttl);
             refusal.fatal = Some(LockError::Usage(format!(
                 "invalid --redis: {} and {} reach the same server (run id {}), which would count \
                  its vote twice; list each server once",
@@ -977,12 +966,7 @@ impl Engine {
                 *busy |= m;
             }
         } else if let Some((theirs, by, peer)) = mismatch {
-            let touched: Vec<bool> = (0..n)
-                .map(|i| won[i].is_some() || maybe_applied[i])
-                .collect();
-            if touched.iter().any(|&t| t) {
-                self.rollback(keys, &token, &touched, ttl);
-            }
+            self.roll_back_touched(keys, &token, &won, &maybe_applied, ttl);
             let message = if peer {
                 format!(
                     "{} is held by a client that is not lockctl (a plain lock with no lockctl \
@@ -1181,6 +1165,28 @@ impl Engine {
             }
         }
         fence
+    }
+
+    /// An attempt refused as a whole (a setup error, whatever the votes): rolls it back on every
+    /// node that granted it or may have applied it. Returns how many.
+    fn roll_back_touched(
+        &mut self,
+        keys: &LockKeys,
+        token: &str,
+        won: &[Option<u64>],
+        maybe_applied: &[bool],
+        ttl: Duration,
+    ) -> usize {
+        let touched: Vec<bool> = won
+            .iter()
+            .zip(maybe_applied)
+            .map(|(w, &m)| w.is_some() || m)
+            .collect();
+        let count = touched.iter().filter(|&&t| t).count();
+        if count > 0 {
+            self.rollback(keys, token, &touched, ttl);
+        }
+        count
     }
 
     /// Releases our token on the given nodes, in parallel; nodes that owe a reply get it sent blind.
@@ -1499,8 +1505,8 @@ impl Engine {
         );
         let unanswered = self.nodes.len() - answered;
         if held >= quorum {
-            // A node whose ACL refuses the channels changed nothing (its script publishes before its
-            // first write), so its copy stays until its TTL. `acquire` refuses such a set of nodes
+            // A node whose ACL refuses the channels changed nothing (its script checks them before
+            // its first write), so its copy stays until its TTL. `acquire` refuses such a set of nodes
             // as a whole; a holder meets it only when the rules changed after its grant. Said, not
             // refused: the quorum did what was asked, and a refusal here would cost every Redlock
             // call a round of its own to check the rights first.
