@@ -626,9 +626,10 @@ impl Engine {
     /// A waiter stopped by `signal`: it leaves the queue without waiting for the answers (its exit
     /// must not wait for Redis), so it cannot know that every node got the leave: a node killed -9
     /// over TCP takes it into a dead socket's buffer. It says what it knows: nothing was left when
-    /// it never queued; otherwise on how many nodes its place could not even be sent (no
-    /// connection: a stopped server over TLS, where no handshake completes) and that the rest went
-    /// unconfirmed; a node that did not get it drops the entry when its expiry passes.
+    /// it never queued; otherwise on how many nodes its place could not even be sent where the
+    /// server would read it (a stopped server over TLS: no new handshake completes, and a connection
+    /// that owes the replies to an attempt and its rollback is read no further once closed) and that
+    /// the rest went unconfirmed; a node that did not get it drops the entry when its expiry passes.
     fn interrupted(&mut self, keys: &LockKeys, place: &queue::Place, signal: i32) -> LockError {
         if !(place.queued || place.sent) {
             return LockError::Interrupted(signal, None);
@@ -641,7 +642,7 @@ impl Engine {
         let given_up = if missed > 0 {
             format!(
                 "its place in the queue could not be withdrawn on {missed} of {} node(s) (no \
-                 connection)",
+                 connection that would carry it)",
                 self.nodes.len()
             )
         } else {

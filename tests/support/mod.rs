@@ -563,7 +563,6 @@ pub fn wait_for_line(out: ChildStdout, needle: &str, limit: Duration) -> BufRead
     }
 }
 
-/// Collects a child's stderr on a thread; join to get it.
 /// The lines `err` has written so far, kept up to date by a thread (joined once `err` closes), for
 /// a test that watches a running process's messages as they come.
 pub fn stderr_so_far(
@@ -584,6 +583,7 @@ pub fn stderr_so_far(
     (seen, reader)
 }
 
+/// Collects a child's stderr on a thread; join to get it.
 pub fn collect_stderr(err: ChildStderr) -> std::thread::JoinHandle<String> {
     std::thread::spawn(move || {
         let mut s = String::new();
@@ -609,7 +609,6 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
-/// Waits until `cond` holds, checking every few milliseconds, up to `limit`.
 /// Whether `need` replicas acknowledge a write on the master behind `conn` (`WAIT`, a second per
 /// try); the written `key` is deleted again. What a grant needs of a new replica, and more than its
 /// `master_link_status:up` or its master's `state=online` say: after a diskless full sync, a replica
@@ -630,6 +629,7 @@ pub fn replicas_acknowledge(conn: &mut redis::Connection, key: &str, need: usize
             .is_ok_and(|n| n >= need as i64)
 }
 
+/// Waits until `cond` holds, checking every few milliseconds, up to `limit`.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
