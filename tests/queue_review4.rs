@@ -56,6 +56,65 @@ fn a_stall_right_after_the_first_waiter_queued_keeps_the_arrival_order() {
     });
 }
 
+/// Docs (queue.md, "A node that stalls"): a live waiter keeps its place through a stall of any
+/// length, also one that does not listen on its wake channel yet. The stall rule (`front.lua`,
+/// `moved_expiry`) kept only the waiters that listened at the resume, taking one that did not for
+/// dead; but a waiter stopped with the node between its enqueue and its SUBSCRIBE, or whose
+/// SUBSCRIBE failed (it tries again every 5 s), lives and listens nowhere. It was dropped at the
+/// resume, and a waiter that came during the stall took the lock first. The test above met it in
+/// the full CI run (`2 1` in 1 round of 3); here the first waiter's SUBSCRIBE is refused (the
+/// server's `maxclients` leaves room for its command connection only), and it is stopped for 1.5 s
+/// across the resume, as a loaded machine may do, so that the second one's next attempt comes
+/// first: `2 1` in 7 rounds of 8 (two runs) on the code before, `1 2` in 10 of 10 since the record says
+/// whether its last attempt listened (`sub`), and only one that listened and no longer does is
+/// dropped. Control: with the subscription made, `1 2` in 6 of 6 on the code before.
+#[test]
+fn a_waiter_not_yet_listening_keeps_its_place_through_a_stall() {
+    in_order_every_round(4, &["1", "2"], |round| {
+        // Never restarted: the quarantine is off for this server the test started itself.
+        let s = Server::start();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("order");
+        let name = format!("deaf{round}");
+        let o = run(lockctl_on(&s).args(["acquire", &name, "--ttl", "3s"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        // This connection and the waiter's command connection; its subscription is refused.
+        let mut admin = s.conn();
+        let set_max = |c: &mut redis::Connection, n: &str| {
+            let _: () = redis::cmd("CONFIG")
+                .arg(&["SET", "maxclients", n])
+                .query(c)
+                .unwrap();
+        };
+        set_max(&mut admin, "2");
+        let first = waiter(&mut lockctl_on(&s), &name, &file, "1", &[]);
+        let queued = eventually(Duration::from_secs(30), || {
+            redis::cmd("ZCARD")
+                .arg(queue_key(&name))
+                .query::<u64>(&mut admin)
+                .is_ok_and(|n| n == 1)
+        });
+        assert!(queued, "the first waiter was not queued");
+        // Past its SUBSCRIBE, which the server refused.
+        std::thread::sleep(Duration::from_millis(500));
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg(&["CHANNELS", "*"])
+            .query(&mut admin)
+            .unwrap();
+        assert!(channels.is_empty(), "it subscribed: {channels:?}");
+        set_max(&mut admin, "10000");
+        s.pause();
+        let second = waiter(&mut lockctl_on(&s), &name, &file, "2", &[]);
+        std::thread::sleep(Duration::from_millis(6000));
+        kill(first.id() as i32, libc::SIGSTOP);
+        s.resume();
+        std::thread::sleep(Duration::from_millis(1500));
+        kill(first.id() as i32, libc::SIGCONT);
+        all_succeed([first, second]);
+        order(&file)
+    });
+}
+
 /// Docs (queue.md, "A node that stalls"): a stall shorter than the queue keys' floor keeps the
 /// live waiters. The queue's keys used to live only a front lifetime past the longest expiry, and
 /// `seen` takes the queue's TTL (front.lua, `keep_time`): 9.5 s left at the stop here, so a 10 s
