@@ -114,9 +114,11 @@ pub struct Node {
     client: Client,
     secret_url: String,
     conn: Option<Connection>,
-    /// Writes on `conn` whose replies are owed: the command that timed out, and what was sent behind
-    /// it without waiting. Zero when the connection is in step.
-    owed: u8,
+    /// What `conn` owes: the writes whose replies were not read (the command that timed out, and
+    /// what was sent behind it without waiting). Empty when the connection is in step.
+    owed: Owed,
+    /// The bytes the current call writes, as far as known (for `owed` when it times out).
+    sending: usize,
     timeout: Duration,
     /// Calls must also end by then (the end of the lease they renew).
     until: Option<Stamp>,
@@ -150,6 +152,60 @@ enum Check {
     Fail(NodeFailure),
 }
 
+/// The bytes of a command's RESP encoding, from the lengths of its parts.
+fn packed_len(parts: impl IntoIterator<Item = usize>) -> usize {
+    let digits = |n: usize| n.max(1).ilog10() as usize + 1;
+    let (count, bytes) = parts.into_iter().fold((0, 0), |(count, bytes), len| {
+        (count + 1, bytes + 1 + digits(len) + 2 + len + 2)
+    });
+    1 + digits(count) + 2 + bytes
+}
+
+/// How much a stopped server reads of a plain connection at a time (Redis's `PROTO_IOBUF_LEN`), and
+/// the most plaintext one TLS record carries.
+const SERVER_READ: usize = 16 * 1024;
+
+/// The writes a connection owes replies to, and whether a server that reads them only after
+/// lockctl closed the connection (a stopped server, resumed after a signalled waiter's exit) still
+/// runs the last of them. It reads until the first command is complete, runs what that read
+/// brought, and frees the connection when a reply cannot be written: over a unix socket at once
+/// (the first read: three writes of 7 KB, two ran; of 14 KB, one), over TCP and TLS after one
+/// read more at least, and over TLS one read is one record, one write of up to 16 KB (three small
+/// writes, two ran; a 20 KB write and two small ones, the first two ran; Redis 7.0). Counted as
+/// plain reads for TCP, which at times read further (three writes of 14 KB all ran; five of
+/// 20 KB, two).
+#[derive(Debug, Default, Clone, Copy)]
+struct Owed {
+    writes: u8,
+    /// The bytes (and TLS records) of the first write, and of all of them.
+    first: usize,
+    bytes: usize,
+    first_records: usize,
+    records: usize,
+}
+
+impl Owed {
+    fn add(&mut self, len: usize) {
+        let records = len.div_ceil(SERVER_READ).max(1);
+        if self.writes == 0 {
+            self.first = len;
+            self.first_records = records;
+        }
+        self.writes = self.writes.saturating_add(1);
+        self.bytes += len;
+        self.records += records;
+    }
+
+    /// True when a stopped server reads every owed write of the connection closed before it resumed.
+    fn all_read(&self, tls: bool) -> bool {
+        if tls {
+            self.records <= self.first_records + 1
+        } else {
+            self.bytes <= self.first.div_ceil(SERVER_READ).max(1) * SERVER_READ
+        }
+    }
+}
+
 impl Node {
     /// A node that connects on first use.
     pub fn new(spec: &NodeSpec, tls: &TlsFiles, timeout: Duration) -> Result<Node, LockError> {
@@ -160,7 +216,8 @@ impl Node {
             client,
             secret_url: spec.url.clone(),
             conn: None,
-            owed: 0,
+            owed: Owed::default(),
+            sending: SERVER_READ,
             timeout,
             until: None,
             pending: Mutex::new(None),
@@ -188,7 +245,7 @@ impl Node {
 
     /// True when the last command timed out and its reply is still owed.
     pub fn is_stale(&self) -> bool {
-        self.owed > 0
+        self.owed.writes > 0
     }
 
     /// The node timeout.
@@ -263,7 +320,8 @@ impl Node {
             client,
             secret_url: self.secret_url.clone(),
             conn: None,
-            owed: 0,
+            owed: Owed::default(),
+            sending: SERVER_READ,
             timeout: self.timeout,
             until: None,
             pending: Mutex::new(None),
@@ -315,6 +373,7 @@ impl Node {
         f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, NodeFailure> {
         let mut f = f;
+        self.sending = SERVER_READ;
         self.call_with(what, false, |c, _| (f(c), None))
     }
 
@@ -345,9 +404,9 @@ impl Node {
     ) -> Result<T, NodeFailure> {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
-        if self.owed > 0 {
+        if self.owed.writes > 0 {
             self.conn = None;
-            self.owed = 0;
+            self.owed = Owed::default();
         }
         if budget.is_zero() {
             return Err(NodeFailure {
@@ -743,6 +802,10 @@ impl Node {
     ) -> Result<Value, NodeFailure> {
         let durable = super::is_durable(script);
         let source = super::script_source(script);
+        let sizes = || keys.iter().chain(args).map(|a| a.len());
+        // An `INFO` may go along in the same write: a few bytes more.
+        self.sending = packed_len([7, 40, 2].into_iter().chain(sizes())) + 32;
+        let fell_back = std::cell::Cell::new(false);
         let eval_source = |conn: &mut Connection, e: RedisError| match source {
             Some(source) => redis::cmd("EVAL")
                 .arg(source)
@@ -751,6 +814,10 @@ impl Node {
                 .arg(args)
                 .query(conn),
             None => Err(e),
+        };
+        let eval_source = |conn: &mut Connection, e: RedisError| {
+            fell_back.set(true);
+            eval_source(conn, e)
         };
         let result = self.call_with(what, durable, |conn, along| {
             if along != Along::Nothing {
@@ -770,6 +837,15 @@ impl Node {
             };
             (result, None)
         });
+        if fell_back.get() && self.is_stale() {
+            // What is owed is the script's text, sent after the NOSCRIPT reply was read.
+            self.owed = Owed::default();
+            self.owed.add(packed_len(
+                [4, source.map_or(0, str::len), 2]
+                    .into_iter()
+                    .chain(sizes()),
+            ));
+        }
         result.map_err(|mut fail| {
             // A script stops at the command that failed; the ones before it stay applied. Not so
             // for a channel the ACL refuses: every PUBLISH that may be refused comes before the
@@ -809,25 +885,29 @@ impl Node {
                 self.conn = Some(c);
             }
         }
-        let sent = self.conn.as_mut().is_some_and(|conn| {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(compact(source)).arg(keys.len()).arg(keys).arg(args);
-            conn.send_packed_command(&cmd.get_packed_command()).is_ok()
-        });
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(compact(source)).arg(keys.len()).arg(keys).arg(args);
+        let packed = cmd.get_packed_command();
+        let sent = self
+            .conn
+            .as_mut()
+            .is_some_and(|conn| conn.send_packed_command(&packed).is_ok());
         if !sent {
             self.conn = None;
-            self.owed = 0;
+            self.owed = Owed::default();
             return false;
         }
         // Kept for what else goes out without waiting (a waiter's leave after the rollback of its
         // grant), so that the server runs it after this; the next call with a reply reconnects.
-        self.owed = self.owed.saturating_add(1);
-        if self.owed > 2 && is_tls(&self.client) {
+        self.owed.add(packed.len());
+        if !self.owed.all_read(is_tls(&self.client)) {
             trace!(
-                "{}: sent without waiting, as write {} behind an unanswered one over TLS: a \
-                 stopped server does not read that far into a closed connection",
+                "{}: sent without waiting, as write {} ({} bytes owed) behind an unanswered \
+                 one: a stopped server does not read that far into a connection closed before \
+                 it resumed",
                 self.display,
-                self.owed
+                self.owed.writes,
+                self.owed.bytes
             );
             return false;
         }
@@ -856,7 +936,8 @@ impl Node {
         };
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(compact(source)).arg(keys.len()).arg(keys).arg(args);
-        if conn.send_packed_command(&cmd.get_packed_command()).is_err() {
+        let packed = cmd.get_packed_command();
+        if conn.send_packed_command(&packed).is_err() {
             return false;
         }
         trace!(
@@ -864,7 +945,8 @@ impl Node {
             self.display
         );
         self.conn = Some(conn);
-        self.owed = 1;
+        self.owed = Owed::default();
+        self.owed.add(packed.len());
         true
     }
 
@@ -872,7 +954,8 @@ impl Node {
         // `describe` sets it again for a refusal.
         self.refused.store(false, Ordering::Relaxed);
         if e.is_timeout() {
-            self.owed = 1;
+            self.owed = Owed::default();
+            self.owed.add(self.sending);
             let within = if budget < self.timeout {
                 format!("the time left on the lease ({} ms)", budget.as_millis())
             } else {
@@ -1485,6 +1568,42 @@ fn open_client(spec: &NodeSpec, tls: &TlsFiles) -> Result<Client, LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `packed_len` counts what redis-rs writes.
+    #[test]
+    fn packed_len_is_the_encoded_length() {
+        let long = "k".repeat(12_345);
+        for parts in [
+            vec!["EVALSHA", "0123", "2", "a", ""],
+            vec!["EVAL", &long, "10"],
+        ] {
+            let mut cmd = redis::cmd(parts[0]);
+            cmd.arg(&parts[1..]);
+            let want = cmd.get_packed_command().len();
+            assert_eq!(packed_len(parts.iter().map(|p| p.len())), want, "{parts:?}");
+        }
+    }
+
+    /// The reads measured on a stopped Redis 7.0 (see [`Owed`]).
+    #[test]
+    fn owed_writes_past_the_servers_reads_count_as_lost() {
+        let after = |tls: bool, writes: &[usize]| {
+            let mut owed = Owed::default();
+            writes
+                .iter()
+                .map(|&w| {
+                    owed.add(w);
+                    owed.all_read(tls)
+                })
+                .collect::<Vec<_>>()
+        };
+        let k = 1024;
+        assert_eq!(after(true, &[100, 100, 100]), [true, true, false]);
+        assert_eq!(after(true, &[20 * k, 100, 100]), [true, true, false]);
+        assert_eq!(after(false, &[7 * k, 7 * k, 7 * k]), [true, true, false]);
+        assert_eq!(after(false, &[14 * k, 14 * k]), [true, false]);
+        assert_eq!(after(false, &[20 * k, 10 * k, 3 * k]), [true, true, false]);
+    }
 
     /// What a waiter stopped during a stall leaves on one connection (an attempt by EVALSHA with its
     /// arguments, a rollback, a leave) must fit in the server's first read of it (see `compact`).
