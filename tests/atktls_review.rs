@@ -1,0 +1,303 @@
+//! Attack on what a waiter signalled during a node's stall says about its place (`mod.rs`
+//! `interrupted`, `queue.rs` `leave`, `node.rs` `send_only` / `send_on_new` and the count of the
+//! writes a connection owes, `owed`), with real servers stopped by SIGSTOP.
+//!
+//! What a stopped Redis 7.0 runs of a connection closed before it resumed, measured outside lockctl
+//! with a client sending EVALs one write each (3 runs per case): over TLS the first two writes and
+//! nothing after (3 small writes: 2 ran; a first write of 20 KB, two TLS records: 2 of 3 ran; a first
+//! write of two commands: both and the next ran; a second write of 20 KB: 2 of 3 ran). So over TLS
+//! it is two writes, whatever their sizes, as `owed` counts. Over plain TCP it depends on how far
+//! the first read goes (docs/queue.md: 16 KB), which `owed` does not count at all.
+//!
+//! The servers are started here and never restarted, so the restart quarantine is off
+//! (`support::lockctl`).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::queue::{hold, queue_key, signalled_during_a_stall, wait_queued, waiter};
+use support::tls::{Pki, TlsServer};
+use support::*;
+
+/// A server on a loopback TCP port with an ACL user `lk` (password `pw`) that may do everything;
+/// the default user, which the test's own reads use over the unix socket, stays open.
+fn server_with_a_user() -> Server {
+    let s = Server::start_tcp();
+    let _: () = s.cmd(&["ACL", "SETUSER", "lk", "on", ">pw", "~*", "&*", "+@all"]);
+    s
+}
+
+/// A lockctl for `s` as user `lk`: a connection whose handshake (AUTH) waits for an answer, so no
+/// new connection is opened to a stopped server for the rollback (`Node::send_on_new`).
+fn lockctl_as_user(s: &Server) -> std::process::Command {
+    let mut c = lockctl();
+    c.env(
+        "LOCKCTL_REDIS",
+        format!("redis://lk:pw@127.0.0.1:{}", s.port.unwrap()),
+    );
+    c
+}
+
+/// A server on a unix socket with the ACL user `lk` as in [`server_with_a_user`].
+fn unix_server_with_a_user() -> Server {
+    let s = Server::start();
+    let _: () = s.cmd(&["ACL", "SETUSER", "lk", "on", ">pw", "~*", "&*", "+@all"]);
+    s
+}
+
+/// A lockctl for `s`'s unix socket as user `lk`.
+fn lockctl_as_user_on_unix(s: &Server) -> std::process::Command {
+    let mut c = lockctl();
+    c.env(
+        "LOCKCTL_REDIS",
+        format!("unix://{}?user=lk&pass=pw", s.socket().display()),
+    );
+    c
+}
+
+/// A server speaking TLS on a loopback port with a throwaway CA, and the CA.
+fn tls_server() -> (TlsServer, Pki) {
+    let pki = Pki::new("IP:127.0.0.1");
+    (TlsServer::start(&pki, false), pki)
+}
+
+/// A lockctl for `tls` with the CA in `pki`.
+fn lockctl_tls(tls: &TlsServer, pki: &Pki) -> std::process::Command {
+    let mut c = lockctl();
+    c.env("LOCKCTL_REDIS", tls.url("127.0.0.1"))
+        .env("LOCKCTL_TLS_CA", pki.path("ca.crt"));
+    c
+}
+
+/// A waiter signalled during the stall must not say its place "was given up" while its entry is
+/// still queued after the resume (docs/queue.md, "What it does not cover").
+fn assert_said_the_truth(said: &str, queued: bool) {
+    let last = said.lines().last().unwrap_or_default();
+    assert!(
+        !queued || last.contains("could not be withdrawn"),
+        "the signalled waiter was still queued after the resume, and it said: {last}"
+    );
+}
+
+/// Break. With a user and password (AUTH: no new connection to a stopped server), a 300-byte name
+/// (the limit is 512): the waiter's attempt, its rollback and its leave all go on the old
+/// connection, past what the server runs of it once it is closed, so the leave is lost; the waiter
+/// says its place "was given up without waiting for the answer" while its entry stays queued. The
+/// count of owed writes applies to TLS only.
+#[test]
+fn with_a_password_a_waiter_with_a_300_byte_name_signalled_in_a_stall_says_the_truth() {
+    let s = server_with_a_user();
+    let (said, queued) =
+        signalled_behind_its_rollback(&s, || lockctl_as_user(&s), &"m".repeat(300), &[]);
+    assert_said_the_truth(&said, queued);
+}
+
+/// Held: with a user and password and a short name, the three writes on the old connection all run
+/// at the resume, and the leave takes the signalled waiter out.
+#[test]
+fn with_a_password_a_waiter_with_a_short_name_signalled_in_a_stall_leaves_at_the_resume() {
+    let s = server_with_a_user();
+    let (said, queued) = signalled_during_a_stall(
+        &s,
+        || lockctl_as_user(&s),
+        "pwshort",
+        &queue_key("pwshort"),
+        &[],
+    );
+    assert_said_the_truth(&said, queued);
+}
+
+/// A holder's 3 s lease ends during a 5 s stall while a single waiter (made by `cmd`) keeps
+/// trying; its attempt that timed out is granted at the resume unless its rollback runs. Returns
+/// how long after the resume the waiter was served.
+fn served_after_a_stall_on(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+) -> Duration {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(cmd().args(["acquire", name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = waiter(&mut cmd(), name, &file, "1", &[]);
+    wait_queued(s, name, 1);
+    s.pause();
+    std::thread::sleep(Duration::from_secs(5));
+    s.resume();
+    let resumed = Instant::now();
+    let o = wait_output(w, Duration::from_secs(60));
+    let took = resumed.elapsed();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    eprintln!(
+        "served {took:?} after the resume ({} byte name)",
+        name.len()
+    );
+    took
+}
+
+/// Break. With a user and password and a 480-byte name, the attempt that timed out and its
+/// rollback go on the old connection alone (no new one to a stopped server), and the rollback falls
+/// past what the server runs of it: the attempt is granted at the resume and that grant, which
+/// nobody holds, keeps the lock for the waiter's 30 s TTL while the waiter itself waits behind it.
+#[test]
+fn with_a_password_a_480_byte_name_whose_attempt_timed_out_in_a_stall_is_served_after_it() {
+    let s = server_with_a_user();
+    let took = served_after_a_stall_on(&s, || lockctl_as_user(&s), &"n".repeat(480));
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock"
+    );
+}
+
+/// Held: over TLS with a 480-byte name the rollback (a write of two TLS records once the keys are
+/// long) is still the second write on the old connection and runs at the resume: the grant made
+/// there is undone and the waiter is served at once.
+#[test]
+fn over_tls_a_480_byte_name_whose_attempt_timed_out_in_a_stall_is_served_after_it() {
+    let (tls, pki) = tls_server();
+    let took = served_after_a_stall_on(&tls.server, || lockctl_tls(&tls, &pki), &"t".repeat(480));
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume over TLS: a stray grant held the lock"
+    );
+}
+
+/// Held: over TLS with a 300-byte name, a waiter signalled during the stall either leaves at the
+/// resume or says that its place could not be withdrawn.
+#[test]
+fn over_tls_a_waiter_with_a_300_byte_name_signalled_in_a_stall_says_the_truth() {
+    let (tls, pki) = tls_server();
+    let name = "u".repeat(300);
+    let (said, queued) = signalled_during_a_stall(
+        &tls.server,
+        || lockctl_tls(&tls, &pki),
+        &name,
+        &queue_key(&name),
+        &[],
+    );
+    assert_said_the_truth(&said, queued);
+}
+
+/// The waiter signalled right after its rollback went out in the stall (`-v`: "sent without
+/// waiting"), with the entry's presence after the resume and the waiter's last line.
+fn signalled_behind_its_rollback(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    extra: &[&str],
+) -> (String, bool) {
+    let queue = queue_key(name);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut cmd(), name);
+    let mut first = waiter(cmd().arg("-v"), name, &file, "1", extra);
+    let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
+    wait_queued(s, name, 1);
+    let second = waiter(&mut cmd(), name, &file, "2", &[]);
+    wait_queued(s, name, 2);
+    std::thread::sleep(Duration::from_secs(1));
+    let ids: Vec<String> = s.cmd(&["ZRANGE", &queue, "0", "-1"]);
+    s.pause();
+    let behind = eventually(Duration::from_secs(10), || {
+        seen.lock().unwrap().contains("sent without waiting")
+    });
+    kill(first.id() as i32, libc::SIGTERM);
+    let status = first.wait().unwrap();
+    reader.join().unwrap();
+    let said = seen.lock().unwrap().clone();
+    eprintln!("the signalled waiter: {status:?}: {said}");
+    assert!(behind, "no rollback went out in the stall: {said}");
+    std::thread::sleep(Duration::from_millis(1000));
+    s.resume();
+    let _: String = s.cmd(&["PING"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue, "0", "-1"]);
+    let o = run(cmd().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(second, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    (said, queued.contains(&ids[0]))
+}
+
+/// Break. With a user and password and a short name, the signal right behind the rollback: the
+/// leave is the third write on the old connection, as over TLS. Whether the server runs it depends
+/// on how it reads a closed connection over plain TCP, which the count of owed writes does not
+/// cover; the waiter must not say "given up" while its entry stays.
+#[test]
+fn with_a_password_a_waiter_signalled_behind_its_rollback_says_the_truth() {
+    let s = server_with_a_user();
+    let (said, queued) = signalled_behind_its_rollback(&s, || lockctl_as_user(&s), "pwbehind", &[]);
+    assert_said_the_truth(&said, queued);
+}
+
+/// Held: over TLS with a 300-byte name and the signal right behind the rollback, the leave is the
+/// third write and is counted as not sent: the waiter says its place could not be withdrawn.
+#[test]
+fn over_tls_a_long_name_signalled_behind_its_rollback_says_the_truth() {
+    let (tls, pki) = tls_server();
+    let (said, queued) =
+        signalled_behind_its_rollback(
+        &tls.server,
+        || lockctl_tls(&tls, &pki),
+        &"v".repeat(300),
+        &[],
+    );
+    assert_said_the_truth(&said, queued);
+}
+
+/// Break. With a user and password, a 480-byte name and a 500-byte note (docs/queue.md: a closed
+/// connection's commands run only as far as the server's first read, 16 KB), the signal right
+/// behind the rollback: attempt, rollback and leave on the old connection come to well over 16 KB.
+#[test]
+fn with_a_password_a_480_byte_name_and_a_note_signalled_behind_its_rollback_says_the_truth() {
+    let s = server_with_a_user();
+    let note = "x".repeat(500);
+    let (said, queued) = signalled_behind_its_rollback(
+        &s,
+        || lockctl_as_user(&s),
+        &"n".repeat(480),
+        &["--note", &note],
+    );
+    assert_said_the_truth(&said, queued);
+}
+
+/// Break. On a unix socket with a user and password (AUTH: no new connection for the rollback), a
+/// 300-byte name and the signal right behind the rollback: attempt, rollback and leave go on the
+/// old connection, and a unix socket fails the server's first reply at once, so only its first read
+/// (16 KB) runs: the leave is lost while the waiter says its place was given up.
+#[test]
+fn on_a_unix_socket_with_a_password_a_300_byte_name_signalled_behind_its_rollback_says_the_truth() {
+    let s = unix_server_with_a_user();
+    let (said, queued) = signalled_behind_its_rollback(
+        &s,
+        || lockctl_as_user_on_unix(&s),
+        &"m".repeat(300),
+        &[],
+    );
+    assert_said_the_truth(&said, queued);
+}
+
+/// Break. On a unix socket with a user and password and a 480-byte name, the attempt that timed
+/// out in the stall and its rollback go on the old connection alone, and the rollback falls past
+/// the server's first read: the attempt is granted at the resume, and that grant, which nobody
+/// holds, keeps the lock for the waiter's 30 s TTL while the waiter waits behind it.
+#[test]
+fn on_a_unix_socket_with_a_password_a_480_byte_name_whose_attempt_timed_out_is_served_after_it() {
+    let s = unix_server_with_a_user();
+    let took = served_after_a_stall_on(&s, || lockctl_as_user_on_unix(&s), &"n".repeat(480));
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock"
+    );
+}
+
+/// Held: on a unix socket with a user and password and a short name, the signal right behind the
+/// rollback: the three writes fit in the server's first read and the leave runs.
+#[test]
+fn on_a_unix_socket_with_a_password_a_short_name_signalled_behind_its_rollback_says_the_truth() {
+    let s = unix_server_with_a_user();
+    let (said, queued) =
+        signalled_behind_its_rollback(&s, || lockctl_as_user_on_unix(&s), "unixpw", &[]);
+    assert_said_the_truth(&said, queued);
+}
