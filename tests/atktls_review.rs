@@ -14,6 +14,8 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::queue::{hold, queue_key, signalled_during_a_stall, wait_queued, waiter};
@@ -183,21 +185,37 @@ fn over_tls_a_waiter_with_a_300_byte_name_signalled_in_a_stall_says_the_truth() 
 /// waiting"), with the entry's presence after the resume and the waiter's last line.
 fn signalled_behind_its_rollback(
     s: &Server,
-    mut cmd: impl FnMut() -> std::process::Command,
+    cmd: impl FnMut() -> std::process::Command,
     name: &str,
     extra: &[&str],
 ) -> (String, bool) {
-    let queue = queue_key(name);
+    signalled_behind_its_rollback_on(s, cmd, name, &queue_key(name), extra)
+}
+
+/// [`signalled_behind_its_rollback`] with the lock's queue key given (it depends on the prefix).
+fn signalled_behind_its_rollback_on(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    queue: &str,
+    extra: &[&str],
+) -> (String, bool) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("order");
     let token = hold(&mut cmd(), name);
     let mut first = waiter(cmd().arg("-v"), name, &file, "1", extra);
     let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
-    wait_queued(s, name, 1);
+    let queued_n = |n: u64| {
+        let ok = eventually(Duration::from_secs(30), || {
+            s.cmd::<u64>(&["ZCARD", queue]) == n
+        });
+        assert!(ok, "{n} waiter(s) not queued");
+    };
+    queued_n(1);
     let second = waiter(&mut cmd(), name, &file, "2", &[]);
-    wait_queued(s, name, 2);
+    queued_n(2);
     std::thread::sleep(Duration::from_secs(1));
-    let ids: Vec<String> = s.cmd(&["ZRANGE", &queue, "0", "-1"]);
+    let ids: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
     s.pause();
     let behind = eventually(Duration::from_secs(10), || {
         seen.lock().unwrap().contains("sent without waiting")
@@ -212,7 +230,7 @@ fn signalled_behind_its_rollback(
     s.resume();
     let _: String = s.cmd(&["PING"]);
     std::thread::sleep(Duration::from_millis(300));
-    let queued: Vec<String> = s.cmd(&["ZRANGE", &queue, "0", "-1"]);
+    let queued: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
     let o = run(cmd().args(["release", name, "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = wait_output(second, Duration::from_secs(60));
@@ -300,4 +318,111 @@ fn on_a_unix_socket_with_a_password_a_short_name_signalled_behind_its_rollback_s
     let (said, queued) =
         signalled_behind_its_rollback(&s, || lockctl_as_user_on_unix(&s), "unixpw", &[]);
     assert_said_the_truth(&said, queued);
+}
+
+/// Over plain TCP with a user and password and every size at its limit (a 511-byte prefix, a
+/// 512-byte name, a 512-byte note), the signal right behind the rollback: a stopped server runs a
+/// closed TCP connection's commands as far as the read after the one that held the first complete
+/// command (measured outside lockctl: five writes of 20 KB, 2 ran, 3 runs of 3).
+#[test]
+fn with_a_password_every_size_at_its_limit_signalled_behind_its_rollback_says_the_truth() {
+    let s = server_with_a_user();
+    let prefix = format!("{}:", "p".repeat(510));
+    let name = "n".repeat(512);
+    let note = "x".repeat(512);
+    let queue = format!("{{{prefix}{name}}}\u{1f}queue");
+    let (said, queued) = signalled_behind_its_rollback_on(
+        &s,
+        || {
+            let mut c = lockctl_as_user(&s);
+            c.env("LOCKCTL_PREFIX", &prefix);
+            c
+        },
+        &name,
+        &queue,
+        &["--note", &note],
+    );
+    assert_said_the_truth(&said, queued);
+}
+
+/// Stops and continues `pid` every 50 ms until `done`, as a busy machine or a debugger would: each
+/// stop cuts the read it blocks in (EINTR, `SO_RCVTIMEO`). Returns how many stops it sent.
+fn stop_and_continue(pid: i32, done: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut n = 0;
+        while !done.load(Ordering::Relaxed) {
+            kill(pid, libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(5));
+            kill(pid, libc::SIGCONT);
+            n += 1;
+            std::thread::sleep(Duration::from_millis(45));
+        }
+        n
+    })
+}
+
+/// A holder's 3 s lease ends during a 5 s stall of `s`; a single waiter (made by `cmd`, with
+/// `-v`) is stopped and continued through the first 2 s of the stall, so that a read of its attempt
+/// on the stalled node is cut and the call goes on on a new connection, leaving the attempt alone
+/// on the old one. Returns how long after the resume the waiter was served, and what it said.
+fn served_after_a_stall_with_stops(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+) -> (Duration, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(cmd().args(["acquire", name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = waiter(cmd().arg("-v"), name, &file, "1", &[]);
+    wait_queued(s, name, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    s.pause();
+    let done = Arc::new(AtomicBool::new(false));
+    let stops = stop_and_continue(w.id() as i32, done.clone());
+    std::thread::sleep(Duration::from_secs(2));
+    done.store(true, Ordering::Relaxed);
+    let stops = stops.join().unwrap();
+    kill(w.id() as i32, libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(3));
+    s.resume();
+    let resumed = Instant::now();
+    let o = wait_output(w, Duration::from_secs(60));
+    let took = resumed.elapsed();
+    let said = stderr(&o);
+    assert_eq!(code(&o), 0, "{said}");
+    eprintln!("served {took:?} after the resume ({stops} stops of the waiter)");
+    (took, said)
+}
+
+/// Break. Over TLS, the waiter's attempt on the stalled node cut by a stop of lockctl (EINTR) is
+/// sent again on a new connection, which no stopped server completes a handshake for; the call
+/// fails without a timeout on any connection, so nothing counts as owed, and the rollback waits
+/// for an answer on yet another new connection that cannot be opened either: no rollback goes out
+/// at all. The attempt, alone on the closed old connection, runs at the resume and is granted (the
+/// lease ended in the stall), and that grant, which nobody holds, keeps the lock for the waiter's
+/// 30 s TTL while the waiter waits behind it.
+#[test]
+fn over_tls_an_attempt_cut_by_a_stop_in_a_stall_is_rolled_back() {
+    let (tls, pki) = tls_server();
+    let (took, said) =
+        served_after_a_stall_with_stops(&tls.server, || lockctl_tls(&tls, &pki), "tlscut");
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume over TLS: a stray grant held the lock; the waiter \
+         said: {said}"
+    );
+}
+
+/// Held: the same over plain TCP, where the attempt sent again on a new connection (a stopped
+/// server's kernel accepts it) times out there and its rollback goes out with a tombstone that also
+/// stops the first send of the attempt.
+#[test]
+fn over_tcp_an_attempt_cut_by_a_stop_in_a_stall_is_rolled_back() {
+    let s = Server::start_tcp();
+    let (took, said) = served_after_a_stall_with_stops(&s, || lockctl_on(&s), "tcpcut");
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock; the waiter said: {said}"
+    );
 }
