@@ -345,24 +345,24 @@ fn with_a_password_every_size_at_its_limit_signalled_behind_its_rollback_says_th
     assert_said_the_truth(&said, queued);
 }
 
-/// Stops and continues `pid` every 50 ms until `done`, as a busy machine or a debugger would: each
+/// Stops and continues `pid` every 10 ms until `done`, as a busy machine or a debugger would: each
 /// stop cuts the read it blocks in (EINTR, `SO_RCVTIMEO`). Returns how many stops it sent.
 fn stop_and_continue(pid: i32, done: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut n = 0;
         while !done.load(Ordering::Relaxed) {
             kill(pid, libc::SIGSTOP);
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(2));
             kill(pid, libc::SIGCONT);
             n += 1;
-            std::thread::sleep(Duration::from_millis(45));
+            std::thread::sleep(Duration::from_millis(8));
         }
         n
     })
 }
 
 /// A holder's 3 s lease ends during a 5 s stall of `s`; a single waiter (made by `cmd`, with
-/// `-v`) is stopped and continued through the first 2 s of the stall, so that a read of its attempt
+/// `-v`) is stopped and continued every 10 ms through the stall, so that a read of its attempt
 /// on the stalled node is cut and the call goes on on a new connection, leaving the attempt alone
 /// on the old one. Returns how long after the resume the waiter was served, and what it said.
 fn served_after_a_stall_with_stops(
@@ -380,18 +380,17 @@ fn served_after_a_stall_with_stops(
     s.pause();
     let done = Arc::new(AtomicBool::new(false));
     let stops = stop_and_continue(w.id() as i32, done.clone());
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(5));
     done.store(true, Ordering::Relaxed);
     let stops = stops.join().unwrap();
     kill(w.id() as i32, libc::SIGCONT);
-    std::thread::sleep(Duration::from_secs(3));
     s.resume();
     let resumed = Instant::now();
     let o = wait_output(w, Duration::from_secs(60));
     let took = resumed.elapsed();
     let said = stderr(&o);
     assert_eq!(code(&o), 0, "{said}");
-    eprintln!("served {took:?} after the resume ({stops} stops of the waiter)");
+    eprintln!("served {took:?} after the resume ({stops} stops of the waiter); the waiter said: {said}");
     (took, said)
 }
 
