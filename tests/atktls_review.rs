@@ -254,8 +254,7 @@ fn with_a_password_a_waiter_signalled_behind_its_rollback_says_the_truth() {
 #[test]
 fn over_tls_a_long_name_signalled_behind_its_rollback_says_the_truth() {
     let (tls, pki) = tls_server();
-    let (said, queued) =
-        signalled_behind_its_rollback(
+    let (said, queued) = signalled_behind_its_rollback(
         &tls.server,
         || lockctl_tls(&tls, &pki),
         &"v".repeat(300),
@@ -287,12 +286,8 @@ fn with_a_password_a_480_byte_name_and_a_note_signalled_behind_its_rollback_says
 #[test]
 fn on_a_unix_socket_with_a_password_a_300_byte_name_signalled_behind_its_rollback_says_the_truth() {
     let s = unix_server_with_a_user();
-    let (said, queued) = signalled_behind_its_rollback(
-        &s,
-        || lockctl_as_user_on_unix(&s),
-        &"m".repeat(300),
-        &[],
-    );
+    let (said, queued) =
+        signalled_behind_its_rollback(&s, || lockctl_as_user_on_unix(&s), &"m".repeat(300), &[]);
     assert_said_the_truth(&said, queued);
 }
 
@@ -390,7 +385,9 @@ fn served_after_a_stall_with_stops(
     let took = resumed.elapsed();
     let said = stderr(&o);
     assert_eq!(code(&o), 0, "{said}");
-    eprintln!("served {took:?} after the resume ({stops} stops of the waiter); the waiter said: {said}");
+    eprintln!(
+        "served {took:?} after the resume ({stops} stops of the waiter); the waiter said: {said}"
+    );
     (took, said)
 }
 
@@ -423,5 +420,72 @@ fn over_tcp_an_attempt_cut_by_a_stop_in_a_stall_is_rolled_back() {
     assert!(
         took < Duration::from_secs(15),
         "served {took:?} after the resume: a stray grant held the lock; the waiter said: {said}"
+    );
+}
+
+/// Held: Redlock of a TLS node and two unix-socket nodes, the TLS node stopped and the first of two
+/// waiters signalled right behind the rollback it sent there: the unix nodes take its leave at
+/// once, and the TLS node, where the leave is the third write on the old connection, is the one
+/// node it says its place could not be withdrawn on (or the entry is gone there too).
+#[test]
+fn redlock_with_one_tls_node_a_waiter_signalled_behind_its_rollback_says_the_truth() {
+    let (tls, pki) = tls_server();
+    let unix = [Server::start(), Server::start()];
+    let urls = format!(
+        "{},{},{}",
+        tls.url("127.0.0.1"),
+        unix[0].url(),
+        unix[1].url()
+    );
+    let cmd = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &urls)
+            .env("LOCKCTL_TLS_CA", pki.path("ca.crt"));
+        c
+    };
+    let name = "mixed";
+    let queue = queue_key(name);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut cmd(), name);
+    let mut first = waiter(cmd().arg("-v"), name, &file, "1", &[]);
+    let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
+    for s in [&tls.server, &unix[0], &unix[1]] {
+        wait_queued(s, name, 1);
+    }
+    let second = waiter(&mut cmd(), name, &file, "2", &[]);
+    for s in [&tls.server, &unix[0], &unix[1]] {
+        wait_queued(s, name, 2);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let ids: Vec<String> = unix[0].cmd(&["ZRANGE", &queue, "0", "-1"]);
+    tls.server.pause();
+    let behind = eventually(Duration::from_secs(10), || {
+        seen.lock().unwrap().contains("sent without waiting")
+    });
+    kill(first.id() as i32, libc::SIGTERM);
+    first.wait().unwrap();
+    reader.join().unwrap();
+    let said = seen.lock().unwrap().clone();
+    assert!(behind, "no rollback went out in the stall: {said}");
+    std::thread::sleep(Duration::from_millis(1000));
+    tls.server.resume();
+    let _: String = tls.server.cmd(&["PING"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let on = |s: &Server| {
+        s.cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"])
+            .contains(&ids[0])
+    };
+    let (on_tls, on_unix) = (on(&tls.server), on(&unix[0]) || on(&unix[1]));
+    let o = run(cmd().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(second, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let last = said.lines().last().unwrap_or_default();
+    eprintln!("queued on the TLS node {on_tls}, on a unix node {on_unix}; it said: {last}");
+    assert!(!on_unix, "the leave did not reach the unix nodes: {last}");
+    assert!(
+        !on_tls || last.contains("could not be withdrawn on 1 of 3 node(s)"),
+        "still queued on the TLS node, and it said: {last}"
     );
 }
