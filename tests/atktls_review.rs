@@ -189,7 +189,18 @@ fn signalled_behind_its_rollback(
     name: &str,
     extra: &[&str],
 ) -> (String, bool) {
-    signalled_behind_its_rollback_on(s, cmd, name, &queue_key(name), extra)
+    signalled_behind_its_rollback_on(s, cmd, name, &queue_key(name), 0, extra)
+}
+
+/// One command on `s`'s database `db`.
+fn in_db<T: redis::FromRedisValue>(s: &Server, db: u8, args: &[&str]) -> T {
+    let mut c = s.conn();
+    redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut c).expect("redis command")
 }
 
 /// [`signalled_behind_its_rollback`] with the lock's queue key given (it depends on the prefix).
@@ -198,6 +209,7 @@ fn signalled_behind_its_rollback_on(
     mut cmd: impl FnMut() -> std::process::Command,
     name: &str,
     queue: &str,
+    db: u8,
     extra: &[&str],
 ) -> (String, bool) {
     let dir = tempfile::tempdir().unwrap();
@@ -207,7 +219,7 @@ fn signalled_behind_its_rollback_on(
     let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
     let queued_n = |n: u64| {
         let ok = eventually(Duration::from_secs(30), || {
-            s.cmd::<u64>(&["ZCARD", queue]) == n
+            in_db::<u64>(s, db, &["ZCARD", queue]) == n
         });
         assert!(ok, "{n} waiter(s) not queued");
     };
@@ -215,7 +227,7 @@ fn signalled_behind_its_rollback_on(
     let second = waiter(&mut cmd(), name, &file, "2", &[]);
     queued_n(2);
     std::thread::sleep(Duration::from_secs(1));
-    let ids: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
+    let ids: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
     s.pause();
     let behind = eventually(Duration::from_secs(10), || {
         seen.lock().unwrap().contains("sent without waiting")
@@ -230,7 +242,7 @@ fn signalled_behind_its_rollback_on(
     s.resume();
     let _: String = s.cmd(&["PING"]);
     std::thread::sleep(Duration::from_millis(300));
-    let queued: Vec<String> = s.cmd(&["ZRANGE", queue, "0", "-1"]);
+    let queued: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
     let o = run(cmd().args(["release", name, "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = wait_output(second, Duration::from_secs(60));
@@ -335,6 +347,7 @@ fn with_a_password_every_size_at_its_limit_signalled_behind_its_rollback_says_th
         },
         &name,
         &queue,
+        0,
         &["--note", &note],
     );
     assert_said_the_truth(&said, queued);
@@ -488,4 +501,40 @@ fn redlock_with_one_tls_node_a_waiter_signalled_behind_its_rollback_says_the_tru
         !on_tls || last.contains("could not be withdrawn on 1 of 3 node(s)"),
         "still queued on the TLS node, and it said: {last}"
     );
+}
+
+/// Break. The same as the unix socket with a password, with database 1 instead (`?db=1`: SELECT,
+/// whose answer a stopped server does not give either, so no new connection for the rollback): a
+/// 300-byte name and the signal right behind the rollback lose the leave while the waiter says its
+/// place was given up.
+#[test]
+fn on_a_unix_socket_in_database_1_a_300_byte_name_signalled_behind_its_rollback_says_the_truth() {
+    let s = Server::start();
+    let name = "d".repeat(300);
+    let (said, queued) = signalled_behind_its_rollback_on(
+        &s,
+        || {
+            let mut c = lockctl();
+            c.env(
+                "LOCKCTL_REDIS",
+                format!("unix://{}?db=1", s.socket().display()),
+            );
+            c
+        },
+        &name,
+        &queue_key(&name),
+        1,
+        &[],
+    );
+    assert_said_the_truth(&said, queued);
+}
+
+/// Held: the same on a unix socket with neither password nor database: the rollback goes on a new
+/// connection with the leave behind it, and those two fit in the server's first read.
+#[test]
+fn on_a_unix_socket_a_300_byte_name_signalled_behind_its_rollback_says_the_truth() {
+    let s = Server::start();
+    let (said, queued) =
+        signalled_behind_its_rollback(&s, || lockctl_on(&s), &"e".repeat(300), &[]);
+    assert_said_the_truth(&said, queued);
 }
