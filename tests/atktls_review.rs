@@ -19,6 +19,9 @@
 //!   leave share the old connection, of which only 16 KB run: with a 300-byte name the leave is lost
 //!   while the waiter says its place was given up; with a 480-byte name the rollback is lost and the
 //!   grant made at the resume keeps the lock for its 30 s TTL;
+//! - the same over plain TCP with a password once the three writes are at their largest (prefix,
+//!   name and note at their limits): the leave is lost at times (how far a read goes varies) while
+//!   the waiter says its place was given up;
 //! - an attempt whose read on a stalled node is cut by stops of lockctl (EINTR) is sent again on a
 //!   new connection each time, leaving a copy on every connection it drops; when the call ends on a
 //!   cut rather than a timeout nothing counts as owed, no blind rollback nor tombstone goes out, and
@@ -337,10 +340,13 @@ fn on_a_unix_socket_with_a_password_a_short_name_signalled_behind_its_rollback_s
     assert_said_the_truth(&said, queued);
 }
 
-/// Over plain TCP with a user and password and every size at its limit (a 511-byte prefix, a
-/// 512-byte name, a 512-byte note), the signal right behind the rollback: a stopped server runs a
-/// closed TCP connection's commands as far as the read after the one that held the first complete
-/// command (measured outside lockctl: five writes of 20 KB, 2 ran, 3 runs of 3).
+/// Break (fails 4 of 5 runs beside the other tests of this file, passed 3 of 3 alone). Over plain
+/// TCP with a user and password (no new connection for the rollback) and every size at its limit
+/// (a 511-byte prefix, a 512-byte name, a 512-byte note), the signal right behind the rollback: the
+/// leave is the third write on the old connection, counted as sent since this is not TLS, but a
+/// stopped server runs a closed TCP connection's commands only as far as the read after the one
+/// that completed the first command (five writes of 20 KB: 2 ran), and how far each read goes
+/// varies: the leave is lost while the waiter says its place was given up.
 #[test]
 fn with_a_password_every_size_at_its_limit_signalled_behind_its_rollback_says_the_truth() {
     let s = server_with_a_user();
