@@ -421,7 +421,7 @@ fn served_after_a_stall_with_stops(
 }
 
 /// Held: over TLS the same stops cut nothing that leaves an attempt behind unrolled: the waiter is
-/// served at the resume (10 runs of 10).
+/// served at the resume (13 runs of 13).
 #[test]
 fn over_tls_an_attempt_cut_by_a_stop_in_a_stall_is_rolled_back() {
     let (tls, pki) = tls_server();
@@ -434,7 +434,7 @@ fn over_tls_an_attempt_cut_by_a_stop_in_a_stall_is_rolled_back() {
     );
 }
 
-/// Break (intermittent: fails 5 of 13 runs). Over plain TCP each stop of lockctl cuts the read of
+/// Break (intermittent: fails 6 of 16 runs). Over plain TCP each stop of lockctl cuts the read of
 /// its attempt on the stalled node (EINTR), and the attempt is sent again on a new connection (a
 /// stopped server's kernel accepts it), leaving a copy on each connection it drops. When the call
 /// ends on a cut rather than a timeout, nothing counts as owed: no blind rollback and no tombstone
