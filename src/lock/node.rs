@@ -119,6 +119,10 @@ pub struct Node {
     owed: Owed,
     /// The bytes the current call writes, as far as known (for `owed` when it times out).
     sending: usize,
+    /// The last call failed after its command went out on a connection that was then dropped
+    /// unanswered (its read cut by a stop of lockctl, and sent again): a stopped server still runs
+    /// it when it resumes, as it runs one that timed out.
+    left_behind: bool,
     timeout: Duration,
     /// Calls must also end by then (the end of the lease they renew).
     until: Option<Stamp>,
@@ -218,6 +222,7 @@ impl Node {
             conn: None,
             owed: Owed::default(),
             sending: SERVER_READ,
+            left_behind: false,
             timeout,
             until: None,
             pending: Mutex::new(None),
@@ -245,7 +250,7 @@ impl Node {
 
     /// True when the last command timed out and its reply is still owed.
     pub fn is_stale(&self) -> bool {
-        self.owed.writes > 0
+        self.owed.writes > 0 || self.left_behind
     }
 
     /// The node timeout.
@@ -322,6 +327,7 @@ impl Node {
             conn: None,
             owed: Owed::default(),
             sending: SERVER_READ,
+            left_behind: false,
             timeout: self.timeout,
             until: None,
             pending: Mutex::new(None),
@@ -404,9 +410,10 @@ impl Node {
     ) -> Result<T, NodeFailure> {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
-        if self.owed.writes > 0 {
+        if self.is_stale() {
             self.conn = None;
             self.owed = Owed::default();
+            self.left_behind = false;
         }
         if budget.is_zero() {
             return Err(NodeFailure {
@@ -519,6 +526,7 @@ impl Node {
                     trace!("{}: connection dropped ({e}); reconnecting", self.display);
                     resent = true;
                     self.conn = None;
+                    self.left_behind |= is_interrupted(&e);
                     // The server is where it was: going back to the URL's node (a cluster's seed,
                     // the Sentinels) cost each cut read a redirect, and five stops in one call
                     // made it a redirect loop (78).
@@ -593,6 +601,8 @@ impl Node {
         };
         match result {
             Ok(v) => {
+                // Answered: what a cut read left behind ran first or leaves the same state.
+                self.left_behind = false;
                 trace!("{}: {what} in {:.3} ms", self.display, ms(started));
                 Ok(v)
             }
@@ -918,25 +928,48 @@ impl Node {
     /// [`Node::send_only`] on a new connection, to a node whose last command timed out (a
     /// rollback, behind the attempt that timed out: see `Engine::rollback`). The new connection
     /// then serves what else goes out without waiting, in order behind this; the old one is closed.
-    /// A stopped server's kernel accepts the connection, so it costs no round trip, unless its
-    /// handshake needs an answer (TLS, AUTH, SELECT): a stopped server gives none, so no such
-    /// connection is tried, and the old connection alone carries the send, as before. A connect
-    /// that fails (within the node timeout) loses it the same way. True when it went out.
+    /// A stopped server's kernel accepts the connection, so it costs no round trip. A handshake that
+    /// needs an answer goes along instead, in the same write: `AUTH` and `SELECT`, which the server
+    /// runs before the script (a 480-byte name's rollback fell past the first read of the old
+    /// connection, which alone carried it, and a grant nobody held kept the lock for its TTL). Not
+    /// TLS, whose handshake a stopped server never completes: the old connection alone carries the
+    /// send there. A connect that fails (within the node timeout) loses it the same way. True when
+    /// it went out.
     pub fn send_on_new(&mut self, source: &str, keys: &[&str], args: &[&str]) -> bool {
-        if handshake_answered(&self.client) {
+        if is_tls(&self.client) {
             trace!(
-                "{}: no new connection (its handshake waits for the server's answer)",
+                "{}: no new connection (its TLS handshake waits for the server's answer)",
                 self.display
             );
             return false;
         }
+        let info = self.client.get_connection_info().clone();
+        let settings = info.redis_settings().clone();
+        let mut packed = Vec::new();
+        if let Some(password) = settings.password() {
+            let mut auth = redis::cmd("AUTH");
+            auth.arg(settings.username()).arg(password);
+            packed.extend(auth.get_packed_command());
+        }
+        if settings.db() != 0 {
+            packed.extend(redis::cmd("SELECT").arg(settings.db()).get_packed_command());
+        }
+        let bare =
+            info.set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name());
+        let Ok(client) = Client::open(bare) else {
+            return false;
+        };
         let deadline = Instant::now() + self.budget();
-        let Ok(mut conn) = self.connect_target(deadline) else {
+        let conn = {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            connect(&client, deadline, &mut pending).and_then(|c| bounded(c, self.timeout))
+        };
+        let Ok(mut conn) = conn else {
             return false;
         };
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(compact(source)).arg(keys.len()).arg(keys).arg(args);
-        let packed = cmd.get_packed_command();
+        packed.extend(cmd.get_packed_command());
         if conn.send_packed_command(&packed).is_err() {
             return false;
         }
@@ -1389,16 +1422,6 @@ fn connect_here(client: &Client, deadline: Instant) -> Option<RedisResult<Connec
     }
 }
 
-/// True when opening a connection to `client` waits for the server's answer: TLS, or a user, a
-/// password or a database (AUTH, SELECT).
-fn handshake_answered(client: &Client) -> bool {
-    let settings = client.get_connection_info().redis_settings();
-    settings.username().is_some()
-        || settings.password().is_some()
-        || settings.db() != 0
-        || is_tls(client)
-}
-
 /// True when `client` speaks TLS.
 fn is_tls(client: &Client) -> bool {
     matches!(
@@ -1639,19 +1662,14 @@ mod tests {
         assert_eq!(script_command("no line here", source), None);
     }
 
-    /// A connection whose handshake needs the server's answer cannot be opened to a stopped server,
-    /// so no rollback is sent on a new one there ([`Node::send_on_new`]).
+    /// Only a TLS connection cannot be opened to a stopped server: `AUTH` and `SELECT` go along
+    /// with the script instead ([`Node::send_on_new`]).
     #[test]
-    fn which_connections_wait_for_an_answer_to_open() {
-        let answered = |url: &str| handshake_answered(&Client::open(url).unwrap());
-        assert!(!answered("redis://127.0.0.1:6379"));
-        assert!(!answered("redis://localhost:6379/0"));
-        assert!(!answered("unix:///tmp/redis.sock"));
-        assert!(answered("redis://:pw@127.0.0.1:6379"));
-        assert!(answered("redis://user:pw@127.0.0.1:6379"));
-        assert!(answered("redis://127.0.0.1:6379/2"));
-        assert!(answered("unix:///tmp/redis.sock?db=1"));
-        assert!(answered("rediss://127.0.0.1:6379"));
+    fn which_connections_a_stopped_server_cannot_open() {
+        let tls = |url: &str| is_tls(&Client::open(url).unwrap());
+        assert!(!tls("redis://:pw@127.0.0.1:6379"));
+        assert!(!tls("unix:///tmp/redis.sock?db=1"));
+        assert!(tls("rediss://127.0.0.1:6379"));
     }
 
     #[test]
