@@ -39,8 +39,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::queue::{hold, queue_key, signalled_during_a_stall, wait_queued, waiter};
-use support::tls::{Pki, TlsServer};
+use support::queue::{
+    hold, queue_key, served_after_a_stall_on, signalled_behind_its_rollback,
+    signalled_behind_its_rollback_on, signalled_during_a_stall, wait_queued, waiter,
+};
+use support::tls::{lockctl_tls, tls_server};
 use support::*;
 
 /// A server on a loopback TCP port with an ACL user `lk` (password `pw`) that may do everything;
@@ -79,20 +82,6 @@ fn lockctl_as_user_on_unix(s: &Server) -> std::process::Command {
     c
 }
 
-/// A server speaking TLS on a loopback port with a throwaway CA, and the CA.
-fn tls_server() -> (TlsServer, Pki) {
-    let pki = Pki::new("IP:127.0.0.1");
-    (TlsServer::start(&pki, false), pki)
-}
-
-/// A lockctl for `tls` with the CA in `pki`.
-fn lockctl_tls(tls: &TlsServer, pki: &Pki) -> std::process::Command {
-    let mut c = lockctl();
-    c.env("LOCKCTL_REDIS", tls.url("127.0.0.1"))
-        .env("LOCKCTL_TLS_CA", pki.path("ca.crt"));
-    c
-}
-
 /// A waiter signalled during the stall must not say its place "was given up" while its entry is
 /// still queued after the resume (docs/queue.md, "What it does not cover").
 fn assert_said_the_truth(said: &str, queued: bool) {
@@ -128,34 +117,6 @@ fn with_a_password_a_waiter_with_a_short_name_signalled_in_a_stall_leaves_at_the
         &[],
     );
     assert_said_the_truth(&said, queued);
-}
-
-/// A holder's 3 s lease ends during a 5 s stall while a single waiter (made by `cmd`) keeps
-/// trying; its attempt that timed out is granted at the resume unless its rollback runs. Returns
-/// how long after the resume the waiter was served.
-fn served_after_a_stall_on(
-    s: &Server,
-    mut cmd: impl FnMut() -> std::process::Command,
-    name: &str,
-) -> Duration {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("order");
-    let o = run(cmd().args(["acquire", name, "--ttl", "3s"]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let w = waiter(&mut cmd(), name, &file, "1", &[]);
-    wait_queued(s, name, 1);
-    s.pause();
-    std::thread::sleep(Duration::from_secs(5));
-    s.resume();
-    let resumed = Instant::now();
-    let o = wait_output(w, Duration::from_secs(60));
-    let took = resumed.elapsed();
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    eprintln!(
-        "served {took:?} after the resume ({} byte name)",
-        name.len()
-    );
-    took
 }
 
 /// Held: over TCP with a user and password and a 480-byte name, the attempt that timed out and its
@@ -198,75 +159,6 @@ fn over_tls_a_waiter_with_a_300_byte_name_signalled_in_a_stall_says_the_truth() 
         &[],
     );
     assert_said_the_truth(&said, queued);
-}
-
-/// The waiter signalled right after its rollback went out in the stall (`-v`: "sent without
-/// waiting"), with the entry's presence after the resume and the waiter's last line.
-fn signalled_behind_its_rollback(
-    s: &Server,
-    cmd: impl FnMut() -> std::process::Command,
-    name: &str,
-    extra: &[&str],
-) -> (String, bool) {
-    signalled_behind_its_rollback_on(s, cmd, name, &queue_key(name), 0, extra)
-}
-
-/// One command on `s`'s database `db`.
-fn in_db<T: redis::FromRedisValue>(s: &Server, db: u8, args: &[&str]) -> T {
-    let mut c = s.conn();
-    redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(&mut c).expect("redis command")
-}
-
-/// [`signalled_behind_its_rollback`] with the lock's queue key given (it depends on the prefix).
-fn signalled_behind_its_rollback_on(
-    s: &Server,
-    mut cmd: impl FnMut() -> std::process::Command,
-    name: &str,
-    queue: &str,
-    db: u8,
-    extra: &[&str],
-) -> (String, bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("order");
-    let token = hold(&mut cmd(), name);
-    let mut first = waiter(cmd().arg("-v"), name, &file, "1", extra);
-    let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
-    let queued_n = |n: u64| {
-        let ok = eventually(Duration::from_secs(30), || {
-            in_db::<u64>(s, db, &["ZCARD", queue]) == n
-        });
-        assert!(ok, "{n} waiter(s) not queued");
-    };
-    queued_n(1);
-    let second = waiter(&mut cmd(), name, &file, "2", &[]);
-    queued_n(2);
-    std::thread::sleep(Duration::from_secs(1));
-    let ids: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
-    s.pause();
-    let behind = eventually(Duration::from_secs(10), || {
-        seen.lock().unwrap().contains("sent without waiting")
-    });
-    kill(first.id() as i32, libc::SIGTERM);
-    let status = first.wait().unwrap();
-    reader.join().unwrap();
-    let said = seen.lock().unwrap().clone();
-    eprintln!("the signalled waiter: {status:?}: {said}");
-    assert!(behind, "no rollback went out in the stall: {said}");
-    std::thread::sleep(Duration::from_millis(1000));
-    s.resume();
-    let _: String = s.cmd(&["PING"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let queued: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
-    let o = run(cmd().args(["release", name, "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let o = wait_output(second, Duration::from_secs(60));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    (said, queued.contains(&ids[0]))
 }
 
 /// Held: over TCP with a user and password and a short name, the signal right behind the rollback:

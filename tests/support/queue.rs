@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{code, eventually, kill, run, stderr, stdout, wait_output, Server};
+use super::{code, eventually, kill, run, stderr, stderr_so_far, stdout, wait_output, Server};
 
 /// The queue's key of lock `name` under the default prefix.
 pub fn queue_key(name: &str) -> String {
@@ -209,4 +209,101 @@ pub fn served_after_a_stall(
     all_succeed(kids);
     eprintln!("{name}: queue ttl at the stop {ttls:?} ms");
     order(&file)
+}
+
+/// A holder's 3 s lease ends during a 5 s stall while a single waiter (made by `cmd`) keeps
+/// trying; its attempt that timed out is granted at the resume unless its rollback runs. Returns
+/// how long after the resume the waiter was served.
+pub fn served_after_a_stall_on(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+) -> Duration {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(cmd().args(["acquire", name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = waiter(&mut cmd(), name, &file, "1", &[]);
+    wait_queued(s, name, 1);
+    s.pause();
+    std::thread::sleep(Duration::from_secs(5));
+    s.resume();
+    let resumed = Instant::now();
+    let o = wait_output(w, Duration::from_secs(60));
+    let took = resumed.elapsed();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    eprintln!(
+        "served {took:?} after the resume ({} byte name)",
+        name.len()
+    );
+    took
+}
+
+/// The waiter signalled right after its rollback went out in the stall (`-v`: "sent without
+/// waiting"), with the entry's presence after the resume and the waiter's last line.
+pub fn signalled_behind_its_rollback(
+    s: &Server,
+    cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    extra: &[&str],
+) -> (String, bool) {
+    signalled_behind_its_rollback_on(s, cmd, name, &queue_key(name), 0, extra)
+}
+
+/// One command on `s`'s database `db`.
+pub fn in_db<T: redis::FromRedisValue>(s: &Server, db: u8, args: &[&str]) -> T {
+    let mut c = s.conn();
+    redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut c).expect("redis command")
+}
+
+/// [`signalled_behind_its_rollback`] with the lock's queue key given (it depends on the prefix).
+pub fn signalled_behind_its_rollback_on(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    queue: &str,
+    db: u8,
+    extra: &[&str],
+) -> (String, bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = hold(&mut cmd(), name);
+    let mut first = waiter(cmd().arg("-v"), name, &file, "1", extra);
+    let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
+    let queued_n = |n: u64| {
+        let ok = eventually(Duration::from_secs(30), || {
+            in_db::<u64>(s, db, &["ZCARD", queue]) == n
+        });
+        assert!(ok, "{n} waiter(s) not queued");
+    };
+    queued_n(1);
+    let second = waiter(&mut cmd(), name, &file, "2", &[]);
+    queued_n(2);
+    std::thread::sleep(Duration::from_secs(1));
+    let ids: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
+    s.pause();
+    let behind = eventually(Duration::from_secs(10), || {
+        seen.lock().unwrap().contains("sent without waiting")
+    });
+    kill(first.id() as i32, libc::SIGTERM);
+    let status = first.wait().unwrap();
+    reader.join().unwrap();
+    let said = seen.lock().unwrap().clone();
+    eprintln!("the signalled waiter: {status:?}: {said}");
+    assert!(behind, "no rollback went out in the stall: {said}");
+    std::thread::sleep(Duration::from_millis(1000));
+    s.resume();
+    let _: String = s.cmd(&["PING"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let queued: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
+    let o = run(cmd().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(second, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    (said, queued.contains(&ids[0]))
 }

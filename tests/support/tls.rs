@@ -150,3 +150,19 @@ impl TlsServer {
         format!("rediss://{host}:{}", self.port)
     }
 }
+
+/// A server speaking TLS on a loopback port with a throwaway CA (its unix socket, for the test's own
+/// reads, stays plain), and the CA, which must outlive it.
+pub fn tls_server() -> (TlsServer, Pki) {
+    let pki = Pki::new("IP:127.0.0.1");
+    // Never restarted: the quarantine is off for this server the test started itself.
+    (TlsServer::start(&pki, false), pki)
+}
+
+/// A lockctl for `tls` with the CA in `pki`.
+pub fn lockctl_tls(tls: &TlsServer, pki: &Pki) -> Command {
+    let mut c = super::lockctl();
+    c.env("LOCKCTL_REDIS", tls.url("127.0.0.1"))
+        .env("LOCKCTL_TLS_CA", pki.path("ca.crt"));
+    c
+}
