@@ -1,0 +1,532 @@
+//! Attack on the rollback of an attempt whose outcome is unknown and on what a signalled waiter
+//! says about its place (`node.rs` `Owed`, `send_only`, `send_on_new` with `AUTH` and `SELECT` in
+//! the rollback's write, `left_behind` for a call cut by a stop of lockctl), with real servers
+//! stopped by SIGSTOP and lockctl itself stopped and continued every few milliseconds.
+//!
+//! The servers are started here and never restarted, so the restart quarantine is off
+//! (`support::lockctl`).
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::queue::{queue_key, wait_queued, waiter};
+use support::*;
+
+/// Stops and continues `pid` every `period` (stopped for 1 ms of it), as a shell's Ctrl-Z / fg or
+/// a busy machine would: each stop cuts the read lockctl blocks in (EINTR). Returns the stops sent.
+fn stop_and_continue(
+    pid: i32,
+    period: Duration,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut n = 0;
+        while !done.load(Ordering::Relaxed) {
+            kill(pid, libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(1));
+            kill(pid, libc::SIGCONT);
+            n += 1;
+            std::thread::sleep(period);
+        }
+        n
+    })
+}
+
+/// Runs `cmd` to its end while it is stopped and continued every `period`.
+fn run_stopped(cmd: &mut std::process::Command, period: Duration) -> std::process::Output {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn lockctl");
+    let done = Arc::new(AtomicBool::new(false));
+    let stops = stop_and_continue(child.id() as i32, period, done.clone());
+    let pid = child.id() as i32;
+    let o = wait_output(child, Duration::from_secs(60));
+    done.store(true, Ordering::Relaxed);
+    stops.join().unwrap();
+    kill(pid, libc::SIGCONT);
+    CUTS.fetch_add(
+        stderr(&o).matches("connection dropped").count(),
+        Ordering::Relaxed,
+    );
+    o
+}
+
+/// Reads cut by the stops of [`run_stopped`] (`-v`: "connection dropped"), over every test.
+static CUTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A script that keeps the server busy for ARGV[1] microseconds.
+const BUSY: &str = "local t = redis.call('TIME') \
+    local start = t[1] * 1000000 + t[2] \
+    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > tonumber(ARGV[1])";
+
+/// What went wrong in the rounds of [`live_rounds`].
+#[derive(Debug, Default)]
+struct Tally {
+    rounds: usize,
+    acquired: usize,
+    /// `acquire` said 0 but a quorum did not hold its token.
+    lost_grant: usize,
+    /// `acquire` failed and a key stayed behind (a grant nobody holds).
+    stray: usize,
+    /// `renew` said 0 but the lease was not extended on a quorum.
+    renew_lied: usize,
+    /// `renew` said 76 (not ours) although a quorum holds the token.
+    renew_failed_held: usize,
+    /// `renew` or `release` said 69 (too few answers): honest, counted only.
+    unavailable: usize,
+    /// `release` said 76 (not ours) although its keys were deleted by it.
+    release_failed_released: usize,
+    /// `release` said 0 and a key of the token stayed.
+    release_left: usize,
+    /// A plain `acquire -n` right after the round, without stops, was refused.
+    blocked_after: usize,
+    other: Vec<String>,
+}
+
+/// Rounds of acquire, renew and release of one name on `servers` (all of them one lock), each
+/// command stopped and continued every `period`; every answer is checked against the servers.
+fn live_rounds(
+    servers: &[&Server],
+    rounds: usize,
+    period: Duration,
+    busy: Duration,
+    name: &str,
+) -> Tally {
+    // Each server busy in scripts of `busy` most of the time, so that lockctl's reads block long
+    // enough for the stops to cut them.
+    let busy_us = busy.as_micros() as u64;
+    let done = Arc::new(AtomicBool::new(false));
+    let busy: Vec<_> = servers
+        .iter()
+        .map(|s| {
+            let mut c = s.conn();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    let _: () = redis::cmd("EVAL")
+                        .arg(BUSY)
+                        .arg(0)
+                        .arg(busy_us)
+                        .query(&mut c)
+                        .expect("busy script");
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+            })
+        })
+        .collect();
+    let t = live_rounds_busy(servers, rounds, period, name);
+    done.store(true, Ordering::Relaxed);
+    for b in busy {
+        b.join().unwrap();
+    }
+    t
+}
+
+fn live_rounds_busy(servers: &[&Server], rounds: usize, period: Duration, name: &str) -> Tally {
+    let urls = servers
+        .iter()
+        .map(|s| s.url())
+        .collect::<Vec<_>>()
+        .join(",");
+    let cmd = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &urls).arg("-v");
+        c
+    };
+    let quorum = servers.len() / 2 + 1;
+    let key = format!("lockctl:{name}");
+    let holding = |token: &str| {
+        servers
+            .iter()
+            .filter(|s| s.cmd::<Option<String>>(&["GET", &key]).as_deref() == Some(token))
+            .count()
+    };
+    let any_key = || {
+        servers
+            .iter()
+            .filter(|s| s.cmd::<i64>(&["EXISTS", &key]) == 1)
+            .count()
+    };
+    let long_lease = |token: &str| {
+        servers
+            .iter()
+            .filter(|s| {
+                s.cmd::<Option<String>>(&["GET", &key]).as_deref() == Some(token)
+                    && s.cmd::<i64>(&["PTTL", &key]) > 40_000
+            })
+            .count()
+    };
+    let mut t = Tally::default();
+    for _ in 0..rounds {
+        t.rounds += 1;
+        let o = run_stopped(
+            cmd().args(["acquire", name, "--ttl", "30s", "-w", "5s"]),
+            period,
+        );
+        let c = code(&o);
+        if c != 0 {
+            std::thread::sleep(Duration::from_millis(300));
+            if any_key() > 0 {
+                t.stray += 1;
+                t.other
+                    .push(format!("acquire {c} with a key left: {}", stderr(&o)));
+                for s in servers {
+                    let _: i64 = s.cmd(&["DEL", &key]);
+                }
+            }
+            continue;
+        }
+        t.acquired += 1;
+        let token = stdout(&o);
+        if holding(&token) < quorum {
+            t.lost_grant += 1;
+            t.other
+                .push(format!("acquire 0 but not held: {}", stderr(&o)));
+        }
+        let o = run_stopped(
+            cmd().args(["renew", name, "--token", &token, "--ttl", "60s"]),
+            period,
+        );
+        let c = code(&o);
+        if c == 0 && long_lease(&token) < quorum {
+            t.renew_lied += 1;
+            t.other
+                .push(format!("renew 0 but not renewed: {}", stderr(&o)));
+        }
+        if c == 69 {
+            t.unavailable += 1;
+        }
+        if c == 76 && holding(&token) >= quorum {
+            t.renew_failed_held += 1;
+            t.other
+                .push(format!("renew {c} while held: {}", stderr(&o)));
+        }
+        let o = run_stopped(cmd().args(["release", name, "--token", &token]), period);
+        let c = code(&o);
+        let left = holding(&token);
+        if c == 69 {
+            t.unavailable += 1;
+        }
+        if c == 76 && left == 0 {
+            t.release_failed_released += 1;
+            t.other
+                .push(format!("release {c} though released: {}", stderr(&o)));
+        }
+        if c == 0 && left > 0 {
+            t.release_left += 1;
+            t.other
+                .push(format!("release 0 with {left} key(s) left: {}", stderr(&o)));
+        }
+        for s in servers {
+            let _: i64 = s.cmd(&["DEL", &key]);
+        }
+        let o = run(cmd().args(["acquire", name, "-n"]));
+        if code(&o) != 0 {
+            t.blocked_after += 1;
+            t.other
+                .push(format!("plain acquire after the round: {}", stderr(&o)));
+        } else {
+            let token = stdout(&o);
+            let o = run(cmd().args(["release", name, "--token", &token]));
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+        }
+    }
+    eprintln!(
+        "{t:#?}\n{} read(s) cut so far",
+        CUTS.load(Ordering::Relaxed)
+    );
+    t
+}
+
+fn assert_clean(t: &Tally) {
+    assert!(t.acquired > 0, "nothing acquired under the stops: {t:#?}");
+    assert_eq!(
+        (
+            t.lost_grant,
+            t.stray,
+            t.renew_lied,
+            t.renew_failed_held,
+            t.release_failed_released,
+            t.release_left,
+            t.blocked_after
+        ),
+        (0, 0, 0, 0, 0, 0, 0),
+        "{t:#?}"
+    );
+}
+
+/// Held: one live node, lockctl stopped and continued every 3 ms through acquire, renew and
+/// release: every answer matches the server, and no tombstone blocks the next grant.
+#[test]
+fn one_live_node_with_lockctl_stopped_every_few_ms_tells_the_truth() {
+    let s = Server::start();
+    let t = live_rounds(
+        &[&s],
+        12,
+        Duration::from_millis(3),
+        Duration::from_millis(30),
+        "live1",
+    );
+    assert_clean(&t);
+}
+
+/// Held: Redlock of three live nodes, the same stops.
+#[test]
+fn redlock_of_three_live_nodes_with_lockctl_stopped_every_few_ms_tells_the_truth() {
+    let ss = Servers::start(3);
+    let t = live_rounds(
+        &[&ss[0], &ss[1], &ss[2]],
+        10,
+        Duration::from_millis(3),
+        Duration::from_millis(30),
+        "live3",
+    );
+    assert_clean(&t);
+}
+
+/// A server on a loopback TCP port with an ACL user `lk` (password `pw`) that may do everything.
+fn server_with_a_user() -> Server {
+    let s = Server::start_tcp();
+    let _: () = s.cmd(&["ACL", "SETUSER", "lk", "on", ">pw", "~*", "&*", "+@all"]);
+    s
+}
+
+/// A holder's 3 s lease ends during a 5 s stall of `s`; a single waiter (made by `cmd`, with
+/// `-v`) is stopped and continued every 10 ms through the stall (each stop cuts its read on the
+/// stalled node, `left_behind`). Returns how long after the resume the waiter was served.
+fn served_after_a_stall_with_stops(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    queue_of: impl Fn(&Server) -> u64,
+) -> (Duration, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(cmd().args(["acquire", name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = waiter(cmd().arg("-v"), name, &file, "1", &[]);
+    assert!(
+        eventually(Duration::from_secs(30), || queue_of(s) == 1),
+        "not queued"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    s.pause();
+    let done = Arc::new(AtomicBool::new(false));
+    let stops = stop_and_continue(w.id() as i32, Duration::from_millis(8), done.clone());
+    std::thread::sleep(Duration::from_secs(5));
+    done.store(true, Ordering::Relaxed);
+    let stops = stops.join().unwrap();
+    kill(w.id() as i32, libc::SIGCONT);
+    s.resume();
+    let resumed = Instant::now();
+    let o = wait_output(w, Duration::from_secs(60));
+    let took = resumed.elapsed();
+    let said = stderr(&o);
+    assert_eq!(code(&o), 0, "{said}");
+    eprintln!("served {took:?} after the resume ({stops} stops of the waiter)");
+    (took, said)
+}
+
+/// Held: over TCP with a user and password, the waiter's attempt cut by stops in a stall: the
+/// reconnect's AUTH gets no answer from the stopped server, and the rollback goes out blind with
+/// AUTH on a bare connection; the grant made at the resume is undone.
+#[test]
+fn with_a_password_an_attempt_cut_by_stops_in_a_stall_is_rolled_back() {
+    let s = server_with_a_user();
+    let url = format!("redis://lk:pw@127.0.0.1:{}", s.port.unwrap());
+    let (took, said) = served_after_a_stall_with_stops(
+        &s,
+        || {
+            let mut c = lockctl();
+            c.env("LOCKCTL_REDIS", &url);
+            c
+        },
+        "pwcut",
+        |s| s.cmd::<u64>(&["ZCARD", &queue_key("pwcut")]),
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock; the waiter said: {said}"
+    );
+}
+
+/// One command on `s`'s database `db`.
+fn in_db<T: redis::FromRedisValue>(s: &Server, db: u8, args: &[&str]) -> T {
+    let mut c = s.conn();
+    redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut c).expect("redis command")
+}
+
+/// Held: over TCP with a user, a password and database 2, a 480-byte name's attempt that timed
+/// out in a stall: AUTH, SELECT and the rollback share one write on a new connection, and the
+/// grant made at the resume is undone in database 2.
+#[test]
+fn with_a_password_and_database_2_an_attempt_timed_out_in_a_stall_is_rolled_back() {
+    let s = server_with_a_user();
+    let url = format!("redis://lk:pw@127.0.0.1:{}/2", s.port.unwrap());
+    let cmd = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &url);
+        c
+    };
+    let name = "d".repeat(480);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(cmd().args(["acquire", &name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = waiter(&mut cmd(), &name, &file, "1", &[]);
+    let q = queue_key(&name);
+    assert!(eventually(Duration::from_secs(30), || in_db::<u64>(
+        &s,
+        2,
+        &["ZCARD", &q]
+    ) == 1));
+    s.pause();
+    std::thread::sleep(Duration::from_secs(5));
+    s.resume();
+    let resumed = Instant::now();
+    let o = wait_output(w, Duration::from_secs(60));
+    let took = resumed.elapsed();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock"
+    );
+    // Nothing of it went to database 0 as another user would see it.
+    let keys: Vec<String> = s.cmd(&["KEYS", "*"]);
+    assert!(keys.is_empty(), "keys in database 0: {keys:?}");
+}
+
+/// The same attempt timed out in a stall with the default user disabled: the bare connection of
+/// the rollback is unauthenticated until its AUTH runs, so nothing must run before it.
+#[test]
+fn with_the_default_user_off_a_rollback_on_a_new_connection_runs_as_the_user() {
+    let s = server_with_a_user();
+    let url = format!("redis://lk:pw@127.0.0.1:{}", s.port.unwrap());
+    let cmd = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &url);
+        c
+    };
+    let mut admin = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "off"][..])
+        .query::<()>(&mut admin)
+        .unwrap();
+    let name = "o".repeat(480);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(cmd().args(["acquire", &name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = waiter(&mut cmd(), &name, &file, "1", &[]);
+    let q = queue_key(&name);
+    assert!(eventually(Duration::from_secs(30), || redis::cmd("ZCARD")
+        .arg(&q)
+        .query::<u64>(&mut admin)
+        .unwrap()
+        == 1));
+    s.pause();
+    std::thread::sleep(Duration::from_secs(5));
+    s.resume();
+    let resumed = Instant::now();
+    let o = wait_output(w, Duration::from_secs(60));
+    let took = resumed.elapsed();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock"
+    );
+}
+
+/// Held: a waiter stopped and continued every 10 ms through a stall over TCP with a password
+/// (its attempts cut, `left_behind`), then signalled: it never says its place was given up while
+/// its entry stays.
+#[test]
+fn with_a_password_a_waiter_cut_by_stops_then_signalled_in_a_stall_says_the_truth() {
+    let s = server_with_a_user();
+    let url = format!("redis://lk:pw@127.0.0.1:{}", s.port.unwrap());
+    let name = "pwsig";
+    let q = queue_key(name);
+    let cmd = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &url);
+        c
+    };
+    let token = support::queue::hold(&mut cmd(), name);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let mut first = waiter(cmd().arg("-v"), name, &file, "1", &[]);
+    let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
+    wait_queued(&s, name, 1);
+    let second = waiter(&mut cmd(), name, &file, "2", &[]);
+    wait_queued(&s, name, 2);
+    let ids: Vec<String> = s.cmd(&["ZRANGE", &q, "0", "-1"]);
+    s.pause();
+    let done = Arc::new(AtomicBool::new(false));
+    let stops = stop_and_continue(first.id() as i32, Duration::from_millis(8), done.clone());
+    std::thread::sleep(Duration::from_secs(3));
+    done.store(true, Ordering::Relaxed);
+    stops.join().unwrap();
+    kill(first.id() as i32, libc::SIGCONT);
+    kill(first.id() as i32, libc::SIGTERM);
+    let status = first.wait().unwrap();
+    reader.join().unwrap();
+    let said = seen.lock().unwrap().clone();
+    std::thread::sleep(Duration::from_millis(500));
+    s.resume();
+    let _: String = s.cmd(&["PING"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let queued: Vec<String> = s.cmd(&["ZRANGE", &q, "0", "-1"]);
+    let o = run(cmd().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(second, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let last = said.lines().last().unwrap_or_default().to_string();
+    eprintln!("the signalled waiter: {status:?}: {last}");
+    assert!(
+        !queued.contains(&ids[0]) || last.contains("could not be withdrawn"),
+        "still queued after the resume, and it said: {last}"
+    );
+}
+
+/// One live node busy in 150 ms scripts (under a third of the node timeout), lockctl stopped and continued
+/// every 3 ms: a cut read's resend waits behind the next script, and calls end in timeouts on a
+/// live server (`left_behind`, blind rollbacks with tombstones).
+#[test]
+fn one_slow_live_node_with_lockctl_stopped_every_few_ms_tells_the_truth() {
+    let s = Server::start();
+    let t = live_rounds(
+        &[&s],
+        8,
+        Duration::from_millis(3),
+        Duration::from_millis(150),
+        "slow1",
+    );
+    assert_clean(&t);
+}
+
+/// Redlock of three live nodes busy in 250 ms scripts, the same stops.
+#[test]
+fn redlock_of_three_slow_live_nodes_with_lockctl_stopped_every_few_ms_tells_the_truth() {
+    let ss = Servers::start(3);
+    let t = live_rounds(
+        &[&ss[0], &ss[1], &ss[2]],
+        8,
+        Duration::from_millis(3),
+        Duration::from_millis(150),
+        "slow3",
+    );
+    assert_clean(&t);
+}
