@@ -530,3 +530,253 @@ fn redlock_of_three_slow_live_nodes_with_lockctl_stopped_every_few_ms_tells_the_
     );
     assert_clean(&t);
 }
+
+/// A server on a unix socket with the ACL user `lk` (password `pw`) that may do everything.
+fn unix_server_with_a_user() -> Server {
+    let s = Server::start();
+    let _: () = s.cmd(&["ACL", "SETUSER", "lk", "on", ">pw", "~*", "&*", "+@all"]);
+    s
+}
+
+/// The longest prefix lockctl takes (511 bytes with its colon), and the queue key of `name` under it.
+fn long_prefix(name: &str) -> (String, String) {
+    let prefix = format!("{}:", "p".repeat(510));
+    let queue = format!("{{{prefix}{name}}}\u{1f}queue");
+    (prefix, queue)
+}
+
+/// A holder's 3 s lease ends during a 5 s stall while a single waiter made by `cmd` (with `extra`)
+/// keeps trying; its attempt that timed out is granted at the resume unless its rollback runs.
+/// Returns how long after the resume the waiter was served, and its `-v` trace.
+fn served_after_a_stall(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    queue: &str,
+    db: u8,
+    extra: &[&str],
+) -> (Duration, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(cmd().args(["acquire", name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let w = waiter(cmd().arg("-v"), name, &file, "1", extra);
+    assert!(
+        eventually(Duration::from_secs(30), || in_db::<u64>(
+            s,
+            db,
+            &["ZCARD", queue]
+        ) == 1),
+        "not queued"
+    );
+    s.pause();
+    std::thread::sleep(Duration::from_secs(5));
+    s.resume();
+    let resumed = Instant::now();
+    let o = wait_output(w, Duration::from_secs(60));
+    let took = resumed.elapsed();
+    let said = stderr(&o);
+    assert_eq!(code(&o), 0, "{said}");
+    eprintln!("served {took:?} after the resume");
+    (took, said)
+}
+
+/// The sizes of what went out without waiting, from a `-v` trace.
+fn blind_sends(said: &str) -> Vec<&str> {
+    said.lines()
+        .filter(|l| l.contains("without waiting") || l.contains("new connection"))
+        .collect()
+}
+
+/// On a unix socket with a user and password and every size at its limit (a 511-byte prefix, a
+/// 512-byte name, a 512-byte note), the waiter's attempt that timed out in a stall: its rollback
+/// goes on a new connection behind `AUTH`, and the grant made at the resume must be undone.
+#[test]
+fn on_a_unix_socket_with_a_password_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
+    let s = unix_server_with_a_user();
+    let url = format!("unix://{}?user=lk&pass=pw", s.socket().display());
+    let name = "n".repeat(512);
+    let note = "x".repeat(512);
+    let (prefix, queue) = long_prefix(&name);
+    let (took, said) = served_after_a_stall(
+        &s,
+        || {
+            let mut c = lockctl();
+            c.env("LOCKCTL_REDIS", &url).env("LOCKCTL_PREFIX", &prefix);
+            c
+        },
+        &name,
+        &queue,
+        0,
+        &["--note", &note],
+    );
+    eprintln!("{:#?}", blind_sends(&said));
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock; {:#?}",
+        blind_sends(&said)
+    );
+}
+
+/// The same on a unix socket with neither user nor password: the rollback alone on the new
+/// connection, with no reply before it to end the server's reads.
+#[test]
+fn on_a_unix_socket_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
+    let s = Server::start();
+    let url = s.url();
+    let name = "n".repeat(512);
+    let note = "x".repeat(512);
+    let (prefix, queue) = long_prefix(&name);
+    let (took, said) = served_after_a_stall(
+        &s,
+        || {
+            let mut c = lockctl();
+            c.env("LOCKCTL_REDIS", &url).env("LOCKCTL_PREFIX", &prefix);
+            c
+        },
+        &name,
+        &queue,
+        0,
+        &["--note", &note],
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock; {:#?}",
+        blind_sends(&said)
+    );
+}
+
+/// The same in database 1 of a unix socket with no user or password: `SELECT` goes in front of the
+/// rollback on the new connection.
+#[test]
+fn on_a_unix_socket_in_database_1_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
+    let s = Server::start();
+    let url = format!("unix://{}?db=1", s.socket().display());
+    let name = "n".repeat(512);
+    let note = "x".repeat(512);
+    let (prefix, queue) = long_prefix(&name);
+    let (took, said) = served_after_a_stall(
+        &s,
+        || {
+            let mut c = lockctl();
+            c.env("LOCKCTL_REDIS", &url).env("LOCKCTL_PREFIX", &prefix);
+            c
+        },
+        &name,
+        &queue,
+        1,
+        &["--note", &note],
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock; {:#?}",
+        blind_sends(&said)
+    );
+}
+
+/// Over TCP with a user and password and every size at its limit: the server reads one more time
+/// after the read that completed `AUTH`, which takes the rest of the rollback.
+#[test]
+fn over_tcp_with_a_password_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
+    let s = server_with_a_user();
+    let url = format!("redis://lk:pw@127.0.0.1:{}", s.port.unwrap());
+    let name = "n".repeat(512);
+    let note = "x".repeat(512);
+    let (prefix, queue) = long_prefix(&name);
+    let (took, said) = served_after_a_stall(
+        &s,
+        || {
+            let mut c = lockctl();
+            c.env("LOCKCTL_REDIS", &url).env("LOCKCTL_PREFIX", &prefix);
+            c
+        },
+        &name,
+        &queue,
+        0,
+        &["--note", &note],
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock; {:#?}",
+        blind_sends(&said)
+    );
+}
+
+/// Two waiters queue behind a holder on `s`; the node is stopped, and the first waiter (with `-v`
+/// and `extra`) is signalled right after its rollback went out in the stall. Returns its last
+/// line and whether its entry was still queued after the resume (in database `db`).
+fn signalled_behind_its_rollback(
+    s: &Server,
+    mut cmd: impl FnMut() -> std::process::Command,
+    name: &str,
+    queue: &str,
+    db: u8,
+    extra: &[&str],
+) -> (String, bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = support::queue::hold(&mut cmd(), name);
+    let mut first = waiter(cmd().arg("-v"), name, &file, "1", extra);
+    let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
+    let queued_n = |n: u64| {
+        let ok = eventually(Duration::from_secs(30), || {
+            in_db::<u64>(s, db, &["ZCARD", queue]) == n
+        });
+        assert!(ok, "{n} waiter(s) not queued");
+    };
+    queued_n(1);
+    let second = waiter(&mut cmd(), name, &file, "2", &[]);
+    queued_n(2);
+    std::thread::sleep(Duration::from_secs(1));
+    let ids: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
+    s.pause();
+    let behind = eventually(Duration::from_secs(10), || {
+        seen.lock().unwrap().contains("new connection too")
+    });
+    kill(first.id() as i32, libc::SIGTERM);
+    let status = first.wait().unwrap();
+    reader.join().unwrap();
+    let said = seen.lock().unwrap().clone();
+    assert!(behind, "no rollback went out in the stall: {said}");
+    std::thread::sleep(Duration::from_millis(1000));
+    s.resume();
+    let _: String = s.cmd(&["PING"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let queued: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
+    let o = run(cmd().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = wait_output(second, Duration::from_secs(60));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let last = said.lines().last().unwrap_or_default().to_string();
+    eprintln!("the signalled waiter: {status:?}: {last}");
+    (last, queued.contains(&ids[0]))
+}
+
+/// On a unix socket with a user and password and every size at its limit, a waiter signalled
+/// right behind its rollback: the leave follows the rollback on the new connection, behind
+/// `AUTH`, and must not be said given up while the entry stays.
+#[test]
+fn on_a_unix_socket_with_a_password_every_size_at_its_limit_a_waiter_signalled_behind_its_rollback_says_the_truth(
+) {
+    let s = unix_server_with_a_user();
+    let url = format!("unix://{}?user=lk&pass=pw", s.socket().display());
+    let name = "n".repeat(512);
+    let note = "x".repeat(512);
+    let (prefix, queue) = long_prefix(&name);
+    let (last, queued) = signalled_behind_its_rollback(
+        &s,
+        || {
+            let mut c = lockctl();
+            c.env("LOCKCTL_REDIS", &url).env("LOCKCTL_PREFIX", &prefix);
+            c
+        },
+        &name,
+        &queue,
+        0,
+        &["--note", &note],
+    );
+    assert!(
+        !queued || last.contains("could not be withdrawn"),
+        "still queued after the resume, and it said: {last}"
+    );
+}
