@@ -780,3 +780,91 @@ fn on_a_unix_socket_with_a_password_every_size_at_its_limit_a_waiter_signalled_b
         "still queued after the resume, and it said: {last}"
     );
 }
+
+/// On a unix socket with a user and password, the default prefix and a 512-byte name (the longest
+/// name): the rollback's write stays within the server's first read.
+#[test]
+fn on_a_unix_socket_with_a_password_a_512_byte_name_an_attempt_timed_out_is_rolled_back() {
+    let s = unix_server_with_a_user();
+    let url = format!("unix://{}?user=lk&pass=pw", s.socket().display());
+    let name = "n".repeat(512);
+    let note = "x".repeat(512);
+    let (took, said) = served_after_a_stall(
+        &s,
+        || {
+            let mut c = lockctl();
+            c.env("LOCKCTL_REDIS", &url);
+            c
+        },
+        &name,
+        &queue_key(&name),
+        0,
+        &["--note", &note],
+    );
+    eprintln!("{:#?}", blind_sends(&said));
+    assert!(
+        took < Duration::from_secs(15),
+        "served {took:?} after the resume: a stray grant held the lock; {:#?}",
+        blind_sends(&said)
+    );
+}
+
+/// The user's password changed while a waiter runs (a rotation: its connection stays logged in),
+/// then a stall in which its attempt times out: the rollback's bare connection sends `AUTH` with
+/// the old password, which fails, and the script behind it in the same write must not run as the
+/// connection's `default` user. The `default` user here may not touch lockctl's keys, so a script
+/// run as it shows in `ACL LOG`.
+#[test]
+fn a_rollback_whose_auth_fails_runs_nothing_as_the_default_user() {
+    let s = unix_server_with_a_user();
+    let _: () = s.cmd(&["ACL", "SETUSER", "admin", "on", ">adm", "~*", "&*", "+@all"]);
+    let url = format!("unix://{}?user=lk&pass=pw", s.socket().display());
+    let cmd = || {
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", &url);
+        c
+    };
+    let name = "rotated";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let o = run(cmd().args(["acquire", name, "--ttl", "3s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut w = waiter(cmd().arg("-v"), name, &file, "1", &[]);
+    let (seen, reader) = stderr_so_far(w.stderr.take().unwrap());
+    wait_queued(&s, name, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let admin_url = format!("unix://{}?user=admin&pass=adm", s.socket().display());
+    let mut admin = redis::Client::open(admin_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let acl = |c: &mut redis::Connection, args: &[&str]| {
+        redis::cmd("ACL").arg(args).query::<()>(c).unwrap();
+    };
+    acl(&mut admin, &["SETUSER", "lk", "resetpass", ">rotated"]);
+    acl(
+        &mut admin,
+        &["SETUSER", "default", "resetkeys", "~other:*", "resetchannels"],
+    );
+    acl(&mut admin, &["LOG", "RESET"]);
+    s.pause();
+    let behind = eventually(Duration::from_secs(10), || {
+        seen.lock().unwrap().contains("new connection too")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    s.resume();
+    std::thread::sleep(Duration::from_millis(500));
+    let log: redis::Value = redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
+    kill(w.id() as i32, libc::SIGKILL);
+    let _ = w.wait();
+    reader.join().unwrap();
+    let text = format!("{log:?}");
+    // The failed AUTH itself is logged too (`cmd=auth`); a script is `cmd=eval`.
+    let as_default = text.matches("cmd=eval user=default").count();
+    eprintln!("ACL LOG after the resume: {text}");
+    assert!(behind, "no rollback went out on a new connection in the stall");
+    assert_eq!(
+        as_default, 0,
+        "something ran as the default user after the failed AUTH: {text}"
+    );
+}
