@@ -3,30 +3,31 @@
 //! the rollback's write, `left_behind` for a call cut by a stop of lockctl), with real servers
 //! stopped by SIGSTOP and lockctl itself stopped and continued every few milliseconds.
 //!
-//! Breaks (the tests fail on the current code):
-//! - on a unix socket, a server stopped and resumed reads a connection closed meanwhile once (16 KB)
-//!   and frees it at the first reply it cannot write. `send_on_new` puts `AUTH` (or `SELECT`) in
-//!   front of the rollback in the same write: `AUTH` completes in that first read and its reply
-//!   ends the connection, so a rollback whose write passes 16 KB (a prefix and a name at their
-//!   limits) never runs, and neither does the leave behind it. Without `AUTH` or `SELECT` nothing
-//!   is answered before the script has been read whole, and it runs. Measured outside lockctl too
-//!   (Redis 7.0, one write, closed before the resume): `EVAL` of 8 KB and 20 KB alone ran; behind
-//!   `AUTH` 8 KB ran and 20 KB was lost. A stray grant nobody holds then keeps the lock for its TTL,
-//!   and a waiter signalled behind the rollback says its place was given up while it stays queued
-//!   (`Owed` counts the first write's 16 KB reads, not the end of the connection at `AUTH`'s reply);
+//! Breaks (the tests fail on the current code): - on a unix socket, a server stopped and resumed
+//! reads a connection closed meanwhile once (16 KB) and frees it at the first reply it cannot
+//! write. `send_on_new` puts `AUTH` (or `SELECT`) in front of the rollback in the same write:
+//! `AUTH` completes in that first read and its reply ends the connection, so a rollback whose write
+//! passes 16 KB (a prefix and a name at their limits) never runs, and neither does the leave behind
+//! it. Without `AUTH` or `SELECT` nothing is answered before the script has been read whole, and it
+//! runs. Measured outside lockctl too (Redis 7.0, one write, closed before the resume): `EVAL` of 8
+//! KB and 20 KB alone ran; behind `AUTH` 8 KB ran and 20 KB was lost. A stray grant nobody holds
+//! then keeps the lock for its TTL, and a waiter signalled behind the rollback says its place was
+//! given up while it stays queued (`Owed` counts the first write's 16 KB reads, not the end of the
+//! connection at `AUTH`'s reply);
 //! - the script behind a pipelined `AUTH` runs whatever the `AUTH` answers: when it fails (the
 //!   user's password rotated while lockctl ran, its old connection still logged in) the rollback
 //!   runs as the connection's `default` user (`ACL LOG`: `cmd=eval user=default`), where a normal
 //!   connect stops at the failed `AUTH`.
 //!
 //! What held: lockctl stopped every 3 ms through acquire, renew and release on one live node and on
-//! Redlock 3 (thousands of cut reads, with servers busy in 30 ms and 150 ms scripts): no lost grant,
-//! no stray, no renewal or release that said "not ours" while it was, no tombstone blocking the
-//! next grant (a release under such stops may answer 69, unavailable, which is not a lie); over TCP
-//! with a password, the cut attempt in a stall, a waiter cut then signalled, database 2, the
-//! `default` user disabled, and every size at its limit; a unix socket without `AUTH` or `SELECT` at
-//! every size; a 512-byte name under the default prefix. The unix-socket breaks fail the same on
-//! Valkey 8 and Redis 6.2 (`REDIS_SERVER`), and atktls_review's tests pass on both.
+//! Redlock 3 (thousands of cut reads, with servers busy in 30 ms and 150 ms scripts): no lost
+//! grant, no stray, no renewal or release that said "not ours" while it was, no tombstone blocking
+//! the next grant, and `exec` kept its lease through cut renewals (a release under such stops may
+//! answer 69, unavailable, which is not a lie); over TCP with a password, the cut attempt in a
+//! stall, a waiter cut then signalled, database 2, the `default` user disabled, and every size at
+//! its limit; a unix socket without `AUTH` or `SELECT` at every size; a 512-byte name under the
+//! default prefix. The unix-socket breaks fail the same on Valkey 8 and Redis 6.2 (`REDIS_SERVER`),
+//! as does the failed `AUTH`, and atktls_review's tests pass on both.
 //!
 //! The servers are started here and never restarted, so the restart quarantine is off
 //! (`support::lockctl`).
@@ -431,7 +432,7 @@ fn with_a_password_and_database_2_an_attempt_timed_out_in_a_stall_is_rolled_back
     assert!(keys.is_empty(), "keys in database 0: {keys:?}");
 }
 
-/// Held (2 of 2): a 480-byte name's attempt timed out in a stall with the `default` user disabled:
+/// Held (3 of 3): a 480-byte name's attempt timed out in a stall with the `default` user disabled:
 /// the rollback's bare connection logs in with `AUTH` first and undoes the grant.
 #[test]
 fn with_the_default_user_off_a_rollback_on_a_new_connection_runs_as_the_user() {
@@ -526,9 +527,9 @@ fn with_a_password_a_waiter_cut_by_stops_then_signalled_in_a_stall_says_the_trut
     );
 }
 
-/// Held. One live node busy in 150 ms scripts (under a third of the node timeout), lockctl stopped and continued
-/// every 3 ms: a cut read's resend waits behind the next script, and calls end in timeouts on a
-/// live server (`left_behind`, blind rollbacks with tombstones).
+/// Held. One live node busy in 150 ms scripts (under a third of the node timeout), lockctl stopped
+/// and continued every 3 ms: a cut read's resend waits behind the next script, and calls end in
+/// timeouts on a live server (`left_behind`, blind rollbacks with tombstones).
 #[test]
 fn one_slow_live_node_with_lockctl_stopped_every_few_ms_tells_the_truth() {
     let s = Server::start();
@@ -563,7 +564,8 @@ fn unix_server_with_a_user() -> Server {
     s
 }
 
-/// The longest prefix lockctl takes (511 bytes with its colon), and the queue key of `name` under it.
+/// The longest prefix lockctl takes (511 bytes with its colon), and the queue key of `name` under
+/// it.
 fn long_prefix(name: &str) -> (String, String) {
     let prefix = format!("{}:", "p".repeat(510));
     let queue = format!("{{{prefix}{name}}}\u{1f}queue");
@@ -613,7 +615,7 @@ fn blind_sends(said: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Break (fails 5 of 5 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket with a
+/// Break (fails 6 of 6 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket with a
 /// user and password and every size at its limit (a 511-byte prefix, a 512-byte name, a 512-byte
 /// note), the waiter's attempt that timed out in a stall: its rollback goes on a new connection
 /// behind `AUTH`, which the server answers after its first read and then drops the connection: the
@@ -645,7 +647,7 @@ fn on_a_unix_socket_with_a_password_every_size_at_its_limit_an_attempt_timed_out
     );
 }
 
-/// Held (5 of 5, and on Valkey 8 and Redis 6.2): the same on a unix socket with neither user nor
+/// Held (6 of 6, and on Valkey 8 and Redis 6.2): the same on a unix socket with neither user nor
 /// password: the rollback alone on the new connection, with no reply before it to end the reads.
 #[test]
 fn on_a_unix_socket_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
@@ -673,8 +675,8 @@ fn on_a_unix_socket_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back(
     );
 }
 
-/// Break (fails 5 of 5 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). The same in database 1 of
-/// a unix socket with no user or password: `SELECT` goes in front of the rollback.
+/// Break (fails 6 of 6 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). The same in database 1
+/// of a unix socket with no user or password: `SELECT` goes in front of the rollback.
 #[test]
 fn on_a_unix_socket_in_database_1_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
     let s = Server::start();
@@ -701,7 +703,7 @@ fn on_a_unix_socket_in_database_1_every_size_at_its_limit_an_attempt_timed_out_i
     );
 }
 
-/// Held (2 of 2): over TCP with a user and password and every size at its limit: the server reads
+/// Held (3 of 3): over TCP with a user and password and every size at its limit: the server reads
 /// once more after the read that completed `AUTH`, which takes the rest of the rollback.
 #[test]
 fn over_tcp_with_a_password_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
@@ -779,13 +781,12 @@ fn signalled_behind_its_rollback(
     (last, queued.contains(&ids[0]))
 }
 
-/// Break (fails 5 of 5 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket with a
+/// Break (fails 6 of 6 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket with a
 /// user and password and every size at its limit, a waiter signalled right behind its rollback: the
 /// leave follows the rollback on the new connection, behind `AUTH`, and is lost with it, while the
 /// waiter says its place was given up.
 #[test]
-fn on_a_unix_socket_with_a_password_every_size_at_its_limit_a_waiter_signalled_behind_its_rollback_says_the_truth(
-) {
+fn on_a_unix_socket_with_a_password_every_size_at_its_limit_the_signalled_waiter_says_the_truth() {
     let s = unix_server_with_a_user();
     let url = format!("unix://{}?user=lk&pass=pw", s.socket().display());
     let name = "n".repeat(512);
@@ -809,7 +810,7 @@ fn on_a_unix_socket_with_a_password_every_size_at_its_limit_a_waiter_signalled_b
     );
 }
 
-/// Held (2 of 2): on a unix socket with a user and password, the default prefix and a 512-byte name
+/// Held (3 of 3): on a unix socket with a user and password, the default prefix and a 512-byte name
 /// (the longest name): the rollback's write (about 10 KB) stays within the server's first read.
 #[test]
 fn on_a_unix_socket_with_a_password_a_512_byte_name_an_attempt_timed_out_is_rolled_back() {
@@ -837,11 +838,12 @@ fn on_a_unix_socket_with_a_password_a_512_byte_name_an_attempt_timed_out_is_roll
     );
 }
 
-/// Break (fails 5 of 5). The user's password changed while a waiter runs (a rotation: its connection stays logged in),
-/// then a stall in which its attempt times out: the rollback's bare connection sends `AUTH` with
-/// the old password, which fails, and the script behind it in the same write must not run as the
-/// connection's `default` user. The `default` user here may not touch lockctl's keys, so a script
-/// run as it shows in `ACL LOG`.
+/// Break (fails 6 of 6 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). The user's password
+/// changed while a waiter runs (a rotation: its connection stays logged in), then a stall in which
+/// its attempt times out: the rollback's bare connection sends `AUTH` with the old password, which
+/// fails, and the script behind it in the same write must not run as the connection's `default`
+/// user. The `default` user here may not touch lockctl's keys, so a script run as it shows in `ACL
+/// LOG`.
 #[test]
 fn a_rollback_whose_auth_fails_runs_nothing_as_the_default_user() {
     let s = unix_server_with_a_user();
@@ -904,4 +906,66 @@ fn a_rollback_whose_auth_fails_runs_nothing_as_the_default_user() {
         as_default, 0,
         "something ran as the default user after the failed AUTH: {text}"
     );
+}
+
+/// Held (3 of 3, about 10 cut reads a run): `exec` with a 3 s lease running a 5 s child, stopped
+/// and continued every 3 ms on a node busy in 30 ms scripts: its renewal thread's reads are cut
+/// over and over, and it keeps the lease (exit 0, the key held all along) and releases it at the
+/// end.
+#[test]
+fn exec_stopped_every_few_ms_keeps_its_lease_through_cut_renewals() {
+    let s = Server::start();
+    let done = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let mut c = s.conn();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let _: () = redis::cmd("EVAL")
+                    .arg(BUSY)
+                    .arg(0)
+                    .arg(30_000)
+                    .query(&mut c)
+                    .expect("busy script");
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        })
+    };
+    let key = "lockctl:execcut";
+    let child = lockctl_on(&s)
+        .arg("-v")
+        .args(["exec", "execcut", "--ttl", "3s", "-c", "sleep 5"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn exec");
+    let pid = child.id() as i32;
+    assert!(eventually(Duration::from_secs(10), || s
+        .cmd::<i64>(&["EXISTS", key])
+        == 1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let stops = stop_and_continue(pid, Duration::from_millis(3), stop.clone());
+    let mut gaps = 0;
+    let watch_until = Instant::now() + Duration::from_millis(4500);
+    while Instant::now() < watch_until {
+        if s.cmd::<i64>(&["EXISTS", key]) == 0 {
+            gaps += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let stops = stops.join().unwrap();
+    kill(pid, libc::SIGCONT);
+    let o = wait_output(child, Duration::from_secs(60));
+    done.store(true, Ordering::Relaxed);
+    busy.join().unwrap();
+    let said = stderr(&o);
+    let cuts = said.matches("connection dropped").count();
+    eprintln!(
+        "{stops} stops, {cuts} cut reads, exit {:?}",
+        o.status.code()
+    );
+    assert_eq!(gaps, 0, "the key was gone while exec ran: {said}");
+    assert_eq!(code(&o), 0, "{said}");
+    assert_eq!(s.cmd::<i64>(&["EXISTS", key]), 0, "not released: {said}");
 }
