@@ -432,7 +432,7 @@ fn with_a_password_and_database_2_an_attempt_timed_out_in_a_stall_is_rolled_back
     assert!(keys.is_empty(), "keys in database 0: {keys:?}");
 }
 
-/// Held (3 of 3): a 480-byte name's attempt timed out in a stall with the `default` user disabled:
+/// Held (4 of 4): a 480-byte name's attempt timed out in a stall with the `default` user disabled:
 /// the rollback's bare connection logs in with `AUTH` first and undoes the grant.
 #[test]
 fn with_the_default_user_off_a_rollback_on_a_new_connection_runs_as_the_user() {
@@ -615,7 +615,7 @@ fn blind_sends(said: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Break (fails 6 of 6 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket with a
+/// Break (fails 7 of 7 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket with a
 /// user and password and every size at its limit (a 511-byte prefix, a 512-byte name, a 512-byte
 /// note), the waiter's attempt that timed out in a stall: its rollback goes on a new connection
 /// behind `AUTH`, which the server answers after its first read and then drops the connection: the
@@ -647,7 +647,7 @@ fn on_a_unix_socket_with_a_password_every_size_at_its_limit_an_attempt_timed_out
     );
 }
 
-/// Held (6 of 6, and on Valkey 8 and Redis 6.2): the same on a unix socket with neither user nor
+/// Held (7 of 7, and on Valkey 8 and Redis 6.2): the same on a unix socket with neither user nor
 /// password: the rollback alone on the new connection, with no reply before it to end the reads.
 #[test]
 fn on_a_unix_socket_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
@@ -675,7 +675,7 @@ fn on_a_unix_socket_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back(
     );
 }
 
-/// Break (fails 6 of 6 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). The same in database 1
+/// Break (fails 7 of 7 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). The same in database 1
 /// of a unix socket with no user or password: `SELECT` goes in front of the rollback.
 #[test]
 fn on_a_unix_socket_in_database_1_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
@@ -703,7 +703,7 @@ fn on_a_unix_socket_in_database_1_every_size_at_its_limit_an_attempt_timed_out_i
     );
 }
 
-/// Held (3 of 3): over TCP with a user and password and every size at its limit: the server reads
+/// Held (4 of 4): over TCP with a user and password and every size at its limit: the server reads
 /// once more after the read that completed `AUTH`, which takes the rest of the rollback.
 #[test]
 fn over_tcp_with_a_password_every_size_at_its_limit_an_attempt_timed_out_is_rolled_back() {
@@ -781,7 +781,7 @@ fn signalled_behind_its_rollback(
     (last, queued.contains(&ids[0]))
 }
 
-/// Break (fails 6 of 6 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket with a
+/// Break (fails 7 of 7 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket with a
 /// user and password and every size at its limit, a waiter signalled right behind its rollback: the
 /// leave follows the rollback on the new connection, behind `AUTH`, and is lost with it, while the
 /// waiter says its place was given up.
@@ -810,7 +810,7 @@ fn on_a_unix_socket_with_a_password_every_size_at_its_limit_the_signalled_waiter
     );
 }
 
-/// Held (3 of 3): on a unix socket with a user and password, the default prefix and a 512-byte name
+/// Held (4 of 4): on a unix socket with a user and password, the default prefix and a 512-byte name
 /// (the longest name): the rollback's write (about 10 KB) stays within the server's first read.
 #[test]
 fn on_a_unix_socket_with_a_password_a_512_byte_name_an_attempt_timed_out_is_rolled_back() {
@@ -838,7 +838,7 @@ fn on_a_unix_socket_with_a_password_a_512_byte_name_an_attempt_timed_out_is_roll
     );
 }
 
-/// Break (fails 6 of 6 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). The user's password
+/// Break (fails 7 of 7 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). The user's password
 /// changed while a waiter runs (a rotation: its connection stays logged in), then a stall in which
 /// its attempt times out: the rollback's bare connection sends `AUTH` with the old password, which
 /// fails, and the script behind it in the same write must not run as the connection's `default`
@@ -908,7 +908,7 @@ fn a_rollback_whose_auth_fails_runs_nothing_as_the_default_user() {
     );
 }
 
-/// Held (3 of 3, about 10 cut reads a run): `exec` with a 3 s lease running a 5 s child, stopped
+/// Held (4 of 4, about 10 cut reads a run): `exec` with a 3 s lease running a 5 s child, stopped
 /// and continued every 3 ms on a node busy in 30 ms scripts: its renewal thread's reads are cut
 /// over and over, and it keeps the lease (exit 0, the key held all along) and releases it at the
 /// end.
