@@ -931,10 +931,14 @@ impl Node {
     /// A stopped server's kernel accepts the connection, so it costs no round trip. A handshake that
     /// needs an answer goes along instead, in the same write: `AUTH` and `SELECT`, which the server
     /// runs before the script (a 480-byte name's rollback fell past the first read of the old
-    /// connection, which alone carried it, and a grant nobody held kept the lock for its TTL). Not
-    /// TLS, whose handshake a stopped server never completes: the old connection alone carries the
-    /// send there. A connect that fails (within the node timeout) loses it the same way. True when
-    /// it went out.
+    /// connection, which alone carried it, and a grant nobody held kept the lock for its TTL). Only
+    /// when the old connection cannot carry it, though: the script runs whatever that `AUTH`
+    /// answers, so where it fails (the user's password changed while lockctl ran) it runs as the
+    /// `default` user, if that user may (docs/security.md). Behind `AUTH` the server reads no
+    /// further than its first read (its reply ends a closed connection): a script past 16 KB there
+    /// is lost. Not TLS, whose handshake a stopped server never completes: the old connection alone
+    /// carries the send there. A connect that fails (within the node timeout) loses it the same
+    /// way. True when it went out where the server reads it.
     pub fn send_on_new(&mut self, source: &str, keys: &[&str], args: &[&str]) -> bool {
         if is_tls(&self.client) {
             trace!(
@@ -945,6 +949,16 @@ impl Node {
         }
         let info = self.client.get_connection_info().clone();
         let settings = info.redis_settings().clone();
+        let handshake = settings.password().is_some() || settings.db() != 0;
+        if handshake && self.conn.is_some() && self.owed.all_read(false) {
+            // The old connection carries it where the server reads it; an `AUTH` whose answer
+            // nobody reads is sent only when it must be (see below).
+            trace!(
+                "{}: no new connection (the old one carries it)",
+                self.display
+            );
+            return false;
+        }
         let mut packed = Vec::new();
         if let Some(password) = settings.password() {
             let mut auth = redis::cmd("AUTH");
@@ -967,19 +981,35 @@ impl Node {
         let Ok(mut conn) = conn else {
             return false;
         };
+        // The handshake's commands count as the first write: their reply, which a closed
+        // connection cannot take, ends what the server reads of it.
+        let mut owed = Owed::default();
+        if !packed.is_empty() {
+            owed.add(packed.len());
+        }
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(compact(source)).arg(keys.len()).arg(keys).arg(args);
-        packed.extend(cmd.get_packed_command());
+        let script = cmd.get_packed_command();
+        owed.add(script.len());
+        packed.extend(script);
         if conn.send_packed_command(&packed).is_err() {
+            return false;
+        }
+        self.conn = Some(conn);
+        self.owed = owed;
+        if !self.owed.all_read(false) {
+            trace!(
+                "{}: sent on a new connection too, without waiting, past the server's first \
+                 read behind AUTH or SELECT ({} bytes)",
+                self.display,
+                self.owed.bytes
+            );
             return false;
         }
         trace!(
             "{}: sent on a new connection too, without waiting",
             self.display
         );
-        self.conn = Some(conn);
-        self.owed = Owed::default();
-        self.owed.add(packed.len());
         true
     }
 
