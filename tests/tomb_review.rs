@@ -755,9 +755,9 @@ fn collect_stderr_of(
     })
 }
 
-/// A node whose URL names a database other than 0 gets no new connection for the rollback (a new
-/// one would need SELECT answered): the rollback goes on the old connection alone, in that
-/// database, and database 0 gets nothing. The node is stopped while the waiter sleeps, so that its
+/// A node whose URL names a database other than 0 gets no new connection for a rollback its old
+/// connection carries (a new one would send SELECT unanswered, in the rollback's write): the
+/// rollback goes on the old connection alone, in that database, and database 0 gets nothing. The node is stopped while the waiter sleeps, so that its
 /// next attempt times out on the connection its first one opened.
 #[test]
 fn a_node_with_a_database_number_gets_its_rollback_in_that_database() {
@@ -793,7 +793,7 @@ fn a_node_with_a_database_number_gets_its_rollback_in_that_database() {
         "no rollback went out: {e}"
     );
     assert!(
-        e.contains("no new connection (its handshake waits for the server's answer)")
+        e.contains("no new connection (the old one carries it)")
             && !e.contains("sent on a new connection too"),
         "a new connection was tried: {e}"
     );
