@@ -57,12 +57,12 @@ fn a_stall_right_after_the_first_waiter_queued_keeps_the_arrival_order() {
 }
 
 /// Docs (queue.md, "A node that stalls"): a live waiter keeps its place through a stall of any
-/// length, also one that does not listen on its wake channel yet. The stall rule (`front.lua`,
+/// length, also one that does not listen on its wake channel. The stall rule (`front.lua`,
 /// `moved_expiry`) kept only the waiters that listened at the resume, taking one that did not for
-/// dead; but a waiter stopped with the node between its enqueue and its SUBSCRIBE, or whose
-/// SUBSCRIBE failed (it tries again every 5 s), lives and listens nowhere. It was dropped at the
-/// resume, and a waiter that came during the stall took the lock first. The test above met it in
-/// the full CI run (`2 1` in 1 round of 3); here the first waiter's SUBSCRIBE is refused (the
+/// dead; but a waiter whose SUBSCRIBE failed (it tries again every 5 s) lives and listens nowhere.
+/// It was dropped at the resume, and a waiter that came during the stall took the lock first. (A
+/// waiter stopped with the node between its enqueue and its SUBSCRIBE, which the test above met
+/// once in a full run, still counts as listening: docs/queue.md.) Here the first waiter's SUBSCRIBE is refused (the
 /// server's `maxclients` leaves room for its command connection only), and it is stopped for 1.5 s
 /// across the resume, as a loaded machine may do, so that the second one's next attempt comes
 /// first: `2 1` in 7 rounds of 8 (two runs) on the code before, `1 2` in 10 of 10 since the record says

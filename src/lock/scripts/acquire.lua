@@ -370,13 +370,14 @@ if ahead >= free or not pick or quarantined then
       redis.call('ZADD', KEYS[5], ticket, id)
       redis.call('HSET', KEYS[7], id, cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6],
         note = note, since_ms = now_ms, ticket = ticket, limit = limit, front = front_ms,
-        beat = alive_ms / 3, sub = ARGV[18] == '1'}))
+        beat = alive_ms / 3, sub = true}))
       ahead = redis.call('ZRANK', KEYS[5], id)
     else
       ticket = redis.call('ZSCORE', KEYS[5], id)
       -- Whether it listens here, as of this heartbeat (`sub`): after a stall of this node, a waiter
-      -- whose subscription stood and is gone died (front.lua, moved_expiry). Written only when it
-      -- changes, which is once for most waiters (the attempt after the SUBSCRIBE).
+      -- whose subscription stood and is gone died (front.lua, moved_expiry). The enqueue counts as
+      -- listening: the waiter subscribes right after it, so one that never made its next attempt
+      -- died there (or was stopped with the node in that window). Written only when it changes.
       local raw = redis.call('HGET', KEYS[7], id)
       local sub = ARGV[18] == '1'
       if raw and (string.find(raw, '"sub":true', 1, true) ~= nil) ~= sub then

@@ -72,11 +72,11 @@ end
 -- once, and it is woken (`moved`), so that a live one beats at once: the moved score ends in half a
 -- millisecond, the mark, which its next heartbeat clears (an expiry that passes again unbeaten is the
 -- waiter's own). A waiter that no longer listens on its wake channel, where its last attempt said
--- it did (`sub` in its record, acquire.lua), is not moved: its connection closed, it died. One
--- that had not said so is moved all the same: a waiter stopped with the node between its enqueue
--- and its SUBSCRIBE, or whose subscription had failed (it tries again every 5 s), lives and listens
--- nowhere, and was dropped at the resume, so a waiter that came during the stall took the lock
--- first (tests/queue_review4.rs). So a stall shorter than the queue keys' TTL keeps the live waiters, and a waiter
+-- it did (`sub` in its record, acquire.lua; its enqueue counts as saying so), is not moved: its
+-- connection closed, it died. One whose last attempt said it did not is moved all the same: a
+-- waiter whose subscription had failed (it tries again every 5 s) lives and listens nowhere, and
+-- was dropped at the resume, so a waiter that came during the stall took the lock first
+-- (tests/queue_review4.rs). So a stall shorter than the queue keys' TTL keeps the live waiters, and a waiter
 -- that is stopped or dead is dropped at most a front lifetime and a heartbeat of the waiters behind
 -- (pending_ahead) later than its expiry (docs/queue.md, "A node that stalls"). Costs O(log N) calls,
 -- and two more for each waiter whose expiry passed. `except` (the caller) is not woken.
