@@ -688,56 +688,6 @@ fn over_tcp_with_a_password_every_size_at_its_limit_an_attempt_timed_out_is_roll
     every_size_at_its_limit_is_rolled_back(&s, &url, 0);
 }
 
-/// Two waiters queue behind a holder on `s`; the node is stopped, and the first waiter (with `-v`
-/// and `extra`) is signalled right after its rollback went out in the stall. Returns its last
-/// line and whether its entry was still queued after the resume (in database `db`).
-fn signalled_behind_its_rollback(
-    s: &Server,
-    mut cmd: impl FnMut() -> std::process::Command,
-    name: &str,
-    queue: &str,
-    db: u8,
-    extra: &[&str],
-) -> (String, bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("order");
-    let token = support::queue::hold(&mut cmd(), name);
-    let mut first = waiter(cmd().arg("-v"), name, &file, "1", extra);
-    let (seen, reader) = stderr_so_far(first.stderr.take().unwrap());
-    let queued_n = |n: u64| {
-        let ok = eventually(Duration::from_secs(30), || {
-            in_db::<u64>(s, db, &["ZCARD", queue]) == n
-        });
-        assert!(ok, "{n} waiter(s) not queued");
-    };
-    queued_n(1);
-    let second = waiter(&mut cmd(), name, &file, "2", &[]);
-    queued_n(2);
-    std::thread::sleep(Duration::from_secs(1));
-    let ids: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
-    s.pause();
-    let behind = eventually(Duration::from_secs(10), || {
-        seen.lock().unwrap().contains("sent without waiting")
-    });
-    kill(first.id() as i32, libc::SIGTERM);
-    let status = first.wait().unwrap();
-    reader.join().unwrap();
-    let said = seen.lock().unwrap().clone();
-    assert!(behind, "no rollback went out in the stall: {said}");
-    std::thread::sleep(Duration::from_millis(1000));
-    s.resume();
-    let _: String = s.cmd(&["PING"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let queued: Vec<String> = in_db(s, db, &["ZRANGE", queue, "0", "-1"]);
-    let o = run(cmd().args(["release", name, "--token", &token]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let o = wait_output(second, Duration::from_secs(60));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let last = said.lines().last().unwrap_or_default().to_string();
-    eprintln!("the signalled waiter: {status:?}: {last}");
-    (last, queued.contains(&ids[0]))
-}
-
 /// Was a break (failed 7 of 7 on Redis 7.0, 1 of 1 on Valkey 8 and on Redis 6.2). On a unix socket
 /// with a user and password and every size at its limit, a waiter signalled right behind its
 /// rollback: the leave follows the rollback on the new connection, behind `AUTH`, and is lost with
@@ -751,7 +701,7 @@ fn on_a_unix_socket_with_a_password_every_size_at_its_limit_the_signalled_waiter
     let name = "n".repeat(512);
     let note = "x".repeat(512);
     let (prefix, queue) = long_prefix(&name);
-    let (last, queued) = signalled_behind_its_rollback(
+    let (said, queued) = support::queue::signalled_behind_its_rollback_on(
         &s,
         || {
             let mut c = lockctl();
@@ -763,6 +713,7 @@ fn on_a_unix_socket_with_a_password_every_size_at_its_limit_the_signalled_waiter
         0,
         &["--note", &note],
     );
+    let last = said.lines().last().unwrap_or_default();
     assert!(
         !queued || last.contains("could not be withdrawn"),
         "still queued after the resume, and it said: {last}"
