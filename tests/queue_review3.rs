@@ -184,7 +184,7 @@ fn oldest_subscriber(s: &Server) -> String {
 /// first, takes the lock whose lease ended during the stall. Several rounds, since which waiter's
 /// attempt runs first after the resume varies.
 #[test]
-#[ignore = "open: a live waiter whose wake subscription dropped (it subscribes again at most every 5 s) does not listen, so after a node stall in that window its passed expiry is not moved and it is dropped; it re-queues at its ticket, but the second waiter can take the free lock first (order 2 1 in 2 of 10 rounds, 0 of 6 in a later run)"]
+#[ignore = "open: a live waiter whose wake subscription dropped retries at once and its attempt says it no longer listens, but the stall here begins right after the kill, so that attempt waits in the stopped server with the others; its record still says it listened, and if the second waiter's attempt runs first after the resume, the first is dropped as dead and the second takes the free lock (order 2 1 in 2 of 10 rounds, 0 of 6 later; with the record's `sub` 2 of 24 rounds)"]
 fn a_live_waiter_between_two_subscriptions_keeps_its_place_through_a_stall() {
     in_order_every_round(6, &["1", "2"], |round| {
         // Never restarted: the quarantine is off for this server the test started itself.
