@@ -4,8 +4,9 @@
 //! is a user without `+subscribe` (its SUBSCRIBE is refused, it polls at the front's pace), set in
 //! the server's own configuration so that it outlives a restart.
 //!
-//! Open (the three `put_back` tests fail on the code they were written against): a waiter put back
-//! at its ticket is enqueued again, and the enqueue writes `sub: true` whatever the attempt said.
+//! Found here and fixed: a waiter put back at its ticket was enqueued again, and the enqueue wrote
+//! `sub: true` whatever the attempt said (the three `put_back` tests failed on that code; a put-back
+//! now records what its attempt said).
 
 mod support;
 
@@ -143,11 +144,13 @@ fn restart_then_stall(deaf: bool, round: usize) -> (Vec<String>, Option<bool>, b
 /// not a millisecond. A stall in that second drops it at the resume, and the waiter behind it takes
 /// the lock first: `2 1` in 17 of 21 rounds (6 runs of 3 or 4 rounds, each failed). With the
 /// put-back writing what its attempt said (`sub = ARGV[18] == '1'` when a ticket was carried), 6
-/// of 6 in order.
+/// of 6 in order. Two rounds here (each a restart and a 6 s stall): at the old code's rates per
+/// round (17 of 21 here, 10 of 21 in the listening case below) a run fails with a chance of about
+/// 96 % and 75 %; the record test below failed on it every time (7 of 7).
 #[test]
 fn a_waiter_put_back_without_listening_keeps_its_place_through_a_stall() {
     let rounds: Vec<(Vec<String>, Option<bool>, bool)> =
-        (0..4).map(|r| restart_then_stall(true, r)).collect();
+        (0..2).map(|r| restart_then_stall(true, r)).collect();
     for (r, got) in rounds.iter().enumerate() {
         eprintln!(
             "round {r}: order {:?}, record at the stall sub {:?}, listened {}",
@@ -207,11 +210,11 @@ fn a_waiter_put_back_without_listening_is_recorded_as_not_listening() {
 /// The same rounds with a first waiter that listens, whose subscription went with the restart: it
 /// subscribes again at most every 5 s, and it last tried under 2 s before, so its put-back attempt
 /// says it does not listen: `2 1` in 10 of 21 rounds (5 of 6 runs failed); 6 of 6 in order with
-/// the put-back writing what its attempt said.
+/// the put-back writing what its attempt said. Two rounds, as above.
 #[test]
 fn a_listening_waiter_put_back_keeps_its_place_through_a_stall() {
     let rounds: Vec<(Vec<String>, Option<bool>, bool)> =
-        (0..4).map(|r| restart_then_stall(false, r)).collect();
+        (0..2).map(|r| restart_then_stall(false, r)).collect();
     for (r, got) in rounds.iter().enumerate() {
         eprintln!(
             "round {r}: order {:?}, record at the stall sub {:?}, listened {}",

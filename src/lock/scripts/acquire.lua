@@ -364,18 +364,22 @@ if ahead >= free or not pick or quarantined then
   if id ~= '' and mode ~= 'n' then
     -- Queue the caller (its first refusal is its enqueue) and take its heartbeat.
     if not queued then
+      -- A first enqueue counts as listening (see the heartbeat below); a waiter put back at the
+      -- ticket it carries (this node lost its queue, or dropped it) has been waiting and says
+      -- whether it listens here: after a restart its subscription may stay down for seconds.
+      local listening = ticket == '' or ARGV[18] == '1'
       if ticket == '' then
         ticket = new_ticket()
       end
       redis.call('ZADD', KEYS[5], ticket, id)
       redis.call('HSET', KEYS[7], id, cjson.encode({host = ARGV[4], pid = ARGV[5], cmd = ARGV[6],
         note = note, since_ms = now_ms, ticket = ticket, limit = limit, front = front_ms,
-        beat = alive_ms / 3, sub = true}))
+        beat = alive_ms / 3, sub = listening}))
       ahead = redis.call('ZRANK', KEYS[5], id)
     else
       ticket = redis.call('ZSCORE', KEYS[5], id)
       -- Whether it listens here, as of this heartbeat (`sub`): after a stall of this node, a waiter
-      -- whose subscription stood and is gone died (front.lua, moved_expiry). The enqueue counts as
+      -- whose subscription stood and is gone died (front.lua, moved_expiry). A first enqueue counts as
       -- listening: the waiter subscribes right after it, so one that never made its next attempt
       -- died there (or was stopped with the node in that window). Written only when it changes.
       local raw = redis.call('HGET', KEYS[7], id)

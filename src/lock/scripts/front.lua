@@ -72,7 +72,7 @@ end
 -- once, and it is woken (`moved`), so that a live one beats at once: the moved score ends in half a
 -- millisecond, the mark, which its next heartbeat clears (an expiry that passes again unbeaten is the
 -- waiter's own). A waiter that no longer listens on its wake channel, where its last attempt said
--- it did (`sub` in its record, acquire.lua; its enqueue counts as saying so), is not moved: its
+-- it did (`sub` in its record, acquire.lua; a first enqueue counts as saying so), is not moved: its
 -- connection closed, it died. One whose last attempt said it did not is moved all the same: a
 -- waiter whose subscription had failed (it tries again every 5 s) lives and listens nowhere, and
 -- was dropped at the resume, so a waiter that came during the stall took the lock first
