@@ -921,6 +921,58 @@ fn list_shows_a_semaphore_once_also_while_slot_one_is_free() {
     .is_empty());
 }
 
+/// `list` counts a semaphore's waiters as it does a plain lock's (its row is drawn from a slot's
+/// survey, which carries no queue): plain and JSON, one node and Redlock 3.
+fn list_counts_a_full_semaphore_s_waiters(s: &[&Server], mut lockctl: impl FnMut() -> Command) {
+    three_holders(&mut lockctl);
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            lockctl()
+                .args(["exec", "pool", "--limit", "3", "-w", "60s", "--", "true"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for n in s {
+        support::queue::wait_queued(n, "pool", 2);
+    }
+    let rows = listed(&run(lockctl().args(["list", "--format", "json"])));
+    let plain = stdout(&run(lockctl().args(["list"])));
+    for w in waiters {
+        support::queue::finish_off(w);
+    }
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["waiters"], 2, "{rows:?}");
+    let row = plain
+        .lines()
+        .find(|l| l.starts_with("pool "))
+        .unwrap_or_else(|| panic!("no row for pool: {plain}"));
+    let head = plain.lines().next().unwrap_or_default();
+    let column = head
+        .split_whitespace()
+        .position(|c| c == "WAITING")
+        .unwrap_or_else(|| panic!("no WAITING column: {plain}"));
+    assert_eq!(
+        row.split_whitespace().nth(column),
+        Some("2"),
+        "the waiters of a full semaphore: {plain}"
+    );
+}
+
+#[test]
+fn list_counts_a_semaphore_s_waiters() {
+    let s = Server::start();
+    list_counts_a_full_semaphore_s_waiters(&[&s], || lockctl_on(&s));
+}
+
+#[test]
+fn list_counts_a_semaphore_s_waiters_on_redlock() {
+    let s = Servers::start(3);
+    list_counts_a_full_semaphore_s_waiters(&[&s[0], &s[1], &s[2]], || s.lockctl());
+}
+
 #[test]
 fn break_takes_one_holder_by_token_or_all() {
     let s = Server::start();

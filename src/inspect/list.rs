@@ -178,7 +178,7 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
                             .collect();
                         let merged = Merged::new(views);
                         let row = if merged.views.iter().flatten().any(|v| v.limit.is_some()) {
-                            Row::semaphore(keys, survey(&mut engine, keys))
+                            Row::semaphore(keys, survey(&mut engine, keys), Some(merged.waiting()))
                         } else {
                             Row::new(keys, merged)
                         };
@@ -245,7 +245,7 @@ pub fn run(settings: &Settings, args: &ListArgs) -> anyhow::Result<Exit> {
                     // Listed with its lock key, or nothing held any more.
                     continue;
                 }
-                if !out.push(Row::semaphore(&keys, m))? {
+                if !out.push(Row::semaphore(&keys, m, None))? {
                     return Ok(Exit::Success);
                 }
             }
@@ -404,6 +404,8 @@ struct Row {
     merged: Merged,
     /// A semaphore: its limit and every slot that holds a token somewhere.
     slots: Option<(usize, Vec<(usize, Merged)>)>,
+    /// The queued waiters (a semaphore's row is drawn from a slot, whose view has no queue).
+    waiting: u64,
 }
 
 impl Row {
@@ -411,13 +413,16 @@ impl Row {
         Row {
             name: keys.name.clone(),
             key: keys.key.clone(),
+            waiting: merged.waiting(),
             merged,
             slots: None,
         }
     }
 
-    /// A semaphore from its full survey.
-    fn semaphore(keys: &LockKeys, surveyed: Merged) -> Row {
+    /// A semaphore from its full survey; `waiting`, the queue's entries where the batch read them
+    /// (otherwise the survey's live waiters are counted).
+    fn semaphore(keys: &LockKeys, surveyed: Merged, waiting: Option<u64>) -> Row {
+        let waiting = waiting.unwrap_or(surveyed.waiters().len() as u64);
         let limit = surveyed.limit();
         let held: Vec<(usize, Merged)> = surveyed
             .slots()
@@ -434,6 +439,7 @@ impl Row {
             key: keys.key.clone(),
             merged,
             slots: Some((limit, held)),
+            waiting,
         }
     }
 
@@ -474,7 +480,7 @@ impl Row {
         if redlock {
             cells.push(format!("{}/{}", m.agree, m.views.len()));
         }
-        cells.push(m.waiting().to_string());
+        cells.push(self.waiting.to_string());
         cells.push(self.holder_cell());
         cells
     }
@@ -509,7 +515,7 @@ impl Row {
                     })
                     .collect::<Vec<_>>()
             }),
-            "waiters": m.waiting(),
+            "waiters": self.waiting,
         })
     }
 }
