@@ -230,6 +230,20 @@ fn status_in_redlock_mode_shows_each_node_and_the_quorum() {
         .lockctl()
         .args(["--node-timeout", "300ms", "status", "one"]));
     assert_eq!(code(&o), 69, "{}{}", stdout(&o), stderr(&o));
+    // The silent node's error does not push the other nodes' columns apart.
+    let o = run(s
+        .lockctl()
+        .args(["--node-timeout", "300ms", "status", "two"]));
+    let plain = stdout(&o);
+    let row = |i: usize| {
+        plain
+            .lines()
+            .find(|l| l.trim_start().starts_with(&s[i].url()))
+            .unwrap_or_else(|| panic!("no row for node {i}: {plain}"))
+    };
+    assert!(row(2).contains("error"), "{plain}");
+    assert!(row(0).contains("tok-a  ttl "), "{plain}");
+    assert!(row(1).contains("  -      ttl "), "{plain}");
     // Two nodes silent: no quorum answered.
     s[1].kill();
     let o = run(s

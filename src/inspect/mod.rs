@@ -472,10 +472,12 @@ pub(crate) fn json_ttl(ttl: Option<Option<i64>>) -> Json {
 /// Aligns rows into columns two spaces apart; the last column is not padded.
 pub(crate) fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    // A row's last cell is not padded, so it does not widen its column for the others: a node's
+    // error message in `status` would push every other node's columns right.
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
             rows.iter()
-                .filter_map(|r| r.get(c))
+                .filter_map(|r| r.get(c).filter(|_| c + 1 < r.len()))
                 .map(|s| s.chars().count())
                 .max()
                 .unwrap_or(0)
