@@ -475,6 +475,32 @@ fn a_waiter_gets_an_expired_lock_without_a_release() {
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
 
+/// The head waiter on one node sleeps until the holder's lease ends when it ends before the next
+/// heartbeat (1 s): its sleep (`-v`: "waiting up to") is at most the lease's remaining 700 ms, plus
+/// 1 ms, not a heartbeat's 800 to 1000 ms. A waiter that started after the lease ended waits for
+/// nothing; the round is then tried again.
+#[test]
+fn a_head_waiter_sleeps_until_a_lease_that_ends_before_its_heartbeat() {
+    let s = Server::start();
+    let mut sleeps = Vec::new();
+    for round in 0..5 {
+        let name = format!("ending{round}");
+        acquire(&s, &name, &["--ttl", "700ms"]);
+        let o = run(lockctl_on(&s).args(["--verbose", "acquire", &name, "-w", "30s"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        sleeps = stderr(&o)
+            .lines()
+            .filter_map(|l| l.split("waiting up to ").nth(1))
+            .filter_map(|l| l.split(" ms").next()?.parse::<f64>().ok())
+            .collect();
+        if !sleeps.is_empty() {
+            break;
+        }
+    }
+    assert!(!sleeps.is_empty(), "no waiter waited in 5 rounds");
+    assert!(sleeps.iter().all(|&ms| ms <= 701.0), "{sleeps:?}");
+}
+
 #[test]
 fn progress_line_on_stderr_when_not_a_terminal_and_quiet_silences_it() {
     let s = Server::start();

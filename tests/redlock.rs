@@ -456,6 +456,54 @@ fn a_quarantine_that_alone_blocks_the_quorum_is_named_with_a_node_down() {
     );
 }
 
+/// The quarantine is named when it alone stands between an attempt and a quorum with the lock free
+/// but handed to a waiter ahead: nodes 0 to 2 refuse it behind a stopped waiter (its expiry far
+/// off: a 5 s node timeout gives it 10 s of slack), nodes 3 and 4, restarted empty, are in
+/// quarantine. Three nodes where only waiters stand ahead, who may be held up by the same
+/// quarantine, and the two held back make five of five: the refusal is the quarantine's, not busy.
+#[test]
+fn a_quarantine_beside_nodes_that_queue_behind_a_waiter_is_named() {
+    let mut servers = Servers::start(5);
+    servers.wait_out_quarantine(5);
+    // The holder and the waiter run before the restarts, with the quarantine off (the test has
+    // just started the servers); the attempt after them has it on.
+    let h = acquire_json(&mut servers.lockctl(), "qw", &["--ttl", "60s"]);
+    let w = servers
+        .lockctl()
+        .args(["acquire", "qw", "-w", "60s", "--node-timeout", "5s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let queue = support::queue::queue_key("qw");
+    let queued = eventually(Duration::from_secs(30), || {
+        servers
+            .0
+            .iter()
+            .all(|s| s.cmd::<u64>(&["ZCARD", &queue]) == 1)
+    });
+    assert!(queued, "the waiter was not queued on every node");
+    kill(w.id() as i32, libc::SIGSTOP);
+    let o = run(servers
+        .lockctl()
+        .args(["release", "qw", "--token", &token(&h)]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    servers[3].restart_empty();
+    servers[4].restart_empty();
+    let mut c = servers.lockctl();
+    c.env_remove("LOCKCTL_QUARANTINE");
+    let o = run(c.args(["acquire", "qw", "-n", "--quarantine", "5s"]));
+    kill(w.id() as i32, libc::SIGCONT);
+    kill(w.id() as i32, libc::SIGKILL);
+    let _ = wait_output(w, Duration::from_secs(10));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 75, "{err}");
+    assert!(
+        err.contains("not acquired, because of the restart quarantine"),
+        "{err}"
+    );
+}
+
 /// `n` nodes; lock `name` taken on all of them (with the quarantine off: the test has just started
 /// the servers), the last two restarted empty, then a second client's `acquire -n` with the default
 /// quarantine. Returns the servers, the first grant and the second client's output.

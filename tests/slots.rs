@@ -369,6 +369,70 @@ fn a_limit_mismatch_is_refused_on_redlock_and_rolled_back() {
     assert_eq!(after, before);
 }
 
+/// A refusal for another `--limit` names the holder that some node names, whichever node answers
+/// last: nodes 1 and 3 keep `--limit 2` for a slot another client holds (its key without a lockctl
+/// record: no holder to name), node 2 for a lockctl holder.
+#[test]
+fn a_limit_mismatch_names_the_holder_that_one_node_names() {
+    let s = Servers::start(3);
+    for i in [0, 2] {
+        let _: String = s[i].cmd(&["SET", &limit_key("mixed"), "2", "PX", "60000"]);
+        let _: String = s[i].cmd(&["SET", &slot_key("mixed", 2), "theirs", "PX", "60000"]);
+    }
+    acquire_json(
+        &mut lockctl_on(&s[1]),
+        "mixed",
+        &["--limit", "2", "--ttl", "60s"],
+    );
+    let before: Vec<_> = s.0.iter().map(snapshot).collect();
+    let o = run(s.lockctl().args(["acquire", "mixed", "--limit", "3", "-n"]));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(
+        err.contains("mixed is used with --limit 2 (held by "),
+        "names node 2's holder: {err}"
+    );
+    let after: Vec<_> = s.0.iter().map(snapshot).collect();
+    assert_eq!(after, before);
+}
+
+/// An outvoted node that keeps another limit still answered: an attempt that won a quorum beside it,
+/// too slowly for its TTL (a stopped fifth node holds it up for the node timeout), is unavailable
+/// with that answer counted, 4 of the 5 nodes.
+#[test]
+fn an_outvoted_limit_counts_as_an_answer() {
+    // Never restarted: the quarantine is off for these servers the test started itself (one is
+    // only stopped and resumed).
+    let s = Servers::start(5);
+    let on = |nodes: &[usize]| {
+        let mut c = lockctl();
+        let urls: Vec<String> = nodes.iter().map(|&i| s[i].url()).collect();
+        c.env("LOCKCTL_REDIS", urls.join(","));
+        c
+    };
+    // A first grant makes the three counters equal, so the attempt below needs no round 2 (which
+    // would find its keys expired and call the lock busy).
+    let g = acquire_json(&mut on(&[0, 1, 2]), "slow", &[]);
+    let o = run(on(&[0, 1, 2]).args(["release", "slow", "--token", g["token"].as_str().unwrap()]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    acquire_json(&mut on(&[3]), "slow", &["--limit", "2", "--ttl", "60s"]);
+    s[4].pause();
+    let o = run(s.lockctl().args([
+        "acquire",
+        "slow",
+        "-n",
+        "--ttl",
+        "100ms",
+        "--node-timeout",
+        "300ms",
+    ]));
+    s[4].resume();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 69, "{err}");
+    assert!(err.contains("no validity"), "the message says why: {err}");
+    assert!(err.contains("4 of 5 node(s) answered"), "{err}");
+}
+
 /// The nodes that keep another limit are outvoted and refuse like a holder (docs/queue.md, "The
 /// limit must agree"), and the agreeing nodes stay holders too: a change to the lock key there
 /// wakes the head waiter. On three nodes, a plain holder's key is left on node 3 by a release
