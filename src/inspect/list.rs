@@ -422,7 +422,7 @@ impl Row {
     /// A semaphore from its full survey; `waiting`, the queue's entries where the batch read them
     /// (otherwise the survey's live waiters are counted).
     fn semaphore(keys: &LockKeys, surveyed: Merged, waiting: Option<u64>) -> Row {
-        let waiting = waiting.unwrap_or(surveyed.waiters().len() as u64);
+        let waiting = waiting.unwrap_or_else(|| surveyed.waiters().len() as u64);
         let limit = surveyed.limit();
         let held: Vec<(usize, Merged)> = surveyed
             .slots()
