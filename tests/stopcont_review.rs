@@ -1475,3 +1475,69 @@ fn a_waiter_stopped_while_it_subscribes_is_still_woken() {
     let o = run(lockctl_on(&s).args(["release", name, "--token", &out]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// A Redlock grant whose read on one node is cut after that node queued the waiter (its slots were
+/// full then), and whose resend there is granted another slot than the one the quorum gave: that
+/// stray grant is rolled back, and a rollback puts a waiter back at the place its grant took it
+/// from. lockctl never saw a ticket (every reply it read was a grant), yet it must leave that
+/// node's queue when it holds the lock: a waiter left queued there holds up the waiters behind it
+/// on that node, shows in `status`, and keeps the semaphore's limit key, until its heartbeat runs
+/// out. The hammer tests found it (`exec_on_redlock_with_limit_two_under_the_hammer`, a waiter
+/// record and the limit left on one node in 5 of 80 runs); here the cut is placed by hand.
+#[test]
+fn a_stray_grant_sent_again_leaves_no_waiter_behind() {
+    let servers = Servers::start(3);
+    for s in &servers.0 {
+        warm(s);
+    }
+    let (a, b, c) = (&servers.0[0], &servers.0[1], &servers.0[2]);
+    let name = "stray";
+    // Both slots taken on the third node alone.
+    let hold_on_c = || {
+        let o = run(lockctl_on(c).args(["acquire", name, "-n", "--ttl", "60s", "--limit", "2"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        stdout(&o)
+    };
+    let (_first, second) = (hold_on_c(), hold_on_c());
+    c.pause();
+    let waiter = Traced::spawn(
+        servers.lockctl().args([
+            "-v",
+            "--node-timeout",
+            "20s",
+            "acquire",
+            name,
+            "--ttl",
+            "60s",
+            "--limit",
+            "2",
+        ]),
+        BOUND,
+    );
+    // The other two granted slot 1; the third node's reply is the only one still awaited.
+    waiter.wait_for(&format!("{}: acquire in", a.url()), 1);
+    waiter.wait_for(&format!("{}: acquire in", b.url()), 1);
+    waiter.cut_once(c, || {
+        // The first send ran: both slots taken, so the waiter is queued there (its reply is lost).
+        support::queue::wait_queued(c, name, 1);
+        let o = run(lockctl_on(c).args(["release", name, "--token", &second]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    });
+    let (code, token, trace) = waiter.finish();
+    assert_eq!(code, 0, "{trace}");
+    assert!(trace.contains("reconnecting"), "no read was cut: {trace}");
+    assert!(
+        trace.contains(&format!("{}: rollback in", c.url())),
+        "the third node's resend was not a stray grant: {trace}"
+    );
+    for s in [a, b] {
+        assert_eq!(s.get(&slot_key(name, 1)).as_deref(), Some(token.as_str()));
+    }
+    let queue = support::queue::queue_key(name);
+    let left = |s: &Server| s.cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"]);
+    assert!(
+        eventually(Duration::from_secs(10), || left(c).is_empty()),
+        "the holder is still queued on the third node: {:?}\n{trace}",
+        snapshot(c)
+    );
+}

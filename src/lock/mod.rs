@@ -516,11 +516,16 @@ impl Engine {
             match self.attempt(keys, ttl, holder, limit, want.take(), &mut place) {
                 Ok(grant) => {
                     waiter.finish();
-                    if place.queued && self.nodes.len() > 1 {
-                        // Still queued where the grant was refused: leave there, or the next
-                        // release on that node would wake us instead of the next waiter.
-                        let elsewhere: Vec<bool> =
-                            grant.run_ids.iter().map(String::is_empty).collect();
+                    // Still queued where the grant was refused: leave there, or the next release
+                    // on that node would wake us instead of the next waiter. Without a ticket from
+                    // any node, only where we may be queued unawares (`Place::unsure`).
+                    let elsewhere: Vec<bool> = (0..self.nodes.len())
+                        .map(|i| {
+                            grant.run_ids[i].is_empty()
+                                && (place.queued || place.unsure.get(i) == Some(&true))
+                        })
+                        .collect();
+                    if self.nodes.len() > 1 && elsewhere.contains(&true) {
                         self.leave(keys, &place, &elsewhere, false);
                     }
                     if let Some(signal) = wake.pending_signal() {
@@ -1026,6 +1031,10 @@ impl Engine {
             };
             fence = self.raise_fences(&round2, fence, &mut won, &mut maybe_applied, &mut refusal);
         }
+        place.unsure.resize(n, false);
+        for i in 0..n {
+            place.unsure[i] |= strays[i] || (won[i].is_none() && maybe_applied[i]);
+        }
         let finished = Stamp::now();
         let elapsed = finished.elapsed_since(started);
         let wins = won.iter().flatten().count();
@@ -1064,6 +1073,9 @@ impl Engine {
                     .collect();
                 if touched.iter().any(|&t| t) {
                     self.rollback(keys, &token, &touched, ttl);
+                }
+                for (unsure, touched) in place.unsure.iter_mut().zip(touched) {
+                    *unsure |= touched;
                 }
                 if wins >= quorum {
                     refusal.too_slow = Some(format!(

@@ -140,6 +140,11 @@ pub struct Place {
     /// Per node: its clock (server ms) in its answer to the last attempt, which queued us, and
     /// when we read that answer (`None`: no such answer).
     pub heard: Vec<Option<(u64, Stamp)>>,
+    /// Per node: this waiter may be queued there although no answer said so, and no later answer
+    /// took it out: a send whose answer was never read (cut twice, timed out), or a grant rolled
+    /// back there, which puts the waiter back at the place that grant took it from (a cut send
+    /// may have queued it before its resend was granted). Leaving after a grant goes there too.
+    pub unsure: Vec<bool>,
 }
 
 impl Place {
@@ -158,6 +163,7 @@ impl Place {
             position: None,
             listening: Vec::new(),
             heard: Vec::new(),
+            unsure: Vec::new(),
         }
     }
 
