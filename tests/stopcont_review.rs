@@ -1541,3 +1541,52 @@ fn a_stray_grant_sent_again_leaves_no_waiter_behind() {
         snapshot(c)
     );
 }
+
+/// As above, but the third node's answer is never read: it is stopped (SIGSTOP) past the node
+/// timeout, with the waiter's send in its socket. The other two make the quorum: lockctl holds the
+/// lock without having read a ticket, and exits. The node then resumes and runs the send, which
+/// queues the waiter (its slots are full): lockctl must have sent its leave after it, or the gone
+/// holder stays queued there until its heartbeat runs out.
+#[test]
+fn a_waiter_whose_answer_timed_out_leaves_that_node_when_granted() {
+    let servers = Servers::start(3);
+    for s in &servers.0 {
+        warm(s);
+    }
+    let (a, b, c) = (&servers.0[0], &servers.0[1], &servers.0[2]);
+    let name = "lost";
+    for _ in 0..2 {
+        let o = run(lockctl_on(c).args(["acquire", name, "-n", "--ttl", "60s", "--limit", "2"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    c.pause();
+    let o = run(servers.lockctl().args([
+        "-v",
+        "--node-timeout",
+        "300ms",
+        "acquire",
+        name,
+        "--ttl",
+        "60s",
+        "--limit",
+        "2",
+    ]));
+    c.resume();
+    let trace = stderr(&o);
+    assert_eq!(code(&o), 0, "{trace}");
+    assert!(
+        trace.contains("within the node timeout"),
+        "the third node answered: {trace}"
+    );
+    let token = stdout(&o);
+    for s in [a, b] {
+        assert_eq!(s.get(&slot_key(name, 1)).as_deref(), Some(token.as_str()));
+    }
+    let queue = support::queue::queue_key(name);
+    let left = |s: &Server| s.cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"]);
+    assert!(
+        eventually(Duration::from_secs(10), || left(c).is_empty()),
+        "the holder is still queued on the third node: {:?}\n{trace}",
+        snapshot(c)
+    );
+}
