@@ -91,7 +91,7 @@ pub mod wait;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Script, Value};
+use redis::Value;
 
 use crate::clock::Stamp;
 use crate::config::Settings;
@@ -102,60 +102,55 @@ use node::{Node, NodeFailure};
 use quarantine::Quarantined;
 pub use wait::{WaitPolicy, Wake, Wakeup};
 
-pub(crate) const ACQUIRE_LUA: &str = concat!(
-    include_str!("scripts/front.lua"),
-    include_str!("scripts/acquire.lua")
-);
-pub(crate) const FENCE_LUA: &str = include_str!("scripts/fence.lua");
-pub(crate) const RELEASE_LUA: &str = concat!(
-    include_str!("scripts/front.lua"),
-    include_str!("scripts/release.lua")
-);
-pub(crate) const RENEW_LUA: &str = include_str!("scripts/renew.lua");
-pub(crate) const STATUS_LUA: &str = concat!(
-    include_str!("scripts/front.lua"),
-    include_str!("scripts/status.lua")
-);
-pub(crate) const BREAK_LUA: &str = concat!(
-    include_str!("scripts/front.lua"),
-    include_str!("scripts/break.lua")
-);
-pub(crate) const LEAVE_LUA: &str = concat!(
-    include_str!("scripts/front.lua"),
-    include_str!("scripts/leave.lua")
-);
+// ACQUIRE_LUA, ACQUIRE_SHA1 and so on for each script: its text and its SHA1 (build.rs).
+include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
-pub(crate) static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
-pub(crate) static BREAK: LazyLock<Script> = LazyLock::new(|| Script::new(BREAK_LUA));
-pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE_LUA));
-
-/// The source of one of lockctl's scripts, for an EVAL when its EVALSHA keeps missing.
-pub(crate) fn script_source(script: &Script) -> Option<&'static str> {
-    [
-        (&*ACQUIRE, ACQUIRE_LUA),
-        (&*FENCE, FENCE_LUA),
-        (&*RELEASE, RELEASE_LUA),
-        (&*RENEW, RENEW_LUA),
-        (&*STATUS, STATUS_LUA),
-        (&*BREAK, BREAK_LUA),
-        (&*LEAVE, LEAVE_LUA),
-    ]
-    .into_iter()
-    .find(|(s, _)| s.get_hash() == script.get_hash())
-    .map(|(_, source)| source)
+/// One of lockctl's Lua scripts, called by its digest (`EVALSHA`) and sent whole only to a server
+/// that does not have it yet.
+#[derive(Debug)]
+pub struct LuaScript {
+    pub source: &'static str,
+    /// The SHA1 of `source` in hex, computed when lockctl was built.
+    pub sha1: &'static str,
+    /// It grants or extends a lock: its writes must reach the master's replicas before they count.
+    pub durable: bool,
 }
 
-/// True for the scripts that grant or extend a lock, whose writes must reach the master's replicas
-/// before they count.
-pub(crate) fn is_durable(script: &Script) -> bool {
-    [&*ACQUIRE, &*FENCE, &*RENEW]
-        .iter()
-        .any(|s| s.get_hash() == script.get_hash())
-}
+pub(crate) static ACQUIRE: LuaScript = LuaScript {
+    source: ACQUIRE_LUA,
+    sha1: ACQUIRE_SHA1,
+    durable: true,
+};
+pub(crate) static FENCE: LuaScript = LuaScript {
+    source: FENCE_LUA,
+    sha1: FENCE_SHA1,
+    durable: true,
+};
+pub(crate) static RELEASE: LuaScript = LuaScript {
+    source: RELEASE_LUA,
+    sha1: RELEASE_SHA1,
+    durable: false,
+};
+pub(crate) static RENEW: LuaScript = LuaScript {
+    source: RENEW_LUA,
+    sha1: RENEW_SHA1,
+    durable: true,
+};
+pub(crate) static STATUS: LuaScript = LuaScript {
+    source: STATUS_LUA,
+    sha1: STATUS_SHA1,
+    durable: false,
+};
+pub(crate) static BREAK: LuaScript = LuaScript {
+    source: BREAK_LUA,
+    sha1: BREAK_SHA1,
+    durable: false,
+};
+pub(crate) static LEAVE: LuaScript = LuaScript {
+    source: LEAVE_LUA,
+    sha1: LEAVE_SHA1,
+    durable: false,
+};
 
 /// Who holds a lock: stored beside it so that `status`, `list` and waiting clients can say.
 #[derive(Debug, Clone)]

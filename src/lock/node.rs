@@ -90,7 +90,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Connection, RedisError, RedisResult, Script, Value};
+use redis::{Client, Connection, RedisError, RedisResult, Value};
 
 use super::endpoint::{cluster::MAX_REDIRECTS, Endpoint, EndpointError, OnReplica};
 use crate::clock::Stamp;
@@ -806,12 +806,12 @@ impl Node {
     pub fn eval(
         &mut self,
         what: &str,
-        script: &Script,
+        script: &super::LuaScript,
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, NodeFailure> {
-        let durable = super::is_durable(script);
-        let source = super::script_source(script);
+        let durable = script.durable;
+        let source = Some(script.source);
         let sizes = || keys.iter().chain(args).map(|a| a.len());
         // An `INFO` may go along in the same write: a few bytes more.
         self.sending = packed_len([7, 40, 2].into_iter().chain(sizes())) + 32;
@@ -834,7 +834,7 @@ impl Node {
                 return evalsha_then_info(conn, script, keys, args, along, eval_source);
             }
             let evalsha = redis::cmd("EVALSHA")
-                .arg(script.get_hash())
+                .arg(script.sha1)
                 .arg(keys.len())
                 .arg(keys)
                 .arg(args)
@@ -1309,18 +1309,14 @@ enum Along {
 /// it) the source goes out with `eval_source`, which also caches it there.
 fn evalsha_then_info(
     conn: &mut Connection,
-    script: &Script,
+    script: &super::LuaScript,
     keys: &[&str],
     args: &[&str],
     along: Along,
     eval_source: impl FnOnce(&mut Connection, RedisError) -> RedisResult<Value>,
 ) -> (RedisResult<Value>, Option<RedisResult<Value>>) {
     let mut evalsha = redis::cmd("EVALSHA");
-    evalsha
-        .arg(script.get_hash())
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
+    evalsha.arg(script.sha1).arg(keys.len()).arg(keys).arg(args);
     let (first, info) = command_then_info(conn, &evalsha, along);
     let result = match first {
         Err(e) if e.code() == Some("NOSCRIPT") => eval_source(conn, e),
@@ -1656,6 +1652,23 @@ mod tests {
         assert_eq!(after(false, &[7 * k, 7 * k, 7 * k]), [true, true, false]);
         assert_eq!(after(false, &[14 * k, 14 * k]), [true, false]);
         assert_eq!(after(false, &[20 * k, 10 * k, 3 * k]), [true, true, false]);
+    }
+
+    /// The digests build.rs wrote are the ones Redis gives the scripts (`redis::Script` hashes a
+    /// source as Redis does): with a wrong one every call would miss and send its script whole.
+    #[test]
+    fn the_scripts_digests_are_their_sha1() {
+        use crate::lock::{ACQUIRE, BREAK, FENCE, LEAVE, RELEASE, RENEW, STATUS};
+        for s in [&ACQUIRE, &FENCE, &RELEASE, &RENEW, &STATUS, &BREAK, &LEAVE] {
+            assert_eq!(s.sha1, redis::Script::new(s.source).get_hash());
+        }
+        assert!(ACQUIRE
+            .source
+            .starts_with(include_str!("scripts/front.lua")));
+        assert!(ACQUIRE
+            .source
+            .ends_with(include_str!("scripts/acquire.lua")));
+        assert_eq!(FENCE.source, include_str!("scripts/fence.lua"));
     }
 
     /// What a waiter stopped during a stall leaves on one connection (an attempt by EVALSHA with its

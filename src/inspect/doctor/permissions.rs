@@ -113,7 +113,7 @@ pub fn check(node: &mut Node, prefix: &str) -> Check {
         Ok(_) => None,
     };
     if let Some(fence) = &won {
-        let steps: [(&str, &redis::Script, Vec<&str>, Vec<&str>); 3] = [
+        let steps: [(&str, &crate::lock::LuaScript, Vec<&str>, Vec<&str>); 3] = [
             (
                 "the fence script",
                 &FENCE,
