@@ -1791,3 +1791,41 @@ fn a_subscription_that_fails_on_a_node_is_not_retried_in_a_loop() {
         stderr(&o)
     );
 }
+
+/// A waiter granted on the first attempt by two of three nodes, the third killed (its socket gone):
+/// no answer can have queued it there, so no `leave` goes there (a connect to a host that does not
+/// answer would cost a node timeout at every grant). The trace names no failed connect, so the
+/// connects are counted with strace: one to the dead node, the attempt's. A node whose answer was
+/// lost does get a leave (`tests/stopcont_review.rs`).
+#[test]
+fn a_grant_beside_a_dead_node_sends_it_no_leave() {
+    need_tool("strace", "-V");
+    let mut servers = Servers::start(3);
+    warm_up(&servers);
+    let dead = servers[2].socket();
+    servers.0[2].kill();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("strace");
+    let o = run(Command::new("strace")
+        .args(["-f", "-e", "trace=connect", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["-v", "acquire", "beside-dead", "--ttl", "30s"])
+        .env("LOCKCTL_REDIS", servers.urls())
+        // The servers were just started by this test.
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null()));
+    let trace = stderr(&o);
+    assert_eq!(code(&o), 0, "{trace}");
+    assert!(trace.contains("2/3 node(s) won"), "{trace}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let to_dead: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.contains(&*dead.to_string_lossy()))
+        .collect();
+    assert_eq!(
+        to_dead.len(),
+        1,
+        "connects to the dead node: {to_dead:#?}\n{trace}"
+    );
+}
