@@ -1,5 +1,5 @@
-//! Writes lockctl's Lua scripts and their SHA1 digests into `$OUT_DIR/scripts.rs`, included by
-//! `src/lock/mod.rs`.
+//! Writes lockctl's Lua scripts into `$OUT_DIR/scripts.rs`, included by `src/lock/mod.rs`: each
+//! script's text (`ACQUIRE_LUA`) and its `LuaScript` (`ACQUIRE`) with its SHA1 digest.
 //!
 //! Every call to Redis names its script by that digest (`EVALSHA`). Computed at run time
 //! (`redis::Script::new`), the digests of all seven scripts, about 85 KB of Lua, took some 12 % of
@@ -14,15 +14,16 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Each script: its constant's name, whether `front.lua` goes before it, its file.
-const SCRIPTS: [(&str, bool, &str); 7] = [
-    ("ACQUIRE", true, "acquire"),
-    ("FENCE", false, "fence"),
-    ("RELEASE", true, "release"),
-    ("RENEW", false, "renew"),
-    ("STATUS", true, "status"),
-    ("BREAK", true, "break"),
-    ("LEAVE", true, "leave"),
+/// Each script: its static's name, whether `front.lua` goes before it, its file, and whether it
+/// grants or extends a lock (its writes must reach the master's replicas before they count).
+const SCRIPTS: [(&str, bool, &str, bool); 7] = [
+    ("ACQUIRE", true, "acquire", true),
+    ("FENCE", false, "fence", true),
+    ("RELEASE", true, "release", false),
+    ("RENEW", false, "renew", true),
+    ("STATUS", true, "status", false),
+    ("BREAK", true, "break", false),
+    ("LEAVE", true, "leave", false),
 ];
 
 fn main() {
@@ -35,7 +36,7 @@ fn main() {
     };
     let front = read("front");
     let mut out = String::new();
-    for (name, with_front, file) in SCRIPTS {
+    for (name, with_front, file, durable) in SCRIPTS {
         let own = read(file);
         let (source, parts) = if with_front {
             (format!("{front}{own}"), vec![path("front"), path(file)])
@@ -50,7 +51,8 @@ fn main() {
         writeln!(
             out,
             "pub(crate) const {name}_LUA: &str = concat!({});\n\
-             pub(crate) const {name}_SHA1: &str = {digest:?};",
+             pub(crate) static {name}: LuaScript = LuaScript {{ source: {name}_LUA, sha1: \
+             {digest:?}, durable: {durable} }};",
             includes.join(", ")
         )
         .unwrap();

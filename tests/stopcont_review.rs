@@ -1476,6 +1476,40 @@ fn a_waiter_stopped_while_it_subscribes_is_still_woken() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
+/// Three servers with the scripts cached, and both slots of `--limit 2` lock `name` taken on the
+/// third alone; the tokens of those two holders.
+fn full_on_the_third(name: &str) -> (Servers, Vec<String>) {
+    let servers = Servers::start(3);
+    for s in &servers.0 {
+        warm(s);
+    }
+    let tokens = (0..2)
+        .map(|_| {
+            let o = run(lockctl_on(&servers.0[2])
+                .args(["acquire", name, "-n", "--ttl", "60s", "--limit", "2"]));
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+            stdout(&o)
+        })
+        .collect();
+    (servers, tokens)
+}
+
+/// The waiter holds slot 1 on the first two servers, and is not queued on the third (within a few
+/// seconds: a leave sent without waiting runs once the server reads it).
+fn held_and_left(servers: &Servers, name: &str, token: &str, trace: &str) {
+    for s in &servers.0[..2] {
+        assert_eq!(s.get(&slot_key(name, 1)).as_deref(), Some(token), "{trace}");
+    }
+    let c = &servers.0[2];
+    let queue = support::queue::queue_key(name);
+    let left = || c.cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"]);
+    assert!(
+        eventually(Duration::from_secs(10), || left().is_empty()),
+        "the holder is still queued on the third node: {:?}\n{trace}",
+        snapshot(c)
+    );
+}
+
 /// A Redlock grant whose read on one node is cut after that node queued the waiter (its slots were
 /// full then), and whose resend there is granted another slot than the one the quorum gave: that
 /// stray grant is rolled back, and a rollback puts a waiter back at the place its grant took it
@@ -1486,19 +1520,9 @@ fn a_waiter_stopped_while_it_subscribes_is_still_woken() {
 /// record and the limit left on one node in 5 of 80 runs); here the cut is placed by hand.
 #[test]
 fn a_stray_grant_sent_again_leaves_no_waiter_behind() {
-    let servers = Servers::start(3);
-    for s in &servers.0 {
-        warm(s);
-    }
-    let (a, b, c) = (&servers.0[0], &servers.0[1], &servers.0[2]);
     let name = "stray";
-    // Both slots taken on the third node alone.
-    let hold_on_c = || {
-        let o = run(lockctl_on(c).args(["acquire", name, "-n", "--ttl", "60s", "--limit", "2"]));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-        stdout(&o)
-    };
-    let (_first, second) = (hold_on_c(), hold_on_c());
+    let (servers, tokens) = full_on_the_third(name);
+    let (a, b, c) = (&servers.0[0], &servers.0[1], &servers.0[2]);
     c.pause();
     let waiter = Traced::spawn(
         servers.lockctl().args([
@@ -1520,7 +1544,7 @@ fn a_stray_grant_sent_again_leaves_no_waiter_behind() {
     waiter.cut_once(c, || {
         // The first send ran: both slots taken, so the waiter is queued there (its reply is lost).
         support::queue::wait_queued(c, name, 1);
-        let o = run(lockctl_on(c).args(["release", name, "--token", &second]));
+        let o = run(lockctl_on(c).args(["release", name, "--token", &tokens[1]]));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
     });
     let (code, token, trace) = waiter.finish();
@@ -1530,16 +1554,7 @@ fn a_stray_grant_sent_again_leaves_no_waiter_behind() {
         trace.contains(&format!("{}: rollback in", c.url())),
         "the third node's resend was not a stray grant: {trace}"
     );
-    for s in [a, b] {
-        assert_eq!(s.get(&slot_key(name, 1)).as_deref(), Some(token.as_str()));
-    }
-    let queue = support::queue::queue_key(name);
-    let left = |s: &Server| s.cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"]);
-    assert!(
-        eventually(Duration::from_secs(10), || left(c).is_empty()),
-        "the holder is still queued on the third node: {:?}\n{trace}",
-        snapshot(c)
-    );
+    held_and_left(&servers, name, &token, &trace);
 }
 
 /// As above, but the third node's answer is never read: it is stopped (SIGSTOP) past the node
@@ -1549,16 +1564,9 @@ fn a_stray_grant_sent_again_leaves_no_waiter_behind() {
 /// holder stays queued there until its heartbeat runs out.
 #[test]
 fn a_waiter_whose_answer_timed_out_leaves_that_node_when_granted() {
-    let servers = Servers::start(3);
-    for s in &servers.0 {
-        warm(s);
-    }
-    let (a, b, c) = (&servers.0[0], &servers.0[1], &servers.0[2]);
     let name = "lost";
-    for _ in 0..2 {
-        let o = run(lockctl_on(c).args(["acquire", name, "-n", "--ttl", "60s", "--limit", "2"]));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    let (servers, _) = full_on_the_third(name);
+    let c = &servers.0[2];
     c.pause();
     let o = run(servers.lockctl().args([
         "-v",
@@ -1578,15 +1586,5 @@ fn a_waiter_whose_answer_timed_out_leaves_that_node_when_granted() {
         trace.contains("within the node timeout"),
         "the third node answered: {trace}"
     );
-    let token = stdout(&o);
-    for s in [a, b] {
-        assert_eq!(s.get(&slot_key(name, 1)).as_deref(), Some(token.as_str()));
-    }
-    let queue = support::queue::queue_key(name);
-    let left = |s: &Server| s.cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"]);
-    assert!(
-        eventually(Duration::from_secs(10), || left(c).is_empty()),
-        "the holder is still queued on the third node: {:?}\n{trace}",
-        snapshot(c)
-    );
+    held_and_left(&servers, name, &stdout(&o), &trace);
 }

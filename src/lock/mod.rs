@@ -102,9 +102,6 @@ use node::{Node, NodeFailure};
 use quarantine::Quarantined;
 pub use wait::{WaitPolicy, Wake, Wakeup};
 
-// ACQUIRE_LUA, ACQUIRE_SHA1 and so on for each script: its text and its SHA1 (build.rs).
-include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
-
 /// One of lockctl's Lua scripts, called by its digest (`EVALSHA`) and sent whole only to a server
 /// that does not have it yet.
 #[derive(Debug)]
@@ -116,41 +113,9 @@ pub struct LuaScript {
     pub durable: bool,
 }
 
-pub(crate) static ACQUIRE: LuaScript = LuaScript {
-    source: ACQUIRE_LUA,
-    sha1: ACQUIRE_SHA1,
-    durable: true,
-};
-pub(crate) static FENCE: LuaScript = LuaScript {
-    source: FENCE_LUA,
-    sha1: FENCE_SHA1,
-    durable: true,
-};
-pub(crate) static RELEASE: LuaScript = LuaScript {
-    source: RELEASE_LUA,
-    sha1: RELEASE_SHA1,
-    durable: false,
-};
-pub(crate) static RENEW: LuaScript = LuaScript {
-    source: RENEW_LUA,
-    sha1: RENEW_SHA1,
-    durable: true,
-};
-pub(crate) static STATUS: LuaScript = LuaScript {
-    source: STATUS_LUA,
-    sha1: STATUS_SHA1,
-    durable: false,
-};
-pub(crate) static BREAK: LuaScript = LuaScript {
-    source: BREAK_LUA,
-    sha1: BREAK_SHA1,
-    durable: false,
-};
-pub(crate) static LEAVE: LuaScript = LuaScript {
-    source: LEAVE_LUA,
-    sha1: LEAVE_SHA1,
-    durable: false,
-};
+// Each script's text and `LuaScript`: ACQUIRE_LUA and ACQUIRE, FENCE_LUA and FENCE, and so on for
+// RELEASE, RENEW, STATUS, BREAK and LEAVE (build.rs).
+include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
 /// Who holds a lock: stored beside it so that `status`, `list` and waiting clients can say.
 #[derive(Debug, Clone)]

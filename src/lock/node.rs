@@ -1669,6 +1669,10 @@ mod tests {
             .source
             .ends_with(include_str!("scripts/acquire.lua")));
         assert_eq!(FENCE.source, include_str!("scripts/fence.lua"));
+        // Those that grant or extend a lock wait for the replicas.
+        let durable =
+            [&ACQUIRE, &FENCE, &RENEW, &RELEASE, &STATUS, &BREAK, &LEAVE].map(|s| s.durable);
+        assert_eq!(durable, [true, true, true, false, false, false, false]);
     }
 
     /// What a waiter stopped during a stall leaves on one connection (an attempt by EVALSHA with its
