@@ -1588,3 +1588,48 @@ fn a_waiter_whose_answer_timed_out_leaves_that_node_when_granted() {
     );
     held_and_left(&servers, name, &stdout(&o), &trace);
 }
+
+/// The digest of `leave.lua` as lockctl sends it (`front.lua` before it).
+fn leave_sha() -> &'static str {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHA.get_or_init(|| {
+        let source = concat!(
+            include_str!("../src/lock/scripts/front.lua"),
+            include_str!("../src/lock/scripts/leave.lua")
+        );
+        redis::Script::new(source).get_hash().to_string()
+    })
+}
+
+/// A waiter's `-w` deadline passes and it leaves the queue; that call times out (a proxy holds the
+/// server's answers back from then on; the server runs what it gets) on a server that never ran the
+/// leave script, which answers the `EVALSHA` with NOSCRIPT to nobody. lockctl must send the text
+/// after it, or its record stays queued there, at the head, holding up whoever waits behind it
+/// until a script finds its heartbeat expired.
+#[test]
+fn a_leave_that_timed_out_on_a_server_without_the_script_still_runs() {
+    let s = Server::start_tcp();
+    let name = "leave-lost";
+    let _holder = queue::hold(&mut lockctl_on(&s), name);
+    let port = holding_proxy(s.port.unwrap(), |seen| {
+        let sha = leave_sha().as_bytes();
+        seen.windows(sha.len()).any(|w| w == sha)
+    });
+    let o = run(lockctl()
+        .env("LOCKCTL_REDIS", format!("redis://127.0.0.1:{port}"))
+        .args(["-v", "--node-timeout", "500ms", "acquire", name, "-w", "1s"]));
+    let trace = stderr(&o);
+    assert_eq!(code(&o), 75, "{trace}");
+    assert!(
+        trace.contains("leave the queue failed"),
+        "the leave's answer came: {trace}"
+    );
+    let queue = support::queue::queue_key(name);
+    assert!(
+        eventually(Duration::from_secs(5), || s
+            .cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"])
+            .is_empty()),
+        "the waiter is still queued: {:?}\n{trace}",
+        snapshot(&s)
+    );
+}
