@@ -11,6 +11,9 @@
 
 mod support;
 
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::hammer::{warm, Traced};
@@ -354,4 +357,254 @@ fn a_split_vote_after_a_cut_read_leaves_no_waiter_behind() {
             ghosts(s, name)
         );
     }
+}
+
+/// Stops every process it attacks, all at once, for 1 to `max_stop_ms` ms, continues them, and
+/// again after 1 to 5 ms, until it is finished (as in `stopcont_review.rs`). A process leaves the
+/// set before it is reaped, so its pid is never signalled after it could be reused.
+struct Hammer {
+    pids: Arc<Mutex<Vec<i32>>>,
+    over: Arc<AtomicBool>,
+    stops: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Hammer {
+    fn start(max_stop_ms: u64) -> Hammer {
+        let pids: Arc<Mutex<Vec<i32>>> = Arc::default();
+        let over: Arc<AtomicBool> = Arc::default();
+        let stops: Arc<AtomicU64> = Arc::default();
+        let (p, o, s) = (pids.clone(), over.clone(), stops.clone());
+        let thread = std::thread::spawn(move || {
+            let mut rng = fastrand::Rng::new();
+            while !o.load(Ordering::Relaxed) {
+                {
+                    let pids = p.lock().unwrap();
+                    if !pids.is_empty() {
+                        for &pid in pids.iter() {
+                            kill(pid, libc::SIGSTOP);
+                        }
+                        std::thread::sleep(Duration::from_millis(rng.u64(1..=max_stop_ms)));
+                        for &pid in pids.iter() {
+                            kill(pid, libc::SIGCONT);
+                        }
+                        s.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(rng.u64(1..=5)));
+            }
+        });
+        Hammer {
+            pids,
+            over,
+            stops,
+            thread: Some(thread),
+        }
+    }
+
+    /// Runs `cmd` under attack to its end (killed after `BOUND`); `signal`: sends it SIGTERM after
+    /// that many ms, while it is under attack. Returns its pid and output.
+    fn run(&self, cmd: &mut Command, signal: Option<u64>) -> (i32, Output) {
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockctl");
+        let pid = child.id() as i32;
+        self.pids.lock().unwrap().push(pid);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let pids = self.pids.clone();
+        let watchdog = std::thread::spawn(move || {
+            if let Some(ms) = signal {
+                if rx.recv_timeout(Duration::from_millis(ms)).is_ok() {
+                    return;
+                }
+                // Under the hammer's lock: the pid is still ours (not yet reaped).
+                let held = pids.lock().unwrap();
+                if held.contains(&pid) {
+                    kill(pid, libc::SIGTERM);
+                }
+                drop(held);
+            }
+            if rx.recv_timeout(BOUND).is_err() {
+                kill(pid, libc::SIGCONT);
+                kill(pid, libc::SIGKILL);
+            }
+        });
+        let mut child = child;
+        let out = {
+            let mut o = child.stdout.take().unwrap();
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut o, &mut v);
+                v
+            })
+        };
+        let err = {
+            let mut e = child.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut e, &mut v);
+                v
+            })
+        };
+        // Exited, not yet reaped: the pid stays ours until `wait`.
+        // SAFETY: waitid(2) on our own child, with a zeroed siginfo for it to fill.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            );
+        }
+        self.pids.lock().unwrap().retain(|&p| p != pid);
+        let status = child.wait().expect("reap lockctl");
+        let _ = tx.send(());
+        watchdog.join().unwrap();
+        (
+            pid,
+            Output {
+                status,
+                stdout: out.join().unwrap(),
+                stderr: err.join().unwrap(),
+            },
+        )
+    }
+
+    fn finish(mut self) -> u64 {
+        self.over.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.stops.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Hammer {
+    fn drop(&mut self) {
+        self.over.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The pids named by the waiter records of `name` on `s`.
+fn waiter_pids(s: &Server, name: &str) -> Vec<i32> {
+    let rec: Vec<String> = s.cmd(&["HVALS", &format!("{{lockctl:{name}}}\u{1f}waiters")]);
+    rec.iter()
+        .filter_map(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+        .filter_map(|v| v["pid"].as_str().and_then(|p| p.parse().ok()))
+        .collect()
+}
+
+/// How a worker's run goes.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// `exec`, waiting for as long as it takes.
+    Exec,
+    /// `exec -w 300ms`: granted or busy.
+    Impatient,
+    /// `exec`, SIGTERM after a few ms: granted (then released) or not.
+    Signalled,
+}
+
+/// Workers loop on `lockctl exec` of one name under the hammer (each worker a kind of run); once
+/// every run has exited, no node keeps a waiter record, a slot, a holder or the limit: a run that
+/// exited 0 or 75 left synchronously, a signalled one sent its leave before it exited, and nothing
+/// runs on the name afterwards that could drop a record. Returns a description of what was left
+/// (empty: nothing), with the traces of the runs the records name.
+fn strict_hammer(limit: usize, kinds: &[Kind], rounds: usize) -> String {
+    // More rounds for a longer search: ATKLEAVE_ROUNDS.
+    let rounds = std::env::var("ATKLEAVE_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(rounds);
+    let servers = Servers::start(3);
+    let name = "strict";
+    let hammer = Hammer::start(20);
+    let runs: Mutex<Vec<(i32, i32, String)>> = Mutex::default();
+    std::thread::scope(|scope| {
+        for (w, &kind) in kinds.iter().enumerate() {
+            let (hammer, runs, servers) = (&hammer, &runs, &servers);
+            scope.spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(w as u64 * 7919 + 1);
+                for _ in 0..rounds {
+                    let mut cmd = servers.lockctl();
+                    cmd.args(["-v", "exec", name, "--ttl", "3s", "--limit"])
+                        .arg(limit.to_string());
+                    let signal = match kind {
+                        Kind::Exec => None,
+                        Kind::Impatient => {
+                            cmd.args(["-w", "300ms"]);
+                            None
+                        }
+                        Kind::Signalled => Some(rng.u64(5..80)),
+                    };
+                    cmd.args(["--", "sleep", "0.05"]);
+                    let (pid, o) = hammer.run(&mut cmd, signal);
+                    let c = o.status.code().unwrap_or_else(|| {
+                        128 + std::os::unix::process::ExitStatusExt::signal(&o.status).unwrap_or(0)
+                    });
+                    runs.lock().unwrap().push((pid, c, stderr(&o)));
+                }
+            });
+        }
+    });
+    let stops = hammer.finish();
+    let runs = runs.into_inner().unwrap();
+    let mut codes = std::collections::BTreeMap::new();
+    for (_, c, _) in &runs {
+        *codes.entry(*c).or_insert(0) += 1;
+    }
+    eprintln!("--limit {limit}: {stops} stops, exits {codes:?}");
+    // A signalled run's leave went without waiting: give the servers a moment to run it.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut report = String::new();
+    for s in &servers.0 {
+        let left = ghosts(s, name);
+        if left.is_empty() {
+            continue;
+        }
+        report.push_str(&format!("left on {}: {left:?}\n", s.url()));
+        for pid in waiter_pids(s, name) {
+            for (_, c, trace) in runs.iter().filter(|(p, _, _)| *p == pid) {
+                report.push_str(&format!("run pid {pid} exited {c}:\n{trace}\n"));
+            }
+        }
+    }
+    report
+}
+
+#[test]
+fn exec_on_redlock_leaves_nothing_at_once_under_the_hammer() {
+    let left = strict_hammer(1, &[Kind::Exec; 4], 10);
+    assert!(left.is_empty(), "{left}");
+}
+
+#[test]
+fn exec_on_redlock_with_limit_two_leaves_nothing_at_once_under_the_hammer() {
+    let left = strict_hammer(2, &[Kind::Exec; 4], 10);
+    assert!(left.is_empty(), "{left}");
+}
+
+#[test]
+fn exec_on_redlock_with_limit_three_leaves_nothing_at_once_under_the_hammer() {
+    let left = strict_hammer(3, &[Kind::Exec; 5], 10);
+    assert!(left.is_empty(), "{left}");
+}
+
+#[test]
+fn impatient_and_signalled_execs_leave_nothing_under_the_hammer() {
+    let kinds = [
+        Kind::Exec,
+        Kind::Impatient,
+        Kind::Signalled,
+        Kind::Impatient,
+        Kind::Signalled,
+    ];
+    let left = strict_hammer(2, &kinds, 10);
+    assert!(left.is_empty(), "{left}");
 }
