@@ -608,3 +608,83 @@ fn impatient_and_signalled_execs_leave_nothing_under_the_hammer() {
     let left = strict_hammer(2, &kinds, 10);
     assert!(left.is_empty(), "{left}");
 }
+
+/// An `exec` on Redlock 3 whose round 1 times out on a stopped node (its slot free there): the
+/// attempt waits in that server's socket and grants the exited holder a key there at the resume.
+/// The leave (sent without waiting, as the script's text) follows it; the release at the job's
+/// end times out there too and goes out as `EVALSHA`. `warm`: the node ran the release script
+/// before, so that `EVALSHA` runs at the resume. Returns what is left of the name on that node
+/// two seconds after the resume.
+fn late_grant_after_the_release(
+    warm_release: bool,
+    limit: usize,
+) -> (Vec<(String, String)>, String) {
+    let servers = Servers::start(3);
+    let name = "late-grant";
+    let c = &servers[2];
+    if warm_release {
+        warm(c);
+    } else {
+        // The grant's script only (a grant that is never released here).
+        let o = run(lockctl_on(c).args(["acquire", "-n", "other", "--ttl", "1s"]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    c.pause();
+    let o = run(servers.lockctl().args([
+        "-v",
+        "--node-timeout",
+        "500ms",
+        "exec",
+        name,
+        "--ttl",
+        "30s",
+        "--limit",
+        &limit.to_string(),
+        "--",
+        "true",
+    ]));
+    let trace = stderr(&o);
+    assert_eq!(code(&o), 0, "{trace}");
+    assert!(
+        trace.contains(&format!("{}: release failed after", c.url())),
+        "the release did not time out on the stopped node: {trace}"
+    );
+    c.resume();
+    std::thread::sleep(Duration::from_secs(2));
+    let left: Vec<(String, String)> = ghosts(c, name)
+        .into_iter()
+        .map(|(k, v)| {
+            let pttl: i64 = c.cmd(&["PTTL", &k]);
+            (k, format!("{v} (pttl {pttl} ms)"))
+        })
+        .collect();
+    (left, trace)
+}
+
+#[test]
+fn a_late_grant_on_a_stopped_node_goes_with_the_release_when_the_node_ran_it_before() {
+    for limit in [1, 2] {
+        let (left, trace) = late_grant_after_the_release(true, limit);
+        assert!(left.is_empty(), "--limit {limit}: left {left:?}\n{trace}");
+    }
+}
+
+/// BREAK (not 91bc28a's leave, the release beside it): the release that times out on a stopped
+/// node went out as `EVALSHA`; a server that never ran the release script (new, restarted, or
+/// `SCRIPT FLUSH`ed) answers `NOSCRIPT` to nobody at the resume, so the exited holder's late
+/// grant there (slot key, holder record, and for a semaphore the limit) stays for the lease's TTL
+/// (30 s), a vote nobody holds, not a front lifetime. The rollback has the same case handled (its
+/// text follows an `EVALSHA` that timed out, `Engine::rollback`); `Engine::release` does not.
+/// 3 of 3 runs fail (each with --limit 1 and 2).
+#[test]
+#[ignore = "break: a release that timed out as EVALSHA on a stopped node that never ran release.lua is lost (NOSCRIPT), the late grant stays its TTL"]
+fn a_late_grant_on_a_stopped_node_goes_with_the_release_that_timed_out_there() {
+    let mut report = String::new();
+    for limit in [1, 2] {
+        let (left, trace) = late_grant_after_the_release(false, limit);
+        if !left.is_empty() {
+            report.push_str(&format!("--limit {limit}: left {left:?}\n{trace}\n"));
+        }
+    }
+    assert!(report.is_empty(), "{report}");
+}
