@@ -688,3 +688,129 @@ fn a_late_grant_on_a_stopped_node_goes_with_the_release_that_timed_out_there() {
     }
     assert!(report.is_empty(), "{report}");
 }
+
+/// A signal during the grant: `exec` on Redlock 3 is SIGTERMed while its round 1 waits for a
+/// stopped node whose two slots are held. The attempt wins on the other two, leaves the queue
+/// where it may be queued unawares (the stopped node, without waiting), gives the lock back and
+/// exits. At the resume the stopped node runs the attempt (it queues the waiter, the slots being
+/// held), then the leave: the exited waiter is queued nowhere.
+#[test]
+fn an_exec_signalled_during_its_grant_leaves_the_stopped_node_queue() {
+    let servers = Servers::start(3);
+    for s in &servers.0 {
+        warm(s);
+    }
+    let (a, b, c) = (&servers[0], &servers[1], &servers[2]);
+    let name = "signalled-grant";
+    let held = [hold_on(c, name, 2), hold_on(c, name, 2)];
+    c.pause();
+    let waiter = Traced::spawn(
+        servers.lockctl().args([
+            "-v",
+            "--node-timeout",
+            "1s",
+            "exec",
+            name,
+            "--ttl",
+            "30s",
+            "--limit",
+            "2",
+            "--",
+            "sleep",
+            "20",
+        ]),
+        BOUND,
+    );
+    waiter.wait_for(&format!("{}: acquire in", a.url()), 1);
+    waiter.wait_for(&format!("{}: acquire in", b.url()), 1);
+    kill(waiter.pid(), libc::SIGTERM);
+    let (exit, _, trace) = waiter.finish();
+    assert_ne!(exit, 0, "{trace}");
+    assert!(
+        trace.contains("won, quorum"),
+        "the attempt did not win before the signal took effect: {trace}"
+    );
+    assert!(
+        trace.contains(&format!("{}: sent without waiting", c.url())),
+        "no leave went to the stopped node: {trace}"
+    );
+    c.resume();
+    assert!(
+        eventually(Duration::from_millis(1500), || queued(c, name) == (0, 0)),
+        "the signalled holder is still queued on the stopped node: {:?}\n{trace}",
+        snapshot(c)
+    );
+    for t in &held {
+        release_on(c, name, t);
+    }
+    for s in &servers.0 {
+        assert!(
+            eventually(Duration::from_secs(2), || ghosts(s, name).is_empty()),
+            "left on {}: {:?}\n{trace}",
+            s.url(),
+            ghosts(s, name)
+        );
+    }
+}
+
+/// Round 2 (the fence raise) failing on one node: the first node's counter is far ahead, so round
+/// 2 goes to the other two, and a proxy withholds the third node's answer to it (the raise runs
+/// there). The grant wins on two, `Place::unsure` marks the third (an answer never read), and
+/// the leave goes there without waiting: the grant spends no second node timeout, and once the
+/// lock is released nothing of it is left anywhere.
+#[test]
+fn a_round_two_left_unanswered_costs_no_second_timeout_and_leaves_nothing() {
+    let (a, b) = (Server::start(), Server::start());
+    let c = Server::start_tcp();
+    for s in [&a, &b, &c] {
+        warm(s);
+    }
+    let name = "round-two";
+    let ahead = (c.clock_us() + 1_000_000_000_000).to_string();
+    let fence = format!("{{lockctl:{name}}}\u{1f}fence");
+    let ok: String = a.cmd(&["SET", &fence, &ahead]);
+    assert_eq!(ok, "OK");
+    let port = support::hammer::holding_proxy(c.port.unwrap(), support::hammer::two_scripts);
+    let mut cmd = lockctl();
+    cmd.env(
+        "LOCKCTL_REDIS",
+        format!("{},{},redis://127.0.0.1:{port}", a.url(), b.url()),
+    );
+    let o = run(cmd.args([
+        "-v",
+        "--node-timeout",
+        "2s",
+        "acquire",
+        name,
+        "-w",
+        "20s",
+        "--ttl",
+        "30s",
+        "--limit",
+        "2",
+    ]));
+    let trace = stderr(&o);
+    assert_eq!(code(&o), 0, "{trace}");
+    assert!(
+        trace.contains(&format!("127.0.0.1:{port}: raise fence failed after")),
+        "round 2 did not time out on the proxied node: {trace}"
+    );
+    let after = after_the_grant(&trace);
+    assert!(after < 1000.0, "{after:.1} ms after the grant: {trace}");
+    let token = stdout(&o);
+    let mut cmd = lockctl();
+    cmd.env(
+        "LOCKCTL_REDIS",
+        format!("{},{},{}", a.url(), b.url(), c.url()),
+    );
+    let o = run(cmd.args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for s in [&a, &b, &c] {
+        assert!(
+            ghosts(s, name).is_empty(),
+            "left on {}: {:?}\n{trace}",
+            s.url(),
+            ghosts(s, name)
+        );
+    }
+}
