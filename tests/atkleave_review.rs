@@ -888,3 +888,82 @@ fn execs_beside_a_stalling_node_leave_no_slot_under_the_hammer() {
     let left = strict_hammer_on(2, &kinds, 8, true);
     assert!(left.is_empty(), "{left}");
 }
+
+/// The case 91bc28a fixed (`stopcont_review.rs`, `a_stray_grant_sent_again_leaves_no_waiter_behind`)
+/// in other modes: a Redlock grant whose read on the third node is cut after that node queued
+/// the waiter (both slots held there), whose resend there is granted slot 2 while the quorum gave
+/// slot 1: the stray is rolled back, which puts the waiter back in that node's queue, and the
+/// waiter, holding the lock, must leave it. `cmd`: the command and its options (`--limit 2` goes
+/// after them), `job`: what follows (an exec's `-- COMMAND`).
+fn stray_after_a_cut(cmd: &[&str], job: &[&str]) {
+    let servers = Servers::start(3);
+    for s in &servers.0 {
+        warm(s);
+    }
+    let (a, b, c) = (&servers[0], &servers[1], &servers[2]);
+    let name = "stray-modes";
+    let _first = hold_on(c, name, 2);
+    let second = hold_on(c, name, 2);
+    c.pause();
+    let waiter = Traced::spawn(
+        servers
+            .lockctl()
+            .args(["-v", "--node-timeout", "20s"])
+            .args(cmd)
+            .args(["--limit", "2"])
+            .args(job),
+        BOUND,
+    );
+    waiter.wait_for(&format!("{}: acquire in", a.url()), 1);
+    waiter.wait_for(&format!("{}: acquire in", b.url()), 1);
+    waiter.cut_once(c, || {
+        support::queue::wait_queued(c, name, 1);
+        release_on(c, name, &second);
+    });
+    let (exit, token, trace) = waiter.finish();
+    assert_eq!(exit, 0, "{trace}");
+    assert!(trace.contains("reconnecting"), "no read was cut: {trace}");
+    assert!(
+        trace.contains(&format!("{}: rollback in", c.url())),
+        "the third node's resend was not a stray grant: {trace}"
+    );
+    assert_eq!(
+        queued(c, name),
+        (0, 0),
+        "the holder is still queued on the third node: {:?}\n{trace}",
+        snapshot(c)
+    );
+    if !token.is_empty() {
+        let o = run(servers.lockctl().args(["release", name, "--token", &token]));
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    for s in [a, b] {
+        assert!(
+            ghosts(s, name).is_empty(),
+            "left on {}: {:?}",
+            s.url(),
+            ghosts(s, name)
+        );
+    }
+}
+
+#[test]
+fn a_stray_grant_sent_again_for_a_superseder_leaves_no_waiter_behind() {
+    stray_after_a_cut(
+        &["acquire", "stray-modes", "--ttl", "60s", "--supersede"],
+        &[],
+    );
+}
+
+#[test]
+fn a_stray_grant_sent_again_for_a_waiter_with_a_deadline_leaves_no_waiter_behind() {
+    stray_after_a_cut(
+        &["acquire", "stray-modes", "--ttl", "60s", "-w", "50s"],
+        &[],
+    );
+}
+
+#[test]
+fn a_stray_grant_sent_again_for_an_exec_leaves_no_waiter_behind() {
+    stray_after_a_cut(&["exec", "stray-modes", "--ttl", "60s"], &["--", "true"]);
+}
