@@ -967,3 +967,45 @@ fn a_stray_grant_sent_again_for_a_waiter_with_a_deadline_leaves_no_waiter_behind
 fn a_stray_grant_sent_again_for_an_exec_leaves_no_waiter_behind() {
     stray_after_a_cut(&["exec", "stray-modes", "--ttl", "60s"], &["--", "true"]);
 }
+
+/// `exec`'s job starts right after the grant beside a stopped node: from the attempt that won to
+/// "starting" the job, no node timeout (2 s) is spent on the leave the stopped node gets.
+#[test]
+fn an_exec_beside_a_stopped_node_starts_its_job_without_waiting_for_the_leave() {
+    let servers = Servers::start(3);
+    let name = "exec-beside-stopped";
+    servers[2].pause();
+    let o = run(servers.lockctl().args([
+        "-v",
+        "--node-timeout",
+        "2s",
+        "exec",
+        name,
+        "--ttl",
+        "30s",
+        "--limit",
+        "2",
+        "--",
+        "true",
+    ]));
+    let trace = stderr(&o);
+    assert_eq!(code(&o), 0, "{trace}");
+    let at = |needle: &str| {
+        trace
+            .lines()
+            .find(|l| l.contains(needle))
+            .and_then(ts)
+            .unwrap_or_else(|| panic!("no {needle:?} in {trace}"))
+    };
+    let gap = at("; starting") - at("won, quorum");
+    eprintln!("{gap:.1} ms from the grant to the job\n{trace}");
+    assert!(
+        gap < 1000.0,
+        "{gap:.1} ms from the grant to the job: {trace}"
+    );
+    assert!(
+        trace.contains(&format!("{}: sent without waiting", servers[2].url())),
+        "{trace}"
+    );
+    servers[2].resume();
+}
