@@ -1009,3 +1009,79 @@ fn an_exec_beside_a_stopped_node_starts_its_job_without_waiting_for_the_leave() 
     );
     servers[2].resume();
 }
+
+/// A waiter far back in the queue (four ahead of it: its expiry some 30 s ahead) gives up at its
+/// `-w` deadline while the third node is stopped (SIGSTOP): its last attempt there times out, and
+/// its leave goes behind it without waiting, as the script's text, so a server that never ran the
+/// leave script (`warm_leave` false) runs it too at the resume. Returns how far the waiter's
+/// expiry lies ahead (ms) on that node 1 s after the resume, if it is still queued there.
+fn far_back_give_up_during_a_stall(warm_leave: bool) -> (Option<i64>, String) {
+    let servers = Servers::start(3);
+    let c = &servers[2];
+    if warm_leave {
+        warm_all(c);
+    }
+    let name = "far-back";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let token = support::queue::hold(&mut servers.lockctl(), name);
+    let on: Vec<&Server> = servers.0.iter().collect();
+    let ahead = support::queue::queue_in_order(&on, name, &file, 4, || servers.lockctl());
+    let waiter = Traced::spawn(
+        servers
+            .lockctl()
+            .args(["-v", "--node-timeout", "500ms", "acquire", name, "-w", "4s"]),
+        BOUND,
+    );
+    for s in &on {
+        support::queue::wait_queued(s, name, 5);
+    }
+    // Its heartbeat after it subscribed (listening: far back, a long interval and expiry on every
+    // node), then it sleeps until its deadline.
+    waiter.wait_for("waiting up to", 1);
+    c.pause();
+    let pid = waiter.pid();
+    let (exit, _, trace) = waiter.finish();
+    assert_eq!(exit, 75, "{trace}");
+    c.resume();
+    std::thread::sleep(Duration::from_secs(1));
+    let me = waiter_id_of(c, name, pid);
+    let alive = me.map(|id| {
+        let score: f64 = c.cmd(&["ZSCORE", &format!("{{lockctl:{name}}}\u{1f}alive"), &id]);
+        score as i64 - (c.clock_us() / 1000) as i64
+    });
+    let o = run(servers.lockctl().args(["release", name, "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    support::queue::all_succeed(ahead);
+    (alive, trace)
+}
+
+/// The id of the waiter of process `pid` queued on `s`, if any.
+fn waiter_id_of(s: &Server, name: &str, pid: i32) -> Option<String> {
+    let all: Vec<String> = s.cmd(&["HGETALL", &format!("{{lockctl:{name}}}\u{1f}waiters")]);
+    all.chunks(2)
+        .find(|kv| {
+            serde_json::from_str::<serde_json::Value>(&kv[1])
+                .ok()
+                .is_some_and(|v| v["pid"].as_str() == Some(pid.to_string().as_str()))
+        })
+        .map(|kv| kv[0].clone())
+}
+
+#[test]
+fn a_far_back_waiter_that_gives_up_during_a_stall_leaves_at_the_resume() {
+    let (alive, trace) = far_back_give_up_during_a_stall(true);
+    assert_eq!(
+        alive, None,
+        "still queued on the stopped node after its resume\n{trace}"
+    );
+}
+
+#[test]
+fn a_far_back_waiter_that_gives_up_during_a_stall_of_a_fresh_node_leaves_at_the_resume() {
+    let (alive, trace) = far_back_give_up_during_a_stall(false);
+    assert_eq!(
+        alive, None,
+        "still queued on the stopped node after its resume, expiring in {alive:?} ms\n{trace}"
+    );
+}
