@@ -370,7 +370,9 @@ struct Hammer {
 }
 
 impl Hammer {
-    fn start(max_stop_ms: u64) -> Hammer {
+    /// Stops every process it attacks, as above, for 1 to `max_stop_ms` ms; one stop in `every`
+    /// (at random; 0: none) lasts `long_ms`.
+    fn with_long_stops(max_stop_ms: u64, every: u64, long_ms: u64) -> Hammer {
         let pids: Arc<Mutex<Vec<i32>>> = Arc::default();
         let over: Arc<AtomicBool> = Arc::default();
         let stops: Arc<AtomicU64> = Arc::default();
@@ -384,7 +386,12 @@ impl Hammer {
                         for &pid in pids.iter() {
                             kill(pid, libc::SIGSTOP);
                         }
-                        std::thread::sleep(Duration::from_millis(rng.u64(1..=max_stop_ms)));
+                        let ms = if every > 0 && rng.u64(0..every) == 0 {
+                            long_ms
+                        } else {
+                            rng.u64(1..=max_stop_ms)
+                        };
+                        std::thread::sleep(Duration::from_millis(ms));
                         for &pid in pids.iter() {
                             kill(pid, libc::SIGCONT);
                         }
@@ -500,6 +507,16 @@ fn waiter_pids(s: &Server, name: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The pids named by the holder records of `name` on `s`.
+fn holder_pids(s: &Server, name: &str) -> Vec<i32> {
+    s.keys()
+        .into_iter()
+        .filter(|k| k.starts_with(&format!("{{lockctl:{name}}}\u{1f}holder")))
+        .filter_map(|k| s.cmd::<Option<String>>(&["HGET", &k, "pid"]))
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
 /// How a worker's run goes.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -536,6 +553,18 @@ fn warm_all(s: &Server) {
 /// slots, holder records and records of waiters not yet expired count, read 1.5 s after the
 /// last resume.
 fn strict_hammer_on(limit: usize, kinds: &[Kind], rounds: usize, stalls: bool) -> String {
+    strict_hammer_with(limit, kinds, rounds, stalls, 0)
+}
+
+/// As [`strict_hammer_on`]; `long_every`: one stop of lockctl in that many (0: none) lasts 5 s,
+/// longer than a front lifetime, so that waiters lapse and queue again (the leases are 10 s).
+fn strict_hammer_with(
+    limit: usize,
+    kinds: &[Kind],
+    rounds: usize,
+    stalls: bool,
+    long_every: u64,
+) -> String {
     // More rounds for a longer search: ATKLEAVE_ROUNDS.
     let rounds = std::env::var("ATKLEAVE_ROUNDS")
         .ok()
@@ -548,7 +577,7 @@ fn strict_hammer_on(limit: usize, kinds: &[Kind], rounds: usize, stalls: bool) -
         }
     }
     let name = "strict";
-    let hammer = Hammer::start(20);
+    let hammer = Hammer::with_long_stops(20, long_every, 5000);
     let runs: Mutex<Vec<(i32, i32, String)>> = Mutex::default();
     let done = AtomicBool::new(false);
     let stalled = AtomicU64::new(0);
@@ -573,7 +602,8 @@ fn strict_hammer_on(limit: usize, kinds: &[Kind], rounds: usize, stalls: bool) -
                 let mut rng = fastrand::Rng::with_seed(w as u64 * 7919 + 1);
                 for _ in 0..rounds {
                     let mut cmd = servers.lockctl();
-                    cmd.args(["-v", "exec", name, "--ttl", "3s", "--limit"])
+                    let ttl = if long_every > 0 { "10s" } else { "3s" };
+                    cmd.args(["-v", "exec", name, "--ttl", ttl, "--limit"])
                         .arg(limit.to_string());
                     let signal = match kind {
                         Kind::Exec => None,
@@ -635,8 +665,23 @@ fn strict_hammer_on(limit: usize, kinds: &[Kind], rounds: usize, stalls: bool) -
         if left.is_empty() {
             continue;
         }
+        let mut pids = waiter_pids(s, name);
+        pids.extend(holder_pids(s, name));
+        // A run that said its lease was lost (76) or Redis unavailable (69) did not claim to
+        // have given everything back: a lockctl stopped past its node timeout may not have sent
+        // its release (seen once in 80 runs with 5 s stops, trace not kept); its keys go with
+        // their TTL.
+        let told = !pids.is_empty()
+            && pids.iter().all(|p| {
+                runs.iter()
+                    .any(|(q, c, _)| q == p && (*c == 69 || *c == 76))
+            });
+        if told {
+            eprintln!("left on {} by runs that said so (69/76): {left:?}", s.url());
+            continue;
+        }
         report.push_str(&format!("left on {}: {left:?}\n", s.url()));
-        for pid in waiter_pids(s, name) {
+        for pid in pids {
             for (_, c, trace) in runs.iter().filter(|(p, _, _)| *p == pid) {
                 report.push_str(&format!("run pid {pid} exited {c}:\n{trace}\n"));
             }
@@ -1084,4 +1129,11 @@ fn a_far_back_waiter_that_gives_up_during_a_stall_of_a_fresh_node_leaves_at_the_
         alive, None,
         "still queued on the stopped node after its resume, expiring in {alive:?} ms\n{trace}"
     );
+}
+
+#[test]
+fn execs_stopped_past_their_lifetime_leave_nothing_under_the_hammer() {
+    let kinds = [Kind::Exec, Kind::Exec, Kind::Impatient, Kind::Exec];
+    let left = strict_hammer_with(2, &kinds, 8, false, 150);
+    assert!(left.is_empty(), "{left}");
 }
