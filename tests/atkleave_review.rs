@@ -781,15 +781,14 @@ fn a_late_grant_on_a_stopped_node_goes_with_the_release_when_the_node_ran_it_bef
     }
 }
 
-/// BREAK (not 91bc28a's leave, the release beside it): the release that times out on a stopped
-/// node went out as `EVALSHA`; a server that never ran the release script (new, restarted, or
-/// `SCRIPT FLUSH`ed) answers `NOSCRIPT` to nobody at the resume, so the exited holder's late
-/// grant there (slot key, holder record, and for a semaphore the limit) stays for the lease's TTL
-/// (30 s), a vote nobody holds, not a front lifetime. The rollback has the same case handled (its
-/// text follows an `EVALSHA` that timed out, `Engine::rollback`); `Engine::release` does not.
-/// 3 of 3 runs fail (each with --limit 1 and 2).
+/// Found by this review (not 91bc28a's leave, the release beside it): the release that times out
+/// on a stopped node went out as `EVALSHA`; a server that never ran the release script (new,
+/// restarted, or `SCRIPT FLUSH`ed) answered `NOSCRIPT` to nobody at the resume, so the exited
+/// holder's late grant there (slot key, holder record, and for a semaphore the limit) stayed for
+/// the lease's TTL (30 s), a vote nobody holds, not a front lifetime: 3 of 3 runs failed (each
+/// with --limit 1 and 2). `Engine::release` now sends the text after an `EVALSHA` that timed out,
+/// as the rollback does (ef8ed64).
 #[test]
-#[ignore = "break: a release that timed out as EVALSHA on a stopped node that never ran release.lua is lost (NOSCRIPT), the late grant stays its TTL"]
 fn a_late_grant_on_a_stopped_node_goes_with_the_release_that_timed_out_there() {
     let mut report = String::new();
     for limit in [1, 2] {
