@@ -11,12 +11,12 @@
 
 mod support;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use support::hammer::{warm, Traced};
+use support::hammer::{warm, Hammer, Traced};
 use support::*;
 
 /// A lockctl run that has hung.
@@ -149,19 +149,7 @@ fn a_first_try_grant_beside_a_node_down_sends_no_leave() {
     let name = "beside-down";
     let c = servers[2].url();
     servers[2].kill();
-    for limit in [1, 2] {
-        let (token, trace) = first_try_beside(&servers, name, limit);
-        let after = after_the_grant(&trace);
-        eprintln!("limit {limit}: {after:.1} ms after the grant\n{trace}");
-        assert!(after < 1000.0, "{after:.1} ms after the grant: {trace}");
-        let after_won = &trace[trace.rfind("won, quorum").unwrap()..];
-        assert!(
-            !after_won.contains(&c),
-            "something went to the node that is down after the grant: {trace}"
-        );
-        let o = run(servers.lockctl().args(["release", name, "--token", &token]));
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
-    }
+    nothing_after_the_grant(&servers, name, &c, "the node that is down");
 }
 
 /// A node that refuses (a password lockctl lacks: NOAUTH): it ran nothing, so no leave goes there
@@ -173,15 +161,21 @@ fn a_first_try_grant_beside_a_refusing_node_sends_no_leave() {
     let c = servers[2].url();
     let ok: String = servers[2].cmd(&["CONFIG", "SET", "requirepass", "not-given"]);
     assert_eq!(ok, "OK");
+    nothing_after_the_grant(&servers, name, &c, "the refusing node");
+}
+
+/// First-try grants (`--limit` 1 and 2) beside node `c` (`what`): less than half the node timeout
+/// after the grant, and nothing sent to `c` once the attempt won.
+fn nothing_after_the_grant(servers: &Servers, name: &str, c: &str, what: &str) {
     for limit in [1, 2] {
-        let (token, trace) = first_try_beside(&servers, name, limit);
+        let (token, trace) = first_try_beside(servers, name, limit);
         let after = after_the_grant(&trace);
         eprintln!("limit {limit}: {after:.1} ms after the grant\n{trace}");
         assert!(after < 1000.0, "{after:.1} ms after the grant: {trace}");
         let after_won = &trace[trace.rfind("won, quorum").unwrap()..];
         assert!(
-            !after_won.contains(&c),
-            "something went to the refusing node after the grant: {trace}"
+            !after_won.contains(c),
+            "something went to {what} after the grant: {trace}"
         );
         let o = run(servers.lockctl().args(["release", name, "--token", &token]));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -359,143 +353,15 @@ fn a_split_vote_after_a_cut_read_leaves_no_waiter_behind() {
     }
 }
 
-/// Stops every process it attacks, all at once, for 1 to `max_stop_ms` ms, continues them, and
-/// again after 1 to 5 ms, until it is finished (as in `stopcont_review.rs`). A process leaves the
-/// set before it is reaped, so its pid is never signalled after it could be reused.
-struct Hammer {
-    pids: Arc<Mutex<Vec<i32>>>,
-    over: Arc<AtomicBool>,
-    stops: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Hammer {
-    /// Stops every process it attacks, as above, for 1 to `max_stop_ms` ms; one stop in `every`
-    /// (at random; 0: none) lasts `long_ms`.
-    fn with_long_stops(max_stop_ms: u64, every: u64, long_ms: u64) -> Hammer {
-        let pids: Arc<Mutex<Vec<i32>>> = Arc::default();
-        let over: Arc<AtomicBool> = Arc::default();
-        let stops: Arc<AtomicU64> = Arc::default();
-        let (p, o, s) = (pids.clone(), over.clone(), stops.clone());
-        let thread = std::thread::spawn(move || {
-            let mut rng = fastrand::Rng::new();
-            while !o.load(Ordering::Relaxed) {
-                {
-                    let pids = p.lock().unwrap();
-                    if !pids.is_empty() {
-                        for &pid in pids.iter() {
-                            kill(pid, libc::SIGSTOP);
-                        }
-                        let ms = if every > 0 && rng.u64(0..every) == 0 {
-                            long_ms
-                        } else {
-                            rng.u64(1..=max_stop_ms)
-                        };
-                        std::thread::sleep(Duration::from_millis(ms));
-                        for &pid in pids.iter() {
-                            kill(pid, libc::SIGCONT);
-                        }
-                        s.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(rng.u64(1..=5)));
-            }
-        });
-        Hammer {
-            pids,
-            over,
-            stops,
-            thread: Some(thread),
-        }
+/// Runs `cmd` under the hammer to its end (killed after `BOUND`); `signal`: sends it SIGTERM after
+/// that many ms, while it is under attack. Returns its pid and output.
+fn run_hammered(hammer: &Hammer, cmd: &mut Command, signal: Option<u64>) -> (i32, Output) {
+    let attacked = hammer.spawn(cmd);
+    let pid = attacked.pid();
+    if let Some(ms) = signal {
+        attacked.signal_after(Duration::from_millis(ms), libc::SIGTERM);
     }
-
-    /// Runs `cmd` under attack to its end (killed after `BOUND`); `signal`: sends it SIGTERM after
-    /// that many ms, while it is under attack. Returns its pid and output.
-    fn run(&self, cmd: &mut Command, signal: Option<u64>) -> (i32, Output) {
-        let child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lockctl");
-        let pid = child.id() as i32;
-        self.pids.lock().unwrap().push(pid);
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let pids = self.pids.clone();
-        let watchdog = std::thread::spawn(move || {
-            if let Some(ms) = signal {
-                if rx.recv_timeout(Duration::from_millis(ms)).is_ok() {
-                    return;
-                }
-                // Under the hammer's lock: the pid is still ours (not yet reaped).
-                let held = pids.lock().unwrap();
-                if held.contains(&pid) {
-                    kill(pid, libc::SIGTERM);
-                }
-                drop(held);
-            }
-            if rx.recv_timeout(BOUND).is_err() {
-                kill(pid, libc::SIGCONT);
-                kill(pid, libc::SIGKILL);
-            }
-        });
-        let mut child = child;
-        let out = {
-            let mut o = child.stdout.take().unwrap();
-            std::thread::spawn(move || {
-                let mut v = Vec::new();
-                let _ = std::io::Read::read_to_end(&mut o, &mut v);
-                v
-            })
-        };
-        let err = {
-            let mut e = child.stderr.take().unwrap();
-            std::thread::spawn(move || {
-                let mut v = Vec::new();
-                let _ = std::io::Read::read_to_end(&mut e, &mut v);
-                v
-            })
-        };
-        // Exited, not yet reaped: the pid stays ours until `wait`.
-        // SAFETY: waitid(2) on our own child, with a zeroed siginfo for it to fill.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            );
-        }
-        self.pids.lock().unwrap().retain(|&p| p != pid);
-        let status = child.wait().expect("reap lockctl");
-        let _ = tx.send(());
-        watchdog.join().unwrap();
-        (
-            pid,
-            Output {
-                status,
-                stdout: out.join().unwrap(),
-                stderr: err.join().unwrap(),
-            },
-        )
-    }
-
-    fn finish(mut self) -> u64 {
-        self.over.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-        self.stops.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Hammer {
-    fn drop(&mut self) {
-        self.over.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    (pid, attacked.output(BOUND))
 }
 
 /// The pids named by the waiter records of `name` on `s`.
@@ -614,7 +480,7 @@ fn strict_hammer_with(
                         Kind::Signalled => Some(rng.u64(5..80)),
                     };
                     cmd.args(["--", "sleep", "0.05"]);
-                    let (pid, o) = hammer.run(&mut cmd, signal);
+                    let (pid, o) = run_hammered(hammer, &mut cmd, signal);
                     let c = o.status.code().unwrap_or_else(|| {
                         128 + std::os::unix::process::ExitStatusExt::signal(&o.status).unwrap_or(0)
                     });

@@ -1,13 +1,13 @@
 //! Stops of a real lockctl (SIGSTOP) while it waits in a socket read: a read with a timeout then
 //! fails with EINTR when lockctl continues, and the command goes again on a new connection. Here are
-//! the stop itself, a lockctl traced (`-v`) for such tests, the scripts cached beforehand, and a
+//! the stop itself, the hammer that stops many lockctl processes over and over, a lockctl traced (`-v`) for such tests, the scripts cached beforehand, and a
 //! proxy that holds a reply back so that lockctl waits in its read for as long as a test wants.
 //!
 //! Each test file passes its own bound on a hung lockctl (`bound`).
 
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -62,6 +62,175 @@ pub fn stop_in_a_read(pid: i32, bound: Duration) {
     );
     kill(pid, libc::SIGSTOP);
     assert!(eventually(bound, || stopped(pid)), "lockctl did not stop");
+}
+
+/// Stops every process it attacks, all at once, for 1 to `max_stop_ms` ms, continues them, and
+/// again after 1 to 5 ms, until it is finished. A process leaves the set before it is reaped, so
+/// its pid is never signalled after it could be reused.
+pub struct Hammer {
+    pids: Arc<Mutex<Vec<i32>>>,
+    over: Arc<AtomicBool>,
+    stops: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Hammer {
+    pub fn start(max_stop_ms: u64) -> Hammer {
+        Hammer::with_long_stops(max_stop_ms, 0, 0)
+    }
+
+    /// As [`Hammer::start`], but one stop in `every` (at random; 0: none) lasts `long_ms`.
+    pub fn with_long_stops(max_stop_ms: u64, every: u64, long_ms: u64) -> Hammer {
+        let pids: Arc<Mutex<Vec<i32>>> = Arc::default();
+        let over: Arc<AtomicBool> = Arc::default();
+        let stops: Arc<AtomicU64> = Arc::default();
+        let (p, o, s) = (pids.clone(), over.clone(), stops.clone());
+        let thread = std::thread::spawn(move || {
+            let mut rng = fastrand::Rng::new();
+            while !o.load(Ordering::Relaxed) {
+                {
+                    let pids = p.lock().unwrap();
+                    if !pids.is_empty() {
+                        for &pid in pids.iter() {
+                            kill(pid, libc::SIGSTOP);
+                        }
+                        let ms = if every > 0 && rng.u64(0..every) == 0 {
+                            long_ms
+                        } else {
+                            rng.u64(1..=max_stop_ms)
+                        };
+                        std::thread::sleep(Duration::from_millis(ms));
+                        for &pid in pids.iter() {
+                            kill(pid, libc::SIGCONT);
+                        }
+                        s.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(rng.u64(1..=5)));
+            }
+        });
+        Hammer {
+            pids,
+            over,
+            stops,
+            thread: Some(thread),
+        }
+    }
+
+    /// Spawns `cmd` under attack.
+    pub fn spawn(&self, cmd: &mut Command) -> Attacked {
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockctl");
+        self.pids.lock().unwrap().push(child.id() as i32);
+        Attacked {
+            child,
+            pids: Some(self.pids.clone()),
+        }
+    }
+
+    /// Puts a running child under attack.
+    pub fn adopt(&self, child: Child) -> Attacked {
+        self.pids.lock().unwrap().push(child.id() as i32);
+        Attacked {
+            child,
+            pids: Some(self.pids.clone()),
+        }
+    }
+
+    /// Stops hammering; the number of stops it made.
+    pub fn finish(mut self) -> u64 {
+        self.over.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.stops.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Hammer {
+    fn drop(&mut self) {
+        self.over.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A process under attack.
+pub struct Attacked {
+    child: Child,
+    pids: Option<Arc<Mutex<Vec<i32>>>>,
+}
+
+impl Attacked {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends `sig` to the process after `after`, unless it has exited by then (checked under the
+    /// set's lock, which the process leaves before it is reaped).
+    pub fn signal_after(&self, after: Duration, sig: i32) {
+        let (pid, pids) = (self.pid(), self.pids.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            if let Some(pids) = pids {
+                let held = pids.lock().unwrap();
+                if held.contains(&pid) {
+                    kill(pid, sig);
+                }
+            }
+        });
+    }
+
+    /// Waits for the process to exit (killed after `limit`), takes it out of the attacked set before
+    /// reaping it, and returns its output.
+    pub fn output(mut self, limit: Duration) -> Output {
+        let pid = self.pid();
+        let read = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut v);
+                }
+                v
+            })
+        };
+        let out = read(self.child.stdout.take().map(|o| Box::new(o) as _));
+        let err = read(self.child.stderr.take().map(|e| Box::new(e) as _));
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if rx.recv_timeout(limit).is_err() {
+                kill(pid, libc::SIGCONT);
+                kill(pid, libc::SIGKILL);
+                eprintln!("test: killed pid {pid} after {limit:?}");
+            }
+        });
+        // Exited, not yet reaped: the pid stays ours until `wait`.
+        // SAFETY: waitid(2) on our own child, with a zeroed siginfo for it to fill.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            );
+        }
+        if let Some(pids) = &self.pids {
+            pids.lock().unwrap().retain(|&p| p != pid);
+        }
+        let status = self.child.wait().expect("reap lockctl");
+        let _ = tx.send(());
+        watchdog.join().unwrap();
+        Output {
+            status,
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+        }
+    }
 }
 
 /// A lockctl the test signals itself, its trace (`-v`) read as it comes. Dropped unfinished (a
