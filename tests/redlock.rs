@@ -1641,6 +1641,37 @@ fn round_two_counts_a_node_only_while_it_still_holds_our_token() {
     );
 }
 
+/// Round 2 is for an attempt that won a quorum: a losing one leaves the counters of the nodes it
+/// won where round 1 put them. Node 0's counter is far ahead (of node 1's and of any clock), nodes 2
+/// to 4 are held by another client: round 1 wins nodes 0 and 1 only, two of five, so the attempt is
+/// refused (busy) and rolled back, and node 1's counter stays behind node 0's. Raising it would cost
+/// a round trip for nothing, and spend fences that no grant used.
+#[test]
+fn a_losing_attempt_raises_no_counter_in_round_two() {
+    let servers = Servers::start(5);
+    let name = "lost";
+    let x = servers[0].clock_us() + 1_000_000_000;
+    let _: () = servers[0].cmd(&["SET", &fence_key(name), &x.to_string()]);
+    for i in 2..5 {
+        set_foreign(&servers[i], name);
+    }
+    let o = run(servers.lockctl().args(["acquire", name, "-n"]));
+    assert_eq!(code(&o), 75, "{}", stderr(&o));
+    assert_eq!(counter(&servers[0], name), x + 1, "round 1 raised node 0");
+    let behind = counter(&servers[1], name);
+    assert!(
+        behind > 0 && behind < x,
+        "node 1's counter was raised to the losing attempt's fence: {behind} (node 0: {})",
+        x + 1
+    );
+    for i in 0..2 {
+        assert!(
+            !exists(&servers[i], &key(name)),
+            "node {i} was not rolled back"
+        );
+    }
+}
+
 /// The nodes are called in parallel: two stopped nodes cost one node timeout together, not one each.
 /// With a 3 s node timeout and a 5 s TTL, a parallel attempt keeps about 2 s of validity; calling the
 /// two stopped nodes one after the other would take 6 s, more than the TTL, and grant nothing.
