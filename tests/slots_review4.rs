@@ -148,31 +148,23 @@ fn mixed_limits_never_hold_together_while_nodes_stall_on_redlock_5() {
 }
 
 /// A grant made while a minority disagreed, kept by `exec`'s renewals, then released: a plain
-/// lock's key left on one node of three by a release that node missed (stopped) is outvoted by a
+/// lock's key left on one node of three by a release that missed that node (down) is outvoted by a
 /// `--limit 2` exec (docs/queue.md, "The limit must agree"). While the exec holds and renews, a
 /// plain client must be told the limit (exit 2), not be granted beside it, and a second
 /// `--limit 2` client is granted with a larger fence; once both are released, the stale plain key
 /// counts as a plain holder and a plain client is granted only after it is gone or outvoted.
 #[test]
 fn a_grant_made_while_a_minority_disagreed_keeps_the_limit_through_renewals_and_release() {
-    // Never restarted: the quarantine is off for these servers the test started itself (one is
-    // only stopped and resumed).
+    // Never restarted: the quarantine is off for these servers the test started itself.
     let servers = Servers::start(3);
     let name = "minority";
     let p = run(servers.lockctl().args(["acquire", name, "--ttl", "30s"]));
     assert_eq!(code(&p), 0, "{}", stderr(&p));
-    servers[2].pause();
-    let r = run(servers.lockctl().args([
-        "release",
-        name,
-        "--token",
-        &stdout(&p),
-        "--node-timeout",
-        "200ms",
-    ]));
-    servers[2].resume();
+    let r = run(servers
+        .lockctl_missing(&[2])
+        .args(["release", name, "--token", &stdout(&p)]));
     eprintln!(
-        "release with node 3 stopped: exit {} {}",
+        "release with node 3 missed: exit {} {}",
         code(&r),
         stderr(&r)
     );
@@ -252,14 +244,13 @@ fn a_grant_made_while_a_minority_disagreed_keeps_the_limit_through_renewals_and_
 }
 
 /// A waiter queued on the agreeing nodes only: on five nodes, two keep a `--limit 3` holder's keys
-/// that its release missed (stopped), and a full `--limit 2` semaphore holds everywhere else. A
+/// that its release missed (down), and a full `--limit 2` semaphore holds everywhere else. A
 /// `--limit 2` waiter is queued on the three agreeing nodes (the two others outvoted) and must be
 /// served once a slot frees there, with a fence above the released holder's; meanwhile a
 /// `--limit 3` client, which agrees with the stale minority alone, is told the limit (exit 2).
 #[test]
 fn a_waiter_queued_on_the_agreeing_nodes_is_served_there_and_the_minoritys_limit_is_refused() {
-    // Never restarted: the quarantine is off for these servers the test started itself (two are
-    // only stopped and resumed).
+    // Never restarted: the quarantine is off for these servers the test started itself.
     let servers = Servers::start(5);
     let name = "queued_minority";
     let s3 = acquire_json(
@@ -267,18 +258,12 @@ fn a_waiter_queued_on_the_agreeing_nodes_is_served_there_and_the_minoritys_limit
         name,
         &["--limit", "3", "--ttl", "30s"],
     );
-    servers[3].pause();
-    servers[4].pause();
-    let r = run(servers.lockctl().args([
+    let r = run(servers.lockctl_missing(&[3, 4]).args([
         "release",
         name,
         "--token",
         s3["token"].as_str().unwrap(),
-        "--node-timeout",
-        "200ms",
     ]));
-    servers[3].resume();
-    servers[4].resume();
     assert_eq!(code(&r), 0, "{}", stderr(&r));
     let a = acquire_json(
         &mut servers.lockctl(),

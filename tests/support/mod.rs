@@ -395,6 +395,28 @@ impl Servers {
         c.env("LOCKCTL_REDIS", self.urls());
         c
     }
+
+    /// A lockctl command pointed at all servers but those at `missing`, whose places in the list
+    /// name a socket where nothing listens: a call that misses them, as a node that is down would,
+    /// and leaves them as they are. (A node stopped during the call does not miss it: what lockctl
+    /// sent runs there when it resumes.)
+    pub fn lockctl_missing(&self, missing: &[usize]) -> Command {
+        let urls: Vec<String> = self
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if missing.contains(&i) {
+                    format!("unix://{}", s.dir().join("nobody.sock").display())
+                } else {
+                    s.url()
+                }
+            })
+            .collect();
+        let mut c = lockctl();
+        c.env("LOCKCTL_REDIS", urls.join(","));
+        c
+    }
 }
 
 impl std::ops::Index<usize> for Servers {
