@@ -1198,14 +1198,10 @@ impl Engine {
                 if node.is_stale() {
                     node.send_only(RELEASE_LUA, &tomb_keys, &tomb_args);
                     node.send_on_new(RELEASE_LUA, &tomb_keys, &tomb_args);
-                } else if node.eval("rollback", &RELEASE, &key_list, &args).is_err()
-                    && node.is_stale()
-                {
-                    // It timed out and waits in a stopped server's socket as EVALSHA, which a
-                    // server that never ran the script answers NOSCRIPT to nobody: the text follows
-                    // on that connection. Releasing a token twice finds nothing the second time.
-                    // The attempt itself answered, so nothing of it can run later.
-                    node.send_only(RELEASE_LUA, &key_list, &args);
+                } else {
+                    // Releasing a token twice finds nothing the second time. The attempt itself
+                    // answered, so nothing of it can run later.
+                    let _ = node.eval_even_late("rollback", &RELEASE, &key_list, &args);
                 }
             },
         );
@@ -1227,15 +1223,9 @@ impl Engine {
         let [a, b, c, d, e, f] = release_args(keys, token, &front_ms);
         let args = [a, b, c, d, e, f, "", &keep_ms, &id];
         let results = quorum::all(&mut self.nodes, |_, node| {
-            let result = node.eval("release", &RELEASE, &key_list, &args);
-            if result.is_err() && node.is_stale() {
-                // It timed out and waits in a stopped server's socket as EVALSHA, which a server
-                // that never ran the script answers NOSCRIPT to nobody, leaving a late grant there
-                // for its TTL: the text follows on that connection. Run twice, the release finds
-                // its own record the second time and deletes nothing more.
-                node.send_only(RELEASE_LUA, &key_list, &args);
-            }
-            result
+            // Lost on a stopped node, it would leave a late grant there for its TTL. Run twice, it
+            // finds its own record the second time and deletes nothing more.
+            node.eval_even_late("release", &RELEASE, &key_list, &args)
         });
         // Every key of the token is gone; the release held a lease only if one slot had a quorum.
         let (_, released, answered, failures) = tally_slots(results);

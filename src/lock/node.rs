@@ -875,6 +875,24 @@ impl Node {
         })
     }
 
+    /// As [`Node::eval`], for a script that may run late, and twice, with no harm (a release, a
+    /// rollback, a leave): when the call times out, it waits in a stopped server's socket as
+    /// EVALSHA, which a server that never ran the script answers NOSCRIPT to nobody at its resume;
+    /// the script's text then follows on that connection ([`Node::send_only`]), so that it runs.
+    pub fn eval_even_late(
+        &mut self,
+        what: &str,
+        script: &super::LuaScript,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Value, NodeFailure> {
+        let result = self.eval(what, script, keys, args);
+        if result.is_err() && self.is_stale() {
+            self.send_only(script.source, keys, args);
+        }
+        result
+    }
+
     /// Sends a script without waiting for its reply (a rollback to a node that timed out, a waiter's
     /// leave on a signal); the connection then owes replies and serves only further sends of this
     /// kind. The script text goes along (EVAL), since no NOSCRIPT reply would be read. With no

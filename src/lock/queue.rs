@@ -317,12 +317,9 @@ pub fn leave(
             if blind || node.is_stale() {
                 node.send_only(super::LEAVE_LUA, &key_list, &args)
             } else {
-                let left = node.eval("leave the queue", &super::LEAVE, &key_list, &args);
-                // Timed out: it waits in a stopped server's socket as EVALSHA, which a server that
-                // never ran the script answers NOSCRIPT to nobody; the text follows (a second
-                // leave finds the waiter gone).
-                left.is_ok()
-                    || (node.is_stale() && node.send_only(super::LEAVE_LUA, &key_list, &args))
+                // A second leave finds the waiter gone.
+                node.eval_even_late("leave the queue", &super::LEAVE, &key_list, &args)
+                    .is_ok()
             }
         },
     );
