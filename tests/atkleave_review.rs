@@ -41,6 +41,24 @@ fn after_the_grant(trace: &str) -> f64 {
     last - ts(lines[won]).unwrap()
 }
 
+/// Asserts that none of `servers` keeps a key of `name`'s holders or waiters ([`ghosts`]) within
+/// `within` (zero: at once).
+fn no_ghosts<'a>(
+    servers: impl IntoIterator<Item = &'a Server>,
+    name: &str,
+    within: Duration,
+    trace: &str,
+) {
+    for s in servers {
+        assert!(
+            eventually(within, || ghosts(s, name).is_empty()),
+            "left on {}: {:?}\n{trace}",
+            s.url(),
+            ghosts(s, name)
+        );
+    }
+}
+
 /// The keys of lock `name` on `s` that no exited lockctl may leave: the queue's records (`queue`,
 /// `alive`, `waiters`), the slots, their holder records and the `limit`.
 fn ghosts(s: &Server, name: &str) -> Vec<(String, String)> {
@@ -122,14 +140,7 @@ fn beside_a_stopped_node(limit: usize) {
     // the release takes the stray.
     let o = run(servers.lockctl().args(["release", name, "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for s in &servers.0 {
-        assert!(
-            eventually(Duration::from_secs(3), || ghosts(s, name).is_empty()),
-            "left on {}: {:?}",
-            s.url(),
-            ghosts(s, name)
-        );
-    }
+    no_ghosts(&servers.0, name, Duration::from_secs(3), "");
 }
 
 #[test]
@@ -216,14 +227,7 @@ fn a_first_try_grant_beside_a_node_refusing_mid_script_leaves_in_one_round_trip(
         assert!(after < 1000.0, "{after:.1} ms after the grant: {trace}");
         let o = run(support::acl::as_locker(&on).args(["release", name, "--token", &stdout(&o)]));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
-        for s in &servers.0 {
-            assert!(
-                ghosts(s, name).is_empty(),
-                "left on {}: {:?}",
-                s.url(),
-                ghosts(s, name)
-            );
-        }
+        no_ghosts(&servers.0, name, Duration::ZERO, "");
     }
 }
 
@@ -268,14 +272,7 @@ fn a_grant_beside_a_stopped_full_node_leaves_its_queue_at_the_resume() {
     for t in &held {
         release_on(c, name, t);
     }
-    for s in &servers.0 {
-        assert!(
-            eventually(Duration::from_secs(2), || ghosts(s, name).is_empty()),
-            "left on {}: {:?}",
-            s.url(),
-            ghosts(s, name)
-        );
-    }
+    no_ghosts(&servers.0, name, Duration::from_secs(2), "");
 }
 
 /// A split vote of a `--limit 3` semaphore with a cut read: the first node grants slot 1, the
@@ -343,14 +340,7 @@ fn a_split_vote_after_a_cut_read_leaves_no_waiter_behind() {
     for t in &on_c[..2] {
         release_on(c, name, t);
     }
-    for s in &servers.0 {
-        assert!(
-            eventually(Duration::from_secs(2), || ghosts(s, name).is_empty()),
-            "left on {}: {:?}",
-            s.url(),
-            ghosts(s, name)
-        );
-    }
+    no_ghosts(&servers.0, name, Duration::from_secs(2), "");
 }
 
 /// Runs `cmd` under the hammer to its end (killed after `BOUND`); `signal`: sends it SIGTERM after
@@ -720,14 +710,7 @@ fn an_exec_signalled_during_its_grant_leaves_the_stopped_node_queue() {
     for t in &held {
         release_on(c, name, t);
     }
-    for s in &servers.0 {
-        assert!(
-            eventually(Duration::from_secs(2), || ghosts(s, name).is_empty()),
-            "left on {}: {:?}\n{trace}",
-            s.url(),
-            ghosts(s, name)
-        );
-    }
+    no_ghosts(&servers.0, name, Duration::from_secs(2), &trace);
 }
 
 /// Round 2 (the fence raise) failing on one node: the first node's counter is far ahead, so round
@@ -782,14 +765,7 @@ fn a_round_two_left_unanswered_costs_no_second_timeout_and_leaves_nothing() {
     );
     let o = run(cmd.args(["release", name, "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for s in [&a, &b, &c] {
-        assert!(
-            ghosts(s, name).is_empty(),
-            "left on {}: {:?}\n{trace}",
-            s.url(),
-            ghosts(s, name)
-        );
-    }
+    no_ghosts([&a, &b, &c], name, Duration::ZERO, &trace);
 }
 
 #[test]
@@ -847,14 +823,7 @@ fn stray_after_a_cut(cmd: &[&str], job: &[&str]) {
         let o = run(servers.lockctl().args(["release", name, "--token", &token]));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
     }
-    for s in [a, b] {
-        assert!(
-            ghosts(s, name).is_empty(),
-            "left on {}: {:?}",
-            s.url(),
-            ghosts(s, name)
-        );
-    }
+    no_ghosts([a, b], name, Duration::ZERO, "");
 }
 
 #[test]
