@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use support::hammer::{warm, Hammer, Traced};
+use support::hammer::{cut_on_the_third, warm, Hammer, Traced};
 use support::*;
 
 /// A lockctl run that has hung.
@@ -295,24 +295,10 @@ fn a_split_vote_after_a_cut_read_leaves_no_waiter_behind() {
         hold_on(c, name, 3),
         hold_on(c, name, 3),
     ];
-    c.pause();
-    let waiter = Traced::spawn(
-        servers.lockctl().args([
-            "-v",
-            "--node-timeout",
-            "20s",
-            "acquire",
-            name,
-            "--ttl",
-            "60s",
-            "--limit",
-            "3",
-        ]),
-        BOUND,
-    );
-    waiter.wait_for(&format!("{}: acquire in", a.url()), 1);
-    waiter.wait_for(&format!("{}: acquire in", b.url()), 1);
-    waiter.cut_once(c, || {
+    let mut cmd = servers.lockctl();
+    cmd.args(["-v", "--node-timeout", "20s", "acquire", name])
+        .args(["--ttl", "60s", "--limit", "3"]);
+    let waiter = cut_on_the_third(&servers, &mut cmd, BOUND, || {
         support::queue::wait_queued(c, name, 1);
         release_on(c, name, &on_c[2]);
     });
@@ -790,19 +776,12 @@ fn stray_after_a_cut(cmd: &[&str], job: &[&str]) {
     let name = "stray-modes";
     let _first = hold_on(c, name, 2);
     let second = hold_on(c, name, 2);
-    c.pause();
-    let waiter = Traced::spawn(
-        servers
-            .lockctl()
-            .args(["-v", "--node-timeout", "20s"])
-            .args(cmd)
-            .args(["--limit", "2"])
-            .args(job),
-        BOUND,
-    );
-    waiter.wait_for(&format!("{}: acquire in", a.url()), 1);
-    waiter.wait_for(&format!("{}: acquire in", b.url()), 1);
-    waiter.cut_once(c, || {
+    let mut call = servers.lockctl();
+    call.args(["-v", "--node-timeout", "20s"])
+        .args(cmd)
+        .args(["--limit", "2"])
+        .args(job);
+    let waiter = cut_on_the_third(&servers, &mut call, BOUND, || {
         support::queue::wait_queued(c, name, 1);
         release_on(c, name, &second);
     });

@@ -20,7 +20,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use support::hammer::{holding_proxy, stop_in_a_read, two_scripts, warm, Attacked, Hammer, Traced};
+use support::hammer::{
+    cut_on_the_third, holding_proxy, stop_in_a_read, two_scripts, warm, Attacked, Hammer, Traced,
+};
 use support::*;
 
 /// A lockctl run that has hung.
@@ -1366,26 +1368,12 @@ fn held_and_left(servers: &Servers, name: &str, token: &str, trace: &str) {
 fn a_stray_grant_sent_again_leaves_no_waiter_behind() {
     let name = "stray";
     let (servers, tokens) = full_on_the_third(name);
-    let (a, b, c) = (&servers.0[0], &servers.0[1], &servers.0[2]);
-    c.pause();
-    let waiter = Traced::spawn(
-        servers.lockctl().args([
-            "-v",
-            "--node-timeout",
-            "20s",
-            "acquire",
-            name,
-            "--ttl",
-            "60s",
-            "--limit",
-            "2",
-        ]),
-        BOUND,
-    );
-    // The other two granted slot 1; the third node's reply is the only one still awaited.
-    waiter.wait_for(&format!("{}: acquire in", a.url()), 1);
-    waiter.wait_for(&format!("{}: acquire in", b.url()), 1);
-    waiter.cut_once(c, || {
+    let c = &servers.0[2];
+    // The other two grant slot 1; the third node's reply is the only one still awaited.
+    let mut cmd = servers.lockctl();
+    cmd.args(["-v", "--node-timeout", "20s", "acquire", name])
+        .args(["--ttl", "60s", "--limit", "2"]);
+    let waiter = cut_on_the_third(&servers, &mut cmd, BOUND, || {
         // The first send ran: both slots taken, so the waiter is queued there (its reply is lost).
         support::queue::wait_queued(c, name, 1);
         let o = run(lockctl_on(c).args(["release", name, "--token", &tokens[1]]));

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::{
     code, eventually, kill, lockctl_on, queue, run, stderr, stderr_so_far, stdout, wait_output,
-    Server,
+    Server, Servers,
 };
 
 /// True when a thread of `pid` is blocked reading a socket (a node's reply). The thread named
@@ -329,6 +329,24 @@ impl Drop for Traced {
             let _ = c.wait();
         }
     }
+}
+
+/// Runs `cmd` (traced, on three servers, its call to the third still awaited when the other two
+/// have answered: the third is paused first) and cuts its read of the third's answer once
+/// ([`Traced::cut_once`]), `during` running while lockctl is stopped.
+pub fn cut_on_the_third(
+    servers: &Servers,
+    cmd: &mut Command,
+    bound: std::time::Duration,
+    during: impl FnOnce(),
+) -> Traced {
+    let (a, b, c) = (&servers[0], &servers[1], &servers[2]);
+    c.pause();
+    let traced = Traced::spawn(cmd, bound);
+    traced.wait_for(&format!("{}: acquire in", a.url()), 1);
+    traced.wait_for(&format!("{}: acquire in", b.url()), 1);
+    traced.cut_once(c, during);
+    traced
 }
 
 /// Runs a grant, a renewal and a release on `s`, which caches their scripts there: a first send
