@@ -381,27 +381,111 @@ fn a_watcher_stopped_while_waiting_is_replaced_at_the_grant() {
     let s = Server::start();
     let token = hold(&s, "stopped");
     let go = s.dir().join("go");
+    // A TTL that a loaded machine's wake after the release does not eat up (with 2 s, one CI run
+    // woke lockctl past the lease's deadline, and the grant was refused as the watcher's: 76).
+    let program = until_there(&go);
+    let program: Vec<&str> = program.iter().map(String::as_str).collect();
+    let (child, err) = start_waiting(&s, "stopped", &["--ttl", "6s"], &program);
+    let errs = collect_stderr(err);
+    let first = watcher_of(child.id());
+    kill(first, libc::SIGSTOP);
+    replaced_at_the_grant(&s, "stopped", &token, child, errs, Resume(first), &go);
+}
+
+/// The same, with the watcher stopped before its own first word (`pkill -STOP lockctl-guard` just
+/// as it starts; a CI run of the test above once stopped it there). lockctl has its PID from the
+/// double fork's middle process, sees it stopped at the grant and replaces it. Before, it waited
+/// for the word until the lease ran out, and ended in 76 without running the command.
+#[test]
+fn a_watcher_stopped_before_its_first_word_is_replaced_at_the_grant() {
+    let s = Server::start();
+    let token = hold(&s, "early");
+    let go = s.dir().join("go");
+    // Its PID is a little above lockctl's, and is looked for there, so that a look takes a few
+    // reads: it shows its command line from its exec on, and takes its name (`comm`, `exe`
+    // until then) just before its first word. Caught before the name, it is surely silent.
+    let mut caught = None;
+    for _ in 0..50 {
+        let mut cmd = lockctl_on(&s);
+        cmd.args(["exec", "early", "--ttl", "6s", "--"])
+            .args(until_there(&go))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = Started(Some(cmd.spawn().unwrap()));
+        let lockctl = child.id();
+        let prefix = format!("lockctl-guard\0--lockctl-guard\0{lockctl}:");
+        let found = (0..20_000).find_map(|_| {
+            (lockctl as i32 + 1..lockctl as i32 + 64).find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+            })
+        });
+        let Some(watcher) = found else {
+            child.kill();
+            continue;
+        };
+        kill(watcher, libc::SIGSTOP);
+        let resume = Resume(watcher);
+        assert!(
+            eventually(Duration::from_secs(20), || stop_state(watcher) == Some('T')),
+            "the watcher did not stop"
+        );
+        let name = std::fs::read_to_string(format!("/proc/{watcher}/comm")).unwrap();
+        if name.trim() != "lockctl-guard" {
+            let err = child.0.as_mut().unwrap().stderr.take().unwrap();
+            caught = Some((child, err, resume));
+            break;
+        }
+        drop(resume);
+        child.kill();
+    }
+    let (child, err, resume) = caught.expect("no watcher was caught before its first word");
+    let mut err = std::io::BufReader::new(err);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    assert!(line.contains("waiting for lock 'early'"), "{line}");
+    let errs = collect_stderr(err.into_inner());
+    replaced_at_the_grant(&s, "early", &token, child, errs, resume, &go);
+}
+
+/// `sh -c` that says it started, then waits for the file `go`.
+fn until_there(go: &Path) -> Vec<String> {
     let script = format!(
         "echo started; while [ ! -e {go} ]; do sleep 0.05; done",
         go = go.display()
     );
-    // A TTL that a loaded machine's wake after the release does not eat up (with 2 s, one CI run
-    // woke lockctl past the lease's deadline, and the grant was refused as the watcher's: 76).
-    let (child, err) = start_waiting(&s, "stopped", &["--ttl", "6s"], &["sh", "-c", &script]);
-    let errs = collect_stderr(err);
+    ["sh".to_string(), "-c".to_string(), script].into()
+}
+
+/// How `pid` is stopped, if it is: `T` by a signal, `t` at a tracer's stop.
+fn stop_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .trim_start()
+        .chars()
+        .next()
+        .filter(|c| matches!(c, 'T' | 't'))
+}
+
+/// With the watcher of the waiting `child` stopped (`first`, resumed when dropped): the lock's holder releases, the
+/// watcher is replaced at the grant by one other, a renewal passes with it, and the command runs
+/// and exits 0 (`go` lets it end); no watcher outlives lockctl.
+fn replaced_at_the_grant(
+    s: &Server,
+    name: &str,
+    token: &str,
+    child: Started,
+    errs: std::thread::JoinHandle<String>,
+    first: Resume,
+    go: &Path,
+) {
     let lockctl = child.id();
-    let first = watcher_of(lockctl);
-    kill(first, libc::SIGSTOP);
-    let resume = Resume(first);
-    let stopped = eventually(Duration::from_secs(20), || {
-        std::fs::read_to_string(format!("/proc/{first}/stat")).is_ok_and(|st| {
-            st.rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('T'))
-        })
-    });
+    let resume = first;
+    let first = resume.0;
+    let stopped = eventually(Duration::from_secs(20), || stop_state(first) == Some('T'));
     assert!(stopped, "the watcher did not stop");
-    let o = run(lockctl_on(&s).args(["release", "stopped", "--token", &token]));
+    let o = run(lockctl_on(s).args(["release", name, "--token", token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let mut second = Vec::new();
     eventually(Duration::from_secs(30), || {
@@ -414,7 +498,7 @@ fn a_watcher_stopped_while_waiting_is_replaced_at_the_grant() {
     // A renewal (every 2 s at a 6 s TTL) passes with the new watcher in place: no false 76.
     std::thread::sleep(Duration::from_millis(2500));
     drop(resume);
-    std::fs::write(&go, "").unwrap();
+    std::fs::write(go, "").unwrap();
     let out = child.output(Duration::from_secs(60));
     assert_eq!(code(&out), 0, "{}", errs.join().unwrap());
     assert_eq!(second.len(), 1, "one new watcher: {second:?}");

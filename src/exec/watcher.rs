@@ -63,9 +63,12 @@
 //! - **A pipe back** whose write end only the watcher holds. Its first word says how the watcher
 //!   runs (exec'd or the forked copy) and its PID; lockctl waits for it, after the grant, before
 //!   starting the command, up to [`READY_WAIT_MS`] after the watcher's start and never past the
-//!   lease's deadline. A watcher silent by then counts as gone: without its PID nothing could
-//!   check that it is not stopped. At the grant one stopped by a signal counts as stopped at once,
-//!   and one at a tracer's stop after [`HELD_LOOKS`] looks in a row. Then a thread of lockctl polls
+//!   lease's deadline. The middle process of the double fork writes the watcher's PID there too
+//!   before it exits, so that one stopped before its own first word (`pkill -STOP lockctl-guard`
+//!   just as it starts) is seen stopped and replaced at once, not waited for until the lease runs
+//!   out. A watcher still silent at the end of the wait counts as gone. At the grant one stopped by
+//!   a signal counts as stopped at once, and one at a tracer's stop after [`HELD_LOOKS`] looks in a
+//!   row. Then a thread of lockctl polls
 //!   the read end: it hangs up the moment the watcher is gone, however it went, and every tenth of
 //!   a second the thread checks that the watcher is not stopped. Either way the watcher no longer
 //!   guards the job (lockctl's death would leave it running), so lockctl stops the job as for a
@@ -147,6 +150,9 @@ const BACK_FD: RawFd = 4;
 const READY_EXEC: u8 = b'x';
 /// Sent back by the forked copy when the exec failed: it can only signal the job's group.
 const READY_COPY: u8 = b'c';
+/// Sent back by the middle process of the double fork, with the watcher's PID, before it exits:
+/// lockctl knows whom to look at even if the watcher is stopped before its own first word.
+const SPAWNED: u8 = b'p';
 /// How long after its start lockctl waits for the watcher's first word, and never past the lease's
 /// deadline; a watcher silent by then counts as gone.
 const READY_WAIT_MS: libc::c_int = 10_000;
@@ -265,6 +271,15 @@ impl Watcher {
             // SAFETY: in the forked copy, async-signal-safe calls only; `watch` never returns.
             unsafe {
                 match libc::fork() {
+                    pid @ 1.. => {
+                        // Before any word of the watcher's in the common case, not always (the
+                        // reader takes both orders). A write of 5 bytes, less than PIPE_BUF, on a
+                        // pipe nobody has filled: whole, at once.
+                        let mut word = [SPAWNED; 5];
+                        word[1..].copy_from_slice(&pid.to_ne_bytes());
+                        libc::write(back_write.as_raw_fd(), word.as_ptr().cast(), word.len());
+                        libc::_exit(0)
+                    }
                     0 => {
                         isolate(read.as_raw_fd(), back_write.as_raw_fd());
                         libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
@@ -273,8 +288,7 @@ impl Watcher {
                         say_ready(READY_COPY);
                         watch(GUARD_FD, ns, None)
                     }
-                    -1 => libc::_exit(1),
-                    _ => libc::_exit(0),
+                    _ => libc::_exit(1),
                 }
             }
         }
@@ -452,56 +466,43 @@ impl Starting {
     /// The watcher, ready and told the deadline; `None` if it is gone, stopped, held by a debugger,
     /// or has not said its first word by [`READY_WAIT_MS`] after its start or by the deadline.
     fn answer(self, deadline: Stamp) -> io::Result<Option<Watcher>> {
-        let left = Duration::from_millis(READY_WAIT_MS as u64)
-            .saturating_sub(self.since.elapsed())
-            .min(deadline.remaining());
-        let mut pfd = libc::pollfd {
-            fd: self.back.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on our own descriptor; a bounded wait for the watcher's first word.
-        let ready = loop {
-            // Rounded up, so that a wait bounded by the deadline does not end just before it.
-            let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
-            match unsafe { libc::poll(&mut pfd, 1, ms) } {
-                n if n >= 0 => break n > 0,
-                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
-                _ => return Err(io::Error::last_os_error()),
+        let until = self.since + Duration::from_millis(READY_WAIT_MS as u64);
+        // The watcher's PID, from the middle process's word, which comes first but for a rare
+        // preemption: from then on a silent watcher is looked at every [`HELD_LOOK_MS`], and one
+        // stopped before its own first word (`pkill -STOP lockctl-guard` as it starts) is
+        // replaced at once, not waited for until the lease runs out.
+        let mut spawned = None;
+        let word = loop {
+            let left = until
+                .saturating_duration_since(Instant::now())
+                .min(deadline.remaining());
+            let wait = match spawned {
+                Some(_) => left.min(Duration::from_millis(HELD_LOOK_MS)),
+                None => left,
+            };
+            match self.word(wait)? {
+                Heard::Word(word) if word[0] == SPAWNED => spawned = Some(pid_in(word)),
+                Heard::Word(word) => break word,
+                Heard::Gone => return Ok(None),
+                Heard::Silent => match spawned {
+                    Some(pid) if held(pid, deadline) => {
+                        let_go(pid);
+                        return Ok(None);
+                    }
+                    // Silent until now, and until the end of the wait: still starting (a
+                    // loaded machine), or stopped before its exec with its PID unknown. Nothing
+                    // could check on it once the job runs; it counts as gone, and exits at the
+                    // end-of-file once it reads its pipe (this value closes it).
+                    _ if wait >= left => return Ok(None),
+                    _ => {}
+                },
             }
         };
-        // Silent until now: still starting, or stopped before its exec. Its PID is unknown, so
-        // nothing could check on it once the job runs; it counts as gone, and exits at the
-        // end-of-file once it reads its pipe (this value closes it).
-        if !ready {
-            return Ok(None);
-        }
-        let mut word = [0u8; 5];
-        // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. The
-        // word is shorter than PIPE_BUF, so it was written, and is read, whole.
-        let n = unsafe { libc::read(self.back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) };
-        // Hung up, with or without its word: it is gone.
-        if n != word.len() as isize || pfd.revents & libc::POLLHUP != 0 {
-            return Ok(None);
-        }
-        let pid = libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]]);
+        let pid = pid_in(word);
         if held(pid, deadline) {
             // Stopped, or held by a debugger, while lockctl waited: it would guard nothing, and
-            // the job would be stopped for it a moment after it started. It is resumed, and exits
-            // at the end-of-file of its pipe, which closes with this value (nothing else would
-            // resume it: a stopped one would stay for good); a debugger's hold ends when the
-            // debugger lets go. lockctl's child (lockctl is a PID 1, see the module docs) is
-            // killed instead, or lockctl would wait for it as for the job. Its PID, from its own
-            // first word, stays its own while it is stopped, and until lockctl reaps it.
-            // SAFETY: getpid has no preconditions; kill on the watcher we started, which exists
-            // (it was just seen stopped) or is lockctl's own unreaped child.
-            unsafe {
-                if super::procs::read(pid).is_some_and(|w| w.ppid == libc::getpid()) {
-                    libc::kill(pid, libc::SIGKILL);
-                } else {
-                    libc::kill(pid, libc::SIGCONT);
-                }
-            }
+            // the job would be stopped for it a moment after it started.
+            let_go(pid);
             return Ok(None);
         }
         let link = Link(self.link.0, pid);
@@ -514,6 +515,69 @@ impl Starting {
             back: Arc::new(self.back),
             exec: word[0] == READY_EXEC,
         }))
+    }
+}
+
+/// What one wait on the pipe back brought.
+enum Heard {
+    /// A whole word: the middle process's ([`SPAWNED`]) or the watcher's first.
+    Word([u8; 5]),
+    /// Hung up, with or without a word: the watcher is gone.
+    Gone,
+    /// Nothing within the wait.
+    Silent,
+}
+
+impl Starting {
+    /// The next word on the pipe back, waited for up to `wait` (rounded up to the millisecond, so
+    /// that a wait bounded by the deadline does not end just before it).
+    fn word(&self, wait: Duration) -> io::Result<Heard> {
+        let mut pfd = libc::pollfd {
+            fd: self.back.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = wait.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
+        loop {
+            // SAFETY: poll on our own descriptor, bounded.
+            match unsafe { libc::poll(&mut pfd, 1, ms) } {
+                0 => return Ok(Heard::Silent),
+                n if n > 0 => break,
+                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+                _ => return Err(io::Error::last_os_error()),
+            }
+        }
+        let mut word = [0u8; 5];
+        // SAFETY: a read into a live buffer from our own pipe, which has data or hung up. Each
+        // word is shorter than PIPE_BUF, so it was written, and is read, whole.
+        let n = unsafe { libc::read(self.back.as_raw_fd(), word.as_mut_ptr().cast(), word.len()) };
+        if n != word.len() as isize || pfd.revents & libc::POLLHUP != 0 {
+            return Ok(Heard::Gone);
+        }
+        Ok(Heard::Word(word))
+    }
+}
+
+/// The PID a word on the pipe back carries.
+fn pid_in(word: [u8; 5]) -> libc::pid_t {
+    libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]])
+}
+
+/// Lets go of a watcher found stopped or held at the grant, which is replaced. It is resumed, and
+/// exits at the end-of-file of its pipe, which closes as lockctl drops it (nothing else would
+/// resume it: a stopped one would stay for good); a debugger's hold ends when the debugger lets
+/// go. lockctl's child (lockctl is a PID 1, see the module docs) is killed instead, or lockctl
+/// would wait for it as for the job. Its PID stays its own while it is stopped, and until lockctl
+/// reaps it.
+fn let_go(pid: libc::pid_t) {
+    // SAFETY: getpid has no preconditions; kill on the watcher we started, which exists (it was
+    // just seen stopped) or is lockctl's own unreaped child.
+    unsafe {
+        if super::procs::read(pid).is_some_and(|w| w.ppid == libc::getpid()) {
+            libc::kill(pid, libc::SIGKILL);
+        } else {
+            libc::kill(pid, libc::SIGCONT);
+        }
     }
 }
 
