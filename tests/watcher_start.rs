@@ -17,7 +17,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::watchers::{start_waiting, watcher_of, watchers_of, Started};
+use support::watchers::{
+    start_waiting, state, stopped_before_its_word, watcher_of, watchers_of, Resume, Started,
+};
 use support::*;
 
 /// True once no watcher of the lockctl `pid` is left (a generous bound: it only has to notice).
@@ -29,15 +31,6 @@ fn no_watcher_left(pid: u32) -> bool {
 fn hold(s: &Server, name: &str) -> String {
     let held = acquire_json(&mut lockctl_on(s), name, &["--ttl", "60s"]);
     held["token"].as_str().unwrap().to_string()
-}
-
-/// Continues a stopped process when dropped, also when the test fails.
-struct Resume(i32);
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        kill(self.0, libc::SIGCONT);
-    }
 }
 
 /// The number of times `pid` was scheduled out (voluntary and not).
@@ -401,45 +394,18 @@ fn a_watcher_stopped_before_its_first_word_is_replaced_at_the_grant() {
     let s = Server::start();
     let token = hold(&s, "early");
     let go = s.dir().join("go");
-    // Its PID is a little above lockctl's, and is looked for there, so that a look takes a few
-    // reads: it shows its command line from its exec on, and takes its name (`comm`, `exe`
-    // until then) just before its first word. Caught before the name, it is surely silent.
-    let mut caught = None;
-    for _ in 0..50 {
-        let mut cmd = lockctl_on(&s);
-        cmd.args(["exec", "early", "--ttl", "6s", "--"])
-            .args(until_there(&go))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = Started(Some(cmd.spawn().unwrap()));
-        let lockctl = child.id();
-        let prefix = format!("lockctl-guard\0--lockctl-guard\0{lockctl}:");
-        let found = (0..20_000).find_map(|_| {
-            (lockctl as i32 + 1..lockctl as i32 + 64).find(|p| {
-                std::fs::read(format!("/proc/{p}/cmdline"))
-                    .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
-            })
-        });
-        let Some(watcher) = found else {
-            child.kill();
-            continue;
-        };
-        kill(watcher, libc::SIGSTOP);
-        let resume = Resume(watcher);
-        assert!(
-            eventually(Duration::from_secs(20), || stop_state(watcher) == Some('T')),
-            "the watcher did not stop"
-        );
-        let name = std::fs::read_to_string(format!("/proc/{watcher}/comm")).unwrap();
-        if name.trim() != "lockctl-guard" {
-            let err = child.0.as_mut().unwrap().stderr.take().unwrap();
-            caught = Some((child, err, resume));
-            break;
-        }
-        drop(resume);
-        child.kill();
-    }
-    let (child, err, resume) = caught.expect("no watcher was caught before its first word");
+    let (mut child, resume) = stopped_before_its_word(
+        || {
+            let mut cmd = lockctl_on(&s);
+            cmd.args(["exec", "early", "--ttl", "6s", "--"])
+                .args(until_there(&go))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            Started(Some(cmd.spawn().unwrap()))
+        },
+        |pid| pid,
+    );
+    let err = child.0.as_mut().unwrap().stderr.take().unwrap();
     let mut err = std::io::BufReader::new(err);
     let mut line = String::new();
     std::io::BufRead::read_line(&mut err, &mut line).unwrap();
@@ -457,17 +423,6 @@ fn until_there(go: &Path) -> Vec<String> {
     ["sh".to_string(), "-c".to_string(), script].into()
 }
 
-/// How `pid` is stopped, if it is: `T` by a signal, `t` at a tracer's stop.
-fn stop_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .trim_start()
-        .chars()
-        .next()
-        .filter(|c| matches!(c, 'T' | 't'))
-}
-
 /// With the watcher of the waiting `child` stopped (`first`, resumed when dropped): the lock's holder releases, the
 /// watcher is replaced at the grant by one other, a renewal passes with it, and the command runs
 /// and exits 0 (`go` lets it end); no watcher outlives lockctl.
@@ -483,7 +438,7 @@ fn replaced_at_the_grant(
     let lockctl = child.id();
     let resume = first;
     let first = resume.0;
-    let stopped = eventually(Duration::from_secs(20), || stop_state(first) == Some('T'));
+    let stopped = eventually(Duration::from_secs(20), || state(first) == Some('T'));
     assert!(stopped, "the watcher did not stop");
     let o = run(lockctl_on(s).args(["release", name, "--token", token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));

@@ -13,19 +13,15 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::watchers::{start_waiting, watcher_of, Started, Traced};
+use support::watchers::{
+    start_waiting, state, stopped_before_its_word, watcher_of, Started, Traced,
+};
 use support::*;
 
 /// Holds `name` for a minute from another client; returns its token.
 fn hold(s: &Server, name: &str) -> String {
     let held = acquire_json(&mut lockctl_on(s), name, &["--ttl", "60s"]);
     held["token"].as_str().unwrap().to_string()
-}
-
-/// The state letter of `pid` in `/proc/PID/stat`.
-fn state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.trim_start().chars().next()
 }
 
 /// A watcher held by a debugger while lockctl waits (`gdb -p $(pgrep lockctl-guard)`) guards
@@ -229,79 +225,45 @@ fn a_watcher_stopped_while_waiting_is_not_left_behind_once_replaced() {
 }
 
 /// lockctl as the first process of a PID namespace (`unshare -pf --mount-proc`, a container
-/// without an init) adopts its watcher. A watcher still silent at the grant (here held in its
-/// `close_range` by `strace -e inject` and stopped there, `kill -STOP`) counts as gone and is
-/// replaced, but, unlike a stopped one that has spoken, it is not killed: its PID is unknown. It
-/// stays lockctl's child, and lockctl waits for every child but the watcher it knows: after the
-/// command has exited, lockctl waits for the stopped old watcher for good, renewing the lock all
-/// along. `exec` must release the lock once its command is done.
+/// without an init) adopts its watcher. A watcher stopped before its first word (here caught by
+/// its command line and stopped, `kill -STOP`) is replaced at the grant. When this was found, its
+/// PID was unknown, so it was not killed: it stayed lockctl's child, and lockctl, which waits for
+/// every child but the watcher it knows, waited for the stopped old watcher for good after the
+/// command had exited, renewing the lock all along. The double fork's middle process now reports
+/// the watcher's PID, and lockctl kills an adopted watcher it replaces. `exec` must release the
+/// lock once its command is done.
 #[test]
-#[ignore = "known limit (docs/guarantees.md): lockctl as a PID namespace's first process adopts a watcher that was silent at the grant (held before its exec) and then replaced; not knowing its PID, it waits for it as for the job and keeps renewing the lock until it is killed; found by review, not fixed"]
 fn a_pid_1_exec_does_not_wait_for_a_silent_watcher_it_replaced() {
     // SAFETY: getuid has no preconditions.
     let root = unsafe { libc::getuid() } == 0;
-    let tools = ["strace", "unshare"]
-        .iter()
-        .all(|t| Command::new(t).arg("-V").output().is_ok());
-    if !root || !tools {
-        eprintln!("NOT RUN HERE: this case needs root, strace and unshare");
+    let unshare = Command::new("unshare").arg("-V").output().is_ok();
+    if !root || !unshare {
+        eprintln!("NOT RUN HERE: this case needs root and unshare");
         return;
     }
     let s = Server::start();
     let token = hold(&s, "pid1");
     let ran = s.dir().join("ran");
-    let log = s.dir().join("strace.log");
-    let mut strace = Command::new("strace");
-    // Every watcher's `close_range` (before its exec and its first word) is held 3 s.
-    strace
-        .arg("-f")
-        .arg("-o")
-        .arg(&log)
-        .args(["-e", "trace=close_range"])
-        .args(["-e", "inject=close_range:delay_enter=3000000:when=1"])
-        .args(["unshare", "-pf", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exec", "pid1", "-w", "60", "--ttl", "30s", "--", "touch"])
-        .arg(&ran)
-        .env("LOCKCTL_REDIS", s.url())
-        // The server was just started by this test.
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = strace.spawn().unwrap();
-    let errs = collect_stderr(child.stderr.take().unwrap());
-    let child = Started(Some(child));
-    // The first watcher, in its held `close_range`: silent.
-    let mut first = None;
-    eventually(Duration::from_secs(30), || {
-        first = std::fs::read_to_string(&log).ok().and_then(|l| {
-            l.lines()
-                .find(|l| l.contains("close_range("))?
-                .split_whitespace()
-                .next()?
-                .parse::<i32>()
-                .ok()
-        });
-        first.is_some()
-    });
-    let Some(first) = first else {
-        drop(child);
-        eprintln!(
-            "NOT RUN HERE: no watcher seen under strace: {}",
-            errs.join().unwrap()
-        );
-        return;
-    };
-    // SAFETY: kill on the watcher of the lockctl this test started.
-    unsafe { libc::kill(first, libc::SIGSTOP) };
-    assert!(
-        eventually(Duration::from_secs(20), || matches!(
-            state(first),
-            Some('t' | 'T')
-        )),
-        "the first watcher is not stopped"
+    let (mut child, resume) = stopped_before_its_word(
+        || {
+            let mut cmd = Command::new("unshare");
+            cmd.args(["-pf", "--mount-proc"])
+                .arg(env!("CARGO_BIN_EXE_lockctl"))
+                .args(["exec", "pid1", "-w", "60", "--ttl", "30s", "--", "touch"])
+                .arg(&ran)
+                .env("LOCKCTL_REDIS", s.url())
+                // The server was just started by this test.
+                .env("LOCKCTL_QUARANTINE", "0")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            Started(Some(cmd.spawn().unwrap()))
+        },
+        // lockctl is its namespace's first process.
+        |_| 1,
     );
+    let first = resume.0;
+    let errs = collect_stderr(child.0.as_mut().unwrap().stderr.take().unwrap());
     let o = run(lockctl_on(&s).args(["release", "pid1", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
@@ -310,8 +272,15 @@ fn a_pid_1_exec_does_not_wait_for_a_silent_watcher_it_replaced() {
     );
     // Generous: a done exec releases and exits at once.
     let released = eventually(Duration::from_secs(20), || s.get("lockctl:pid1").is_none());
-    // SAFETY: the watcher this test stopped; killed so that lockctl, waiting for it, ends.
-    unsafe { libc::kill(first, libc::SIGKILL) };
+    // Should lockctl still wait for the watcher this test stopped, it is killed so that lockctl
+    // ends; only while it is still that watcher (lockctl kills and reaps it, and its PID is free).
+    let still = std::fs::read(format!("/proc/{first}/cmdline"))
+        .is_ok_and(|c| c.starts_with(b"lockctl-guard\0--lockctl-guard\x001:"));
+    if still {
+        // SAFETY: the watcher this test stopped.
+        unsafe { libc::kill(first, libc::SIGKILL) };
+    }
+    std::mem::forget(resume);
     let out = child.output(Duration::from_secs(60));
     let errs = errs.join().unwrap();
     assert!(

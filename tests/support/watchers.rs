@@ -137,3 +137,59 @@ impl Drop for Traced {
         }
     }
 }
+
+/// Continues a stopped process when dropped, also when the test fails.
+pub struct Resume(pub i32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        super::kill(self.0, libc::SIGCONT);
+    }
+}
+
+/// The state letter of `pid` in `/proc/PID/stat` (`T` stopped by a signal, `t` at a tracer's stop).
+pub fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.trim_start().chars().next()
+}
+
+/// Starts a lockctl with `start` until its watcher is caught and stopped (SIGSTOP) before its
+/// own first word (`pkill -STOP lockctl-guard` just as it starts), 50 tries at most. The watcher
+/// shows its command line from its exec on, and takes its name (`comm`, `exe` until then) just
+/// before that word: one stopped before the name is surely silent. Its PID is a little above that
+/// of the process started, and is looked for there only, so that a look takes a few reads.
+/// `known_as` maps the PID of the process started to lockctl's PID as the watcher's command line
+/// has it (`lockctl-guard --lockctl-guard PID:START ...`; 1 for a PID namespace's first process).
+pub fn stopped_before_its_word(
+    mut start: impl FnMut() -> Started,
+    known_as: impl Fn(u32) -> u32,
+) -> (Started, Resume) {
+    for _ in 0..50 {
+        let child = start();
+        let started = child.id();
+        let prefix = format!("lockctl-guard\0--lockctl-guard\0{}:", known_as(started));
+        let found = (0..20_000).find_map(|_| {
+            (started as i32 + 1..started as i32 + 64).find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+            })
+        });
+        let Some(watcher) = found else {
+            child.kill();
+            continue;
+        };
+        super::kill(watcher, libc::SIGSTOP);
+        let resume = Resume(watcher);
+        assert!(
+            eventually(Duration::from_secs(20), || state(watcher) == Some('T')),
+            "the watcher did not stop"
+        );
+        let name = std::fs::read_to_string(format!("/proc/{watcher}/comm")).unwrap_or_default();
+        if name.trim() != "lockctl-guard" {
+            return (child, resume);
+        }
+        drop(resume);
+        child.kill();
+    }
+    panic!("no watcher was caught before its first word in 50 tries");
+}
