@@ -172,6 +172,7 @@ fn a_grant_sent_again_after_its_key_was_taken_is_not_reported() {
     warm_with_break(&s);
     let name = "taken";
     let key = slot_key(name, 1);
+    s.pause();
     let acquire = Traced::spawn(
         lockctl_on(&s).args([
             "-v",
@@ -277,6 +278,7 @@ fn a_break_stopped_past_its_node_timeout_breaks_nothing_more() {
         .stderr(Stdio::null());
     let mut waiter = waiter.spawn().unwrap();
     queue::wait_queued(&s, name, 1);
+    s.pause();
     let breaker = Traced::spawn(
         lockctl_on(&s).args(["-v", "--node-timeout", "1s", "break", name, "--yes"]),
         BOUND,

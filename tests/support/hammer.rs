@@ -299,10 +299,11 @@ impl Traced {
         kill(pid, libc::SIGCONT);
     }
 
-    /// Pauses `s` (lockctl's next read waits), stops lockctl in that read, resumes `s` (it runs the
-    /// first send), runs `during` while lockctl is still stopped, then continues lockctl.
+    /// With `s` paused before lockctl was started (lockctl's read of it waits; paused only once
+    /// lockctl runs, a loaded machine may let it have its answer first): stops lockctl in that
+    /// read, resumes `s` (it runs the first send), runs `during` while lockctl is still stopped,
+    /// then continues lockctl.
     pub fn cut_once(&self, s: &Server, during: impl FnOnce()) {
-        s.pause();
         stop_in_a_read(self.pid(), self.bound);
         s.resume();
         during();
