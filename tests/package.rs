@@ -1,10 +1,13 @@
-//! The Debian package: `cargo deb` builds it, and everything lands where Debian looks for it.
+//! The Debian package: `scripts/build` builds the binary as it ships (glibc linked in, see that
+//! script), `cargo deb --no-build` packages it, and everything lands where Debian looks for it.
 //!
-//! The package is built with the `deb-check` profile (dev without debug information, see
-//! Cargo.toml) so that the test compiles in reasonable time; `cargo deb` for a release uses the
-//! release profile, with the same metadata and assets. The test then reads the package with
-//! `dpkg-deb -I` and `-c`, unpacks it, compares the man pages and completions with the committed
-//! ones, and runs the packaged binary against a real redis-server.
+//! The binary is built with the `deb-check` profile (dev without debug information, see
+//! Cargo.toml) so that the test compiles in reasonable time; a release uses the release profile,
+//! with the same link, metadata and assets. The test then reads the package with `dpkg-deb -I`
+//! and `-c`, unpacks it, compares the man pages and completions with the committed ones, checks
+//! that the binary needs no dynamic loader, and runs it against a real redis-server: named by host
+//! name (`localhost`, which a static glibc resolves without loading a module) and through `exec`
+//! (whose watcher is the same binary started again).
 
 mod support;
 
@@ -31,9 +34,16 @@ fn deb_package_has_the_binary_man_pages_completions_and_docs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = tempfile::tempdir().unwrap();
     tool(
+        Command::new(root.join("scripts/build"))
+            .args(["--quiet", "--profile", "deb-check"])
+            .current_dir(root),
+        "scripts/build",
+    );
+    tool(
         Command::new("cargo")
             .args([
                 "deb",
+                "--no-build",
                 "--profile",
                 "deb-check",
                 "--fast",
@@ -131,12 +141,48 @@ fn deb_package_has_the_binary_man_pages_completions_and_docs() {
         version.trim(),
         format!("lockctl {}", env!("CARGO_PKG_VERSION"))
     );
-    let s = Server::start();
+    assert!(
+        !has_interpreter(&std::fs::read(&bin).unwrap()),
+        "the packaged binary needs the dynamic loader: scripts/build did not link glibc in"
+    );
+    let s = Server::start_tcp();
+    let url = s.url().replace("127.0.0.1", "localhost");
     // A server this test just started: the quarantine would refuse it.
     let o = run(Command::new(&bin)
-        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_REDIS", &url)
         .env("LOCKCTL_QUARANTINE", "0")
         .args(["acquire", "packaged", "-n"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(s.get("lockctl:packaged"), Some(stdout(&o)));
+    let o = run(Command::new(&bin)
+        .env("LOCKCTL_REDIS", &url)
+        .env("LOCKCTL_QUARANTINE", "0")
+        .args([
+            "exec",
+            "packaged-exec",
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKCTL_FENCE",
+        ]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).trim().parse::<u64>().is_ok(), "{}", stdout(&o));
+    assert_eq!(s.get("lockctl:packaged-exec"), None);
+}
+
+/// True if the ELF executable `elf` (64-bit, little-endian) names a program interpreter
+/// (`PT_INTERP`): a dynamic loader that must map it and its libraries at every start.
+fn has_interpreter(elf: &[u8]) -> bool {
+    assert_eq!(
+        &elf[..6],
+        b"\x7fELF\x02\x01",
+        "not a 64-bit little-endian ELF file"
+    );
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(0x36), u16_at(0x38));
+    (0..count).any(|i| {
+        let at = phoff + i * size;
+        u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) == 3
+    })
 }
