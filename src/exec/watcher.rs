@@ -163,6 +163,9 @@ const HELD_LOOKS: u32 = 20;
 const HELD_LOOK_MS: u64 = 10;
 /// How often lockctl checks that its watcher is not stopped.
 const CHECK_MS: libc::c_int = 100;
+/// How long lockctl waits for the double fork's middle process to exit (it does at once, unless
+/// it is stopped).
+const MIDDLE_WAIT_MS: u64 = 2000;
 /// Looks in a row that must find the watcher at a tracer's stop before it counts as stopped (a
 /// second): `strace -f` stops it for a moment at each system call.
 const TRACED_LOOKS: u32 = 10;
@@ -231,10 +234,14 @@ pub struct Watcher {
 /// announces its group.
 pub struct Starting {
     link: Link,
-    back: OwnedFd,
+    back: Arc<OwnedFd>,
     /// When it was started: its first word is awaited until [`READY_WAIT_MS`] after this.
     since: Instant,
     kill_after: Duration,
+    /// The watcher's PID, once a word on the pipe back gave it.
+    spawned: Option<libc::pid_t>,
+    /// Handed over as a [`Watcher`], or already let go: dropping it does nothing more.
+    settled: bool,
 }
 
 impl Watcher {
@@ -296,22 +303,16 @@ impl Watcher {
             return Err(io::Error::last_os_error());
         }
         drop(back_write);
-        let mut status = 0;
-        // SAFETY: waitpid on the child just forked, which exits at once.
-        while unsafe { libc::waitpid(middle, &mut status, 0) } < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
-            }
-        }
-        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        if !reap_middle(middle)? {
             return Err(io::Error::other("cannot fork the watcher process"));
         }
         Ok(Starting {
             link,
-            back,
+            back: Arc::new(back),
             since,
             kill_after,
+            spawned: None,
+            settled: false,
         })
     }
 
@@ -390,9 +391,18 @@ impl Watcher {
         Ok(())
     }
 
-    /// The group has exited: the watcher stands down.
+    /// The group has exited: the watcher stands down. One stopped while the job ran (lockctl then
+    /// stopped the job for it) would read the word only once resumed, and would stay behind for
+    /// good: it is resumed once the word is in its pipe (killed, as lockctl's own child, when
+    /// lockctl is a PID 1).
     pub fn done(self) {
-        self.link.send(&[DONE]);
+        let pid = self.link.pid();
+        if self.link.send(&[DONE])
+            && super::procs::stop_state(pid) == Some('T')
+            && runs_as_our_watcher(pid)
+        {
+            let_go(pid);
+        }
     }
 }
 
@@ -400,8 +410,8 @@ impl Watcher {
 /// forks overlap the first attempt's round trip, or, where no thread could be started, already
 /// started on the calling one.
 pub enum Launch {
-    Thread(std::thread::JoinHandle<io::Result<Starting>>),
-    Here(io::Result<Starting>),
+    Thread(std::thread::JoinHandle<io::Result<Starting>>, Duration),
+    Here(io::Result<Starting>, Duration),
     /// Not started yet: it starts at the grant.
     Later(Duration),
 }
@@ -414,8 +424,8 @@ impl Launch {
             .stack_size(64 * 1024)
             .spawn(move || Watcher::start(kill_after));
         match spawned {
-            Ok(thread) => Launch::Thread(thread),
-            Err(_) => Launch::Here(Watcher::start(kill_after)),
+            Ok(thread) => Launch::Thread(thread, kill_after),
+            Err(_) => Launch::Here(Watcher::start(kill_after), kill_after),
         }
     }
 
@@ -427,13 +437,15 @@ impl Launch {
     }
 
     /// Once the lock is won: the watcher, started, ready and told the lease's `deadline` (see
-    /// [`Starting::ready`]).
+    /// [`Starting::ready`]). A start made while lockctl waited that failed (its middle process
+    /// stopped past [`MIDDLE_WAIT_MS`], a fork refused) is made again, once.
     pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
         let starting = match self {
-            Launch::Thread(thread) => thread
+            Launch::Thread(thread, kill_after) => thread
                 .join()
-                .unwrap_or_else(|_| Err(io::Error::other("the watcher's start failed")))?,
-            Launch::Here(started) => started?,
+                .unwrap_or_else(|_| Err(io::Error::other("the watcher's start failed")))
+                .or_else(|_| Watcher::start(kill_after))?,
+            Launch::Here(started, kill_after) => started.or_else(|_| Watcher::start(kill_after))?,
             Launch::Later(kill_after) => Watcher::start(kill_after)?,
         };
         starting.ready(deadline)
@@ -465,28 +477,28 @@ impl Starting {
 
     /// The watcher, ready and told the deadline; `None` if it is gone, stopped, held by a debugger,
     /// or has not said its first word by [`READY_WAIT_MS`] after its start or by the deadline.
-    fn answer(self, deadline: Stamp) -> io::Result<Option<Watcher>> {
+    fn answer(mut self, deadline: Stamp) -> io::Result<Option<Watcher>> {
         let until = self.since + Duration::from_millis(READY_WAIT_MS as u64);
         // The watcher's PID, from the middle process's word, which comes first but for a rare
         // preemption: from then on a silent watcher is looked at every [`HELD_LOOK_MS`], and one
         // stopped before its own first word (`pkill -STOP lockctl-guard` as it starts) is
         // replaced at once, not waited for until the lease runs out.
-        let mut spawned = None;
         let word = loop {
             let left = until
                 .saturating_duration_since(Instant::now())
                 .min(deadline.remaining());
-            let wait = match spawned {
+            let wait = match self.spawned {
                 Some(_) => left.min(Duration::from_millis(HELD_LOOK_MS)),
                 None => left,
             };
             match self.word(wait)? {
-                Heard::Word(word) if word[0] == SPAWNED => spawned = Some(pid_in(word)),
+                Heard::Word(word) if word[0] == SPAWNED => self.spawned = Some(pid_in(word)),
                 Heard::Word(word) => break word,
                 Heard::Gone => return Ok(None),
-                Heard::Silent => match spawned {
+                Heard::Silent => match self.spawned {
                     Some(pid) if held(pid, deadline) => {
                         let_go(pid);
+                        self.settled = true;
                         return Ok(None);
                     }
                     // Silent until now, and until the end of the wait: still starting (a
@@ -499,23 +511,100 @@ impl Starting {
             }
         };
         let pid = pid_in(word);
+        self.spawned = Some(pid);
         if held(pid, deadline) {
             // Stopped, or held by a debugger, while lockctl waited: it would guard nothing, and
             // the job would be stopped for it a moment after it started.
             let_go(pid);
+            self.settled = true;
             return Ok(None);
         }
-        let link = Link(self.link.0, pid);
+        let link = Link(Arc::clone(&self.link.0), pid);
         // A write that fails finds the watcher gone (EPIPE): nobody reads the pipe.
         if !link.deadline(deadline) {
             return Ok(None);
         }
+        self.settled = true;
         Ok(Some(Watcher {
             link,
-            back: Arc::new(self.back),
+            back: Arc::clone(&self.back),
             exec: word[0] == READY_EXEC,
         }))
     }
+}
+
+/// A watcher lockctl gives up without running a command (busy, `-w` run out, a signal during the
+/// wait) exits at the end-of-file of its pipe, which closes right after this; one stopped while
+/// lockctl waited (`pkill -STOP lockctl-guard`) would never read it, and would stay behind for
+/// good: it is resumed first (killed, as lockctl's own child, when lockctl is a PID 1). Only a
+/// process that is stopped and still runs as this lockctl's watcher is touched.
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        while self.spawned.is_none() {
+            match self.word(Duration::ZERO) {
+                Ok(Heard::Word(word)) => self.spawned = Some(pid_in(word)),
+                _ => return,
+            }
+        }
+        if let Some(pid) = self.spawned {
+            if super::procs::stop_state(pid) == Some('T') && runs_as_our_watcher(pid) {
+                let_go(pid);
+            }
+        }
+    }
+}
+
+/// True if `pid` runs as this lockctl's exec'd watcher (its command line names lockctl's PID).
+fn runs_as_our_watcher(pid: libc::pid_t) -> bool {
+    let prefix = format!("lockctl-guard\0{GUARD_ARG}\0{}:", std::process::id());
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+}
+
+/// Reaps the double fork's middle process, which exits as soon as it has forked the watcher;
+/// true if it exited 0. Its exit is awaited through a pidfd for [`MIDDLE_WAIT_MS`] at most: one
+/// stopped (a `kill -STOP` of lockctl's children) would otherwise hold lockctl for good, past the
+/// lease and deaf to signals. It is killed then (lockctl's own unreaped child: its PID is its own),
+/// and the start counts as failed. Without pidfds (Linux before 5.3) the wait is not bounded.
+fn reap_middle(middle: libc::pid_t) -> io::Result<bool> {
+    // SAFETY: pidfd_open on lockctl's own child, which is not reaped yet.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, middle, 0) } as RawFd;
+    if pidfd >= 0 {
+        // SAFETY: the descriptor was just opened and is owned here.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        let until = Instant::now() + Duration::from_millis(MIDDLE_WAIT_MS);
+        let exited = loop {
+            let mut pfd = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let left = until.saturating_duration_since(Instant::now());
+            let ms = left.as_nanos().div_ceil(1_000_000) as libc::c_int;
+            // SAFETY: poll on our own descriptor, bounded.
+            match unsafe { libc::poll(&mut pfd, 1, ms) } {
+                n if n > 0 => break true,
+                0 => break false,
+                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+                _ => return Err(io::Error::last_os_error()),
+            }
+        };
+        if !exited {
+            // SAFETY: kill on lockctl's own child, not reaped yet; SIGKILL ends it even stopped.
+            unsafe { libc::kill(middle, libc::SIGKILL) };
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on the child just forked, which has exited or is being killed.
+    while unsafe { libc::waitpid(middle, &mut status, 0) } < 0 {
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    Ok(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
 }
 
 /// What one wait on the pipe back brought.
