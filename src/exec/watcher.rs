@@ -20,7 +20,10 @@
 //!   was started (its first process holds the pipe's write end until it has announced its group
 //!   and exec'd), so it exits at once: on every path where lockctl runs no command (busy, `-w` run
 //!   out, a signal or an error during the wait, lockctl killed while waiting) nothing is left
-//!   behind. A watcher gone, stopped or held by a debugger while lockctl waited (an unanchored
+//!   behind. A watcher stopped while lockctl waited would never read that end-of-file: lockctl
+//!   resumes it first (`Drop for Starting`), and likewise one stopped while the job ran, once
+//!   "done" is in its pipe ([`Watcher::done`]). Only a lockctl killed with SIGKILL leaves a
+//!   stopped watcher stopped. A watcher gone, stopped or held by a debugger while lockctl waited (an unanchored
 //!   `pkill lockctl`, `pkill -STOP lockctl-guard`, `gdb -p`) is replaced at the grant, once,
 //!   before the job starts; so is one that has not said its first word by then (below).
 //! - **Nothing starts past the lease.** lockctl can be stopped at any instruction between the
@@ -97,7 +100,10 @@
 //!   descriptor (it must not hold the terminal, lockctl's output pipes or its Redis connections), and
 //!   sits in a process group of its own, so a signal sent to lockctl's job (a shell's `kill %1`,
 //!   Ctrl-C) does not take it along.
-//! - It is forked twice, the middle process exiting at once, so that it is not lockctl's child:
+//! - It is forked twice, the middle process exiting at once (lockctl reaps it through a pidfd, and
+//!   kills it if it has not exited within [`MIDDLE_WAIT_MS`]: a stopped one would hold lockctl for
+//!   good; the start then counts as failed and is made again at the grant), so that it is not
+//!   lockctl's child:
 //!   lockctl's children are the job's processes only, whoever lists them, and lockctl's reaper never
 //!   meets it. (lockctl becomes a subreaper only after this, or the watcher would come back to it.)
 //!   One exception: a lockctl that is the first process of a PID namespace (a container without an
