@@ -167,6 +167,13 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
         watcher.done();
         return late(&mut engine, "the lease ran out before the command's spawn");
     }
+    // A signal that came while the watcher was made ready (which may wait for a slow one): the
+    // command has not started, so it does not start. One after this is forwarded to it.
+    if let Some(signal) = wake.pending_signal() {
+        watcher.done();
+        let _ = engine.release(&keys, &grant.token);
+        return Ok(report(&LockError::Interrupted(signal, None), busy));
+    }
     let spawned = child::spawn(
         &program,
         &program_args,

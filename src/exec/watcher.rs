@@ -233,6 +233,8 @@ pub struct Watcher {
     back: Arc<OwnedFd>,
     /// The watcher runs as `lockctl-guard` (it said so), not as the forked copy.
     exec: bool,
+    /// The watcher itself, for the signals that let it go.
+    pinned: Option<Pinned>,
 }
 
 /// A watcher started before the lock is won, whose first word lockctl has not read yet: it
@@ -244,8 +246,8 @@ pub struct Starting {
     /// When it was started: its first word is awaited until [`READY_WAIT_MS`] after this.
     since: Instant,
     kill_after: Duration,
-    /// The watcher's PID, once a word on the pipe back gave it.
-    spawned: Option<libc::pid_t>,
+    /// The watcher, once a word on the pipe back gave its PID.
+    spawned: Option<Pinned>,
     /// Handed over as a [`Watcher`], or already let go: dropping it does nothing more.
     settled: bool,
 }
@@ -402,12 +404,10 @@ impl Watcher {
     /// good: it is resumed once the word is in its pipe (killed, as lockctl's own child, when
     /// lockctl is a PID 1).
     pub fn done(self) {
-        let pid = self.link.pid();
-        if self.link.send(&[DONE])
-            && super::procs::stop_state(pid) == Some('T')
-            && runs_as_our_watcher(pid)
-        {
-            let_go(pid);
+        if self.link.send(&[DONE]) {
+            if let Some(w) = &self.pinned {
+                w.let_go_if_stopped();
+            }
         }
     }
 }
@@ -498,12 +498,12 @@ impl Starting {
                 None => left,
             };
             match self.word(wait)? {
-                Heard::Word(word) if word[0] == SPAWNED => self.spawned = Some(pid_in(word)),
+                Heard::Word(word) if word[0] == SPAWNED => self.learn(word),
                 Heard::Word(word) => break word,
                 Heard::Gone => return Ok(None),
-                Heard::Silent => match self.spawned {
-                    Some(pid) if held(pid, deadline) => {
-                        let_go(pid);
+                Heard::Silent => match &self.spawned {
+                    Some(w) if held(w.pid, deadline) => {
+                        w.let_go();
                         self.settled = true;
                         return Ok(None);
                     }
@@ -517,11 +517,13 @@ impl Starting {
             }
         };
         let pid = pid_in(word);
-        self.spawned = Some(pid);
+        self.learn(word);
         if held(pid, deadline) {
             // Stopped, or held by a debugger, while lockctl waited: it would guard nothing, and
             // the job would be stopped for it a moment after it started.
-            let_go(pid);
+            if let Some(w) = &self.spawned {
+                w.let_go();
+            }
             self.settled = true;
             return Ok(None);
         }
@@ -535,6 +537,7 @@ impl Starting {
             link,
             back: Arc::clone(&self.back),
             exec: word[0] == READY_EXEC,
+            pinned: self.spawned.take(),
         }))
     }
 }
@@ -551,22 +554,109 @@ impl Drop for Starting {
         }
         while self.spawned.is_none() {
             match self.word(Duration::ZERO) {
-                Ok(Heard::Word(word)) => self.spawned = Some(pid_in(word)),
+                Ok(Heard::Word(word)) => self.learn(word),
                 _ => return,
             }
         }
-        if let Some(pid) = self.spawned {
-            if super::procs::stop_state(pid) == Some('T') && runs_as_our_watcher(pid) {
-                let_go(pid);
-            }
+        if let Some(w) = &self.spawned {
+            w.let_go_if_stopped();
         }
     }
 }
 
-/// True if `pid` runs as this lockctl's exec'd watcher (its command line names lockctl's PID).
-fn runs_as_our_watcher(pid: libc::pid_t) -> bool {
-    let prefix = format!("lockctl-guard\0{GUARD_ARG}\0{}:", std::process::id());
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+impl Starting {
+    /// Takes the watcher's PID from a word on the pipe back (the middle process's or its own),
+    /// once.
+    fn learn(&mut self, word: [u8; 5]) {
+        if self.spawned.is_none() {
+            self.spawned = Some(Pinned::new(pid_in(word), &self.back));
+        }
+    }
+}
+
+/// The watcher, held by a pidfd (Linux 5.3 and later) so that a signal lockctl sends it never
+/// reaches another process: a stopped watcher may be killed by anyone and reaped by init while
+/// lockctl is itself stopped, and its PID handed out again. The pidfd is opened once the PID is
+/// known and kept only if the pipe back had not hung up by then: the watcher, that pipe's only
+/// writer, was alive, so the PID was still its own when the pidfd took it. Where pidfds are
+/// missing, signals go by PID, and only to a process whose command line is this lockctl's
+/// watcher's.
+struct Pinned {
+    pid: libc::pid_t,
+    fd: Option<OwnedFd>,
+    /// The pipe back had hung up: the watcher is gone, and nothing is signalled.
+    gone: bool,
+}
+
+impl Pinned {
+    fn new(pid: libc::pid_t, back: &OwnedFd) -> Pinned {
+        // SAFETY: pidfd_open takes a PID and flags; the descriptor, if any, is owned here.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+        // SAFETY: a descriptor just opened, owned by nothing else.
+        let fd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+        let mut pfd = libc::pollfd {
+            fd: back.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on our own descriptor, without waiting.
+        let hung_up = unsafe { libc::poll(&mut pfd, 1, 0) } > 0 && pfd.revents & libc::POLLHUP != 0;
+        Pinned {
+            pid,
+            fd,
+            gone: hung_up,
+        }
+    }
+
+    /// Sends `signal` to the watcher, and to no other process.
+    fn signal(&self, signal: libc::c_int) {
+        if self.gone {
+            return;
+        }
+        match &self.fd {
+            // SAFETY: pidfd_send_signal on our own pidfd, without siginfo.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            },
+            None => {
+                let prefix = format!("lockctl-guard\0{GUARD_ARG}\0{}:", std::process::id());
+                let ours = std::fs::read(format!("/proc/{}/cmdline", self.pid))
+                    .is_ok_and(|c| c.starts_with(prefix.as_bytes()));
+                if ours {
+                    // SAFETY: kill on a process that runs as this lockctl's watcher.
+                    unsafe { libc::kill(self.pid, signal) };
+                }
+            }
+        }
+    }
+
+    /// Lets go of a watcher found stopped or held at the grant, which is replaced, or left when
+    /// lockctl ends. It is resumed, and exits at the end-of-file of its pipe, which closes as
+    /// lockctl drops it (nothing else would resume it: a stopped one would stay for good); a
+    /// debugger's hold ends when the debugger lets go. lockctl's child (lockctl is a PID 1, see the
+    /// module docs) is killed instead, or lockctl would wait for it as for the job.
+    fn let_go(&self) {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        if super::procs::read(self.pid).is_some_and(|w| w.ppid == me) {
+            self.signal(libc::SIGKILL);
+        } else {
+            self.signal(libc::SIGCONT);
+        }
+    }
+
+    /// [`Pinned::let_go`] if the watcher is stopped by a signal.
+    fn let_go_if_stopped(&self) {
+        if !self.gone && super::procs::stop_state(self.pid) == Some('T') {
+            self.let_go();
+        }
+    }
 }
 
 /// Reaps the double fork's middle process, which exits as soon as it has forked the watcher;
@@ -656,24 +746,6 @@ impl Starting {
 /// The PID a word on the pipe back carries.
 fn pid_in(word: [u8; 5]) -> libc::pid_t {
     libc::pid_t::from_ne_bytes([word[1], word[2], word[3], word[4]])
-}
-
-/// Lets go of a watcher found stopped or held at the grant, which is replaced. It is resumed, and
-/// exits at the end-of-file of its pipe, which closes as lockctl drops it (nothing else would
-/// resume it: a stopped one would stay for good); a debugger's hold ends when the debugger lets
-/// go. lockctl's child (lockctl is a PID 1, see the module docs) is killed instead, or lockctl
-/// would wait for it as for the job. Its PID stays its own while it is stopped, and until lockctl
-/// reaps it.
-fn let_go(pid: libc::pid_t) {
-    // SAFETY: getpid has no preconditions; kill on the watcher we started, which exists (it was
-    // just seen stopped) or is lockctl's own unreaped child.
-    unsafe {
-        if super::procs::read(pid).is_some_and(|w| w.ppid == libc::getpid()) {
-            libc::kill(pid, libc::SIGKILL);
-        } else {
-            libc::kill(pid, libc::SIGCONT);
-        }
-    }
 }
 
 /// True if the watcher `pid` is stopped by a signal (`T`), or sits at a tracer's stop (`t`) on
