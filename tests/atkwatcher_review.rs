@@ -22,7 +22,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::watchers::{start_waiting, state, watcher_of, watchers_of, Started};
+use support::watchers::{
+    comes_to, hold_at, start_waiting, state, watcher_of, watchers_of, Started,
+};
 use support::*;
 
 /// Holds `name` for a minute from another client; returns its token.
@@ -192,10 +194,14 @@ fn catch_the_middle(
         if let Some(middle) = found {
             kill(middle, libc::SIGSTOP);
             let stopped = Stopped::of(middle);
-            // The command's first process is lockctl's child too, and lockctl waits in its
-            // clone until that one execs (CLONE_VFORK): caught instead, it is let go.
+            // The command's first process is lockctl's child too: before its exec lockctl waits
+            // in its clone (CLONE_VFORK), after it its command line is the command's. Caught
+            // instead, it is let go.
+            let copy = |p: i32| std::fs::read(format!("/proc/{p}/cmdline")).ok();
             if eventually(Duration::from_secs(5), || state(middle) == Some('T'))
                 && ppid(middle) == Some(lockctl)
+                && copy(middle).is_some()
+                && copy(middle) == copy(lockctl)
                 && !in_a_clone(lockctl)
             {
                 eprintln!(
@@ -674,36 +680,10 @@ fn a_signal_while_lockctl_looks_at_its_watcher_at_the_grant_keeps_the_command_fr
     let watcher = watcher_of(lockctl);
     // Only the main thread, which runs the grant's look at the watcher, and only its `openat` of
     // `/proc/W/stat`.
-    let mut strace = std::process::Command::new("strace")
-        .args(["-p", &lockctl.to_string(), "-o", "/dev/null"])
-        .args([
-            "-e",
-            "trace=openat",
-            "-e",
-            "inject=openat:delay_enter=3000000:when=1",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(strace.stderr.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let strace = Started(Some(strace));
-    if !line.contains("attached") {
-        panic!("strace cannot attach: {line}");
-    }
+    let strace = hold_at(lockctl, &[("openat", 3_000_000)]);
     let o = run(lockctl_on(&s).args(["release", "sigready", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let openat = format!("{} ", libc::SYS_openat);
-    let held = eventually(Duration::from_secs(20), || {
-        std::fs::read_to_string(format!("/proc/{lockctl}/syscall"))
-            .is_ok_and(|s| s.starts_with(&openat))
-    });
+    let held = comes_to(lockctl, &[libc::SYS_openat], Duration::from_secs(20));
     assert!(
         held,
         "lockctl was not held at its look at the watcher {watcher}"
@@ -1048,38 +1028,18 @@ fn a_lockctl_held_while_it_lets_its_watcher_go_past_its_lease_does_not_start_the
     let errs = collect_stderr(err);
     let lockctl = child.id();
     let first = stop(watcher_of(lockctl));
-    let mut strace = std::process::Command::new("strace")
-        .args(["-p", &lockctl.to_string(), "-o", "/dev/null"])
-        .args([
-            "-e",
-            "trace=kill,pidfd_send_signal",
-            "-e",
-            "inject=kill,pidfd_send_signal:delay_enter=4000000:when=1",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(strace.stderr.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let strace = Started(Some(strace));
-    if !line.contains("attached") {
-        panic!("strace cannot attach: {line}");
-    }
+    let strace = hold_at(
+        lockctl,
+        &[("kill", 4_000_000), ("pidfd_send_signal", 4_000_000)],
+    );
     let o = run(lockctl_on(&s).args(["release", "letgo", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     // kill(2) on the watcher's PID, or pidfd_send_signal(2) on a pidfd of it.
-    let kill_nr = format!("{} {:#x} ", libc::SYS_kill, first.0);
-    let pidfd_nr = format!("{} ", libc::SYS_pidfd_send_signal);
-    let at_kill = eventually(Duration::from_secs(20), || {
-        std::fs::read_to_string(format!("/proc/{lockctl}/syscall"))
-            .is_ok_and(|s| s.starts_with(&kill_nr) || s.starts_with(&pidfd_nr))
-    });
+    let at_kill = comes_to(
+        lockctl,
+        &[libc::SYS_kill, libc::SYS_pidfd_send_signal],
+        Duration::from_secs(20),
+    );
     assert!(
         at_kill,
         "lockctl did not come to let its stopped watcher go"
@@ -1124,33 +1084,10 @@ fn a_watcher_stopped_between_the_look_and_the_fork_does_not_let_the_job_outlive_
     let watcher = watcher_of(lockctl);
     // The main thread only: its first `clone` from here on is the command's fork, its first
     // `clone3` the first thread it starts after it.
-    let mut strace = std::process::Command::new("strace")
-        .args(["-p", &lockctl.to_string(), "-o", "/dev/null"])
-        .args(["-e", "trace=clone,clone3"])
-        .args(["-e", "inject=clone:delay_enter=2000000:when=1"])
-        .args(["-e", "inject=clone3:delay_enter=20000000:when=1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(strace.stderr.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let strace = Started(Some(strace));
-    if !line.contains("attached") {
-        panic!("strace cannot attach: {line}");
-    }
+    let strace = hold_at(lockctl, &[("clone", 2_000_000), ("clone3", 20_000_000)]);
     let o = run(lockctl_on(&s).args(["release", "between", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let clone = format!("{} ", libc::SYS_clone);
-    let at_fork = eventually(Duration::from_secs(20), || {
-        std::fs::read_to_string(format!("/proc/{lockctl}/syscall"))
-            .is_ok_and(|s| s.starts_with(&clone))
-    });
+    let at_fork = comes_to(lockctl, &[libc::SYS_clone], Duration::from_secs(20));
     assert!(at_fork, "lockctl did not come to the command's fork");
     let stopped = stop(watcher);
     assert!(

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use support::watchers::{
-    start_waiting, state, stopped_before_its_word, watcher_of, Started, Traced,
+    hold_at, start_waiting, state, stopped_before_its_word, watcher_of, Started, Traced,
 };
 use support::*;
 
@@ -85,30 +85,7 @@ fn a_lockctl_stopped_between_grant_and_spawn_past_its_lease_does_not_start_the_c
     watcher_of(lockctl);
     // Only the main thread (no -f): the command it forks runs untraced. Its first `clone` after
     // the grant is the command's fork (threads are started with clone3).
-    let mut strace = Command::new("strace")
-        .args([
-            "-p",
-            &lockctl.to_string(),
-            "-e",
-            "trace=clone",
-            "-o",
-            "/dev/null",
-        ])
-        .args(["-e", "inject=clone:delay_enter=4000000:when=1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(strace.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let strace = Started(Some(strace));
-    if !line.contains("attached") {
-        eprintln!("NOT RUN HERE: strace cannot attach: {line}");
-        return;
-    }
+    let strace = hold_at(lockctl, &[("clone", 4_000_000)]);
     let o = run(lockctl_on(&s).args(["release", "late", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     // The 1 s lease runs out while lockctl is held; another client then takes the lock, and

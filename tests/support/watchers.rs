@@ -193,3 +193,42 @@ pub fn stopped_before_its_word(
     }
     panic!("no watcher was caught before its first word in 50 tries");
 }
+
+/// `strace -p pid` (that thread only, no `-f`) holding the first call of each of `holds`
+/// (`(syscall, microseconds)`) at its entry, as a stop there would: a debugger's hold on lockctl
+/// at a chosen point. Returns once strace is attached; detaches when dropped.
+pub fn hold_at(pid: u32, holds: &[(&str, u64)]) -> Started {
+    let names: Vec<&str> = holds.iter().map(|(name, _)| *name).collect();
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-p", &pid.to_string(), "-o", "/dev/null"])
+        .args(["-e", &format!("trace={}", names.join(","))]);
+    for (name, us) in holds {
+        cmd.args(["-e", &format!("inject={name}:delay_enter={us}:when=1")]);
+    }
+    let mut strace = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace (./scripts/test installs it)");
+    let mut line = String::new();
+    BufReader::new(strace.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let strace = Started(Some(strace));
+    assert!(line.contains("attached"), "strace cannot attach: {line}");
+    strace
+}
+
+/// True once `pid`'s main thread is in one of the system calls `numbers` (as `/proc/PID/syscall`
+/// shows it, the number first), within `bound`.
+pub fn comes_to(pid: u32, numbers: &[libc::c_long], bound: Duration) -> bool {
+    eventually(bound, || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<libc::c_long>().ok())
+                .is_some_and(|n| numbers.contains(&n))
+        })
+    })
+}
