@@ -23,7 +23,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use support::watchers::{
-    comes_to, hold_at, start_waiting, state, watcher_of, watchers_of, Started,
+    comes_to, hold_at, start_waiting, state, watcher_of, watchers_of, Started, Stopped,
 };
 use support::*;
 
@@ -31,37 +31,6 @@ use support::*;
 fn hold(s: &Server, name: &str) -> String {
     let held = acquire_json(&mut lockctl_on(s), name, &["--ttl", "60s"]);
     held["token"].as_str().unwrap().to_string()
-}
-
-/// A process this test stopped: killed and continued when dropped, so nothing outlives the test.
-/// Its start time is kept, so that a PID lockctl reaped and the kernel handed out again is never
-/// signalled.
-struct Stopped(i32, Option<u64>);
-
-impl Stopped {
-    fn of(pid: i32) -> Stopped {
-        Stopped(pid, started_at(pid))
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        if self.1.is_some() && started_at(self.0) == self.1 {
-            kill(self.0, libc::SIGKILL);
-            kill(self.0, libc::SIGCONT);
-        }
-    }
-}
-
-/// When `pid` started (clock ticks after boot, `/proc/PID/stat` field 22).
-fn started_at(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
 }
 
 /// Stops `pid` (SIGSTOP) and waits until it shows stopped.

@@ -147,11 +147,24 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     };
     // The subreaper only once the watcher is ready: it must not be adopted by lockctl (see
     // watcher.rs).
-    let watcher = match starting.ready(deadline).and_then(|w| {
+    // A signal while a slow watcher is awaited ends the wait at once.
+    let signalled = std::cell::Cell::new(None);
+    let mut stop = || {
+        if signalled.get().is_none() {
+            signalled.set(wake.pending_signal());
+        }
+        signalled.get().is_some()
+    };
+    let watcher = match starting.ready(deadline, &mut stop).and_then(|w| {
         child::become_subreaper()?;
         Ok(w)
     }) {
         Ok(w) => w,
+        Err(_) if signalled.get().is_some() => {
+            let _ = engine.release(&keys, &grant.token);
+            let signal = signalled.get().unwrap_or(libc::SIGTERM);
+            return Ok(report(&LockError::Interrupted(signal, None), busy));
+        }
         Err(e) if deadline.passed() => return late(&mut engine, &e.to_string()),
         Err(e) => {
             let _ = engine.release(&keys, &grant.token);

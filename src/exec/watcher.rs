@@ -169,6 +169,12 @@ const HELD_LOOKS: u32 = 20;
 const HELD_LOOK_MS: u64 = 10;
 /// How often lockctl checks that its watcher is not stopped.
 const CHECK_MS: libc::c_int = 100;
+/// While lockctl waits for a silent watcher's first word at the grant, how often it looks for a
+/// signal that came meanwhile (which ends the wait, and lockctl, without the command).
+const SIGNAL_LOOK_MS: u64 = 100;
+/// The bytes of the pipe to the watcher that deadlines leave free, for the one-byte words that
+/// follow them.
+const PIPE_RESERVE: libc::c_int = 16;
 /// How long lockctl waits for the double fork's middle process to exit (it does at once, unless
 /// it is stopped).
 const MIDDLE_WAIT_MS: u64 = 2000;
@@ -206,8 +212,24 @@ impl Link {
         self.1
     }
 
-    /// Tells the watcher the lease now runs until `at`.
+    /// Tells the watcher the lease now runs until `at`. A deadline is not written into the last
+    /// [`PIPE_RESERVE`] bytes of the pipe: a stopped watcher does not read, and renewals through a
+    /// long stop of the job would fill it, leaving no room for the words that end the watcher's
+    /// watch ([`Watcher::done`] resumes a stopped watcher only once "done" is in its pipe). Such a
+    /// write counts as failed: the watcher does not read.
     pub fn deadline(&self, at: Stamp) -> bool {
+        let fd = self.0.as_raw_fd();
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD and F_GETPIPE_SZ on our own pipe, into a live integer.
+        let (size, asked) = unsafe {
+            (
+                libc::fcntl(fd, libc::F_GETPIPE_SZ),
+                libc::ioctl(fd, libc::FIONREAD, &mut queued),
+            )
+        };
+        if size > 0 && asked == 0 && queued + 9 > size - PIPE_RESERVE {
+            return false;
+        }
         let mut msg = [DEADLINE_TAG; 9];
         msg[1..].copy_from_slice(&(at.since_boot().as_nanos() as u64).to_ne_bytes());
         self.send(&msg)
@@ -416,10 +438,34 @@ impl Watcher {
 /// forks overlap the first attempt's round trip, or, where no thread could be started, already
 /// started on the calling one.
 pub enum Launch {
-    Thread(std::thread::JoinHandle<io::Result<Starting>>, Duration),
+    Thread(StartThread, Duration),
     Here(io::Result<Starting>, Duration),
     /// Not started yet: it starts at the grant.
     Later(Duration),
+}
+
+/// The thread a watcher is started on while lockctl asks for the lock. Dropped without being
+/// joined (lockctl ends without a grant), it is joined all the same: a start still waiting for a
+/// stopped middle process ends within [`MIDDLE_WAIT_MS`] by killing it, which a thread that died
+/// with lockctl's exit would not do (the stopped middle process, a copy of lockctl, would stay).
+/// The start's result is then dropped, which lets go of the watcher (`Drop for Starting`).
+pub struct StartThread(Option<std::thread::JoinHandle<io::Result<Starting>>>);
+
+impl StartThread {
+    fn join(&mut self) -> io::Result<Starting> {
+        match self.0.take() {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the watcher's start failed"))),
+            None => Err(io::Error::other("the watcher's start was already taken")),
+        }
+    }
+}
+
+impl Drop for StartThread {
+    fn drop(&mut self) {
+        let _ = self.join();
+    }
 }
 
 impl Launch {
@@ -430,7 +476,7 @@ impl Launch {
             .stack_size(64 * 1024)
             .spawn(move || Watcher::start(kill_after));
         match spawned {
-            Ok(thread) => Launch::Thread(thread, kill_after),
+            Ok(thread) => Launch::Thread(StartThread(Some(thread)), kill_after),
             Err(_) => Launch::Here(Watcher::start(kill_after), kill_after),
         }
     }
@@ -445,16 +491,15 @@ impl Launch {
     /// Once the lock is won: the watcher, started, ready and told the lease's `deadline` (see
     /// [`Starting::ready`]). A start made while lockctl waited that failed (its middle process
     /// stopped past [`MIDDLE_WAIT_MS`], a fork refused) is made again, once.
-    pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
+    pub fn ready(self, deadline: Stamp, stop: &mut dyn FnMut() -> bool) -> io::Result<Watcher> {
         let starting = match self {
-            Launch::Thread(thread, kill_after) => thread
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("the watcher's start failed")))
-                .or_else(|_| Watcher::start(kill_after))?,
+            Launch::Thread(mut thread, kill_after) => {
+                thread.join().or_else(|_| Watcher::start(kill_after))?
+            }
             Launch::Here(started, kill_after) => started.or_else(|_| Watcher::start(kill_after))?,
             Launch::Later(kill_after) => Watcher::start(kill_after)?,
         };
-        starting.ready(deadline)
+        starting.ready(deadline, stop)
     }
 }
 
@@ -463,9 +508,11 @@ impl Starting {
     /// sends it the lease's `deadline`, before the job can start. A watcher that went away, was
     /// stopped or held by a debugger while lockctl waited for the lock, or is still silent, is
     /// replaced by a new one, started now, once; neither is waited for past the deadline.
-    pub fn ready(self, deadline: Stamp) -> io::Result<Watcher> {
+    /// `stop` is asked between the waits for a silent watcher, at least every [`SIGNAL_LOOK_MS`]:
+    /// true (a signal came) ends the wait with an error of kind `Interrupted`.
+    pub fn ready(self, deadline: Stamp, stop: &mut dyn FnMut() -> bool) -> io::Result<Watcher> {
         let kill_after = self.kill_after;
-        if let Some(watcher) = self.answer(deadline)? {
+        if let Some(watcher) = self.answer(deadline, stop)? {
             return Ok(watcher);
         }
         if deadline.passed() {
@@ -475,7 +522,7 @@ impl Starting {
         }
         crate::trace!("the watcher process is gone, stopped or silent; starting another");
         Watcher::start(kill_after)?
-            .answer(deadline)?
+            .answer(deadline, stop)?
             .ok_or_else(|| {
                 io::Error::other("the watcher process ended, stopped or stayed silent at its start")
             })
@@ -483,7 +530,11 @@ impl Starting {
 
     /// The watcher, ready and told the deadline; `None` if it is gone, stopped, held by a debugger,
     /// or has not said its first word by [`READY_WAIT_MS`] after its start or by the deadline.
-    fn answer(mut self, deadline: Stamp) -> io::Result<Option<Watcher>> {
+    fn answer(
+        mut self,
+        deadline: Stamp,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> io::Result<Option<Watcher>> {
         let until = self.since + Duration::from_millis(READY_WAIT_MS as u64);
         // The watcher's PID, from the middle process's word, which comes first but for a rare
         // preemption: from then on a silent watcher is looked at every [`HELD_LOOK_MS`], and one
@@ -493,9 +544,12 @@ impl Starting {
             let left = until
                 .saturating_duration_since(Instant::now())
                 .min(deadline.remaining());
+            if stop() {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
             let wait = match self.spawned {
                 Some(_) => left.min(Duration::from_millis(HELD_LOOK_MS)),
-                None => left,
+                None => left.min(Duration::from_millis(SIGNAL_LOOK_MS)),
             };
             match self.word(wait)? {
                 Heard::Word(word) if word[0] == SPAWNED => self.learn(word),
@@ -579,8 +633,10 @@ impl Starting {
 /// lockctl is itself stopped, and its PID handed out again. The pidfd is opened once the PID is
 /// known and kept only if the pipe back had not hung up by then: the watcher, that pipe's only
 /// writer, was alive, so the PID was still its own when the pidfd took it. Where pidfds are
-/// missing, signals go by PID, and only to a process whose command line is this lockctl's
-/// watcher's.
+/// missing (Linux before 5.3, a seccomp profile that denies them), a signal by PID could reach a
+/// process that took the PID between any check and the signal, so none is sent, but to a watcher
+/// that is lockctl's own unreaped child (lockctl a PID 1), whose PID nobody else can have: a
+/// stopped watcher then stays stopped.
 struct Pinned {
     pid: libc::pid_t,
     fd: Option<OwnedFd>,
@@ -625,11 +681,10 @@ impl Pinned {
                 );
             },
             None => {
-                let prefix = format!("lockctl-guard\0{GUARD_ARG}\0{}:", std::process::id());
-                let ours = std::fs::read(format!("/proc/{}/cmdline", self.pid))
-                    .is_ok_and(|c| c.starts_with(prefix.as_bytes()));
-                if ours {
-                    // SAFETY: kill on a process that runs as this lockctl's watcher.
+                // SAFETY: getpid has no preconditions.
+                let me = unsafe { libc::getpid() };
+                if super::procs::read(self.pid).is_some_and(|w| w.ppid == me) {
+                    // SAFETY: kill on lockctl's own child, not reaped yet: its PID is its own.
                     unsafe { libc::kill(self.pid, signal) };
                 }
             }

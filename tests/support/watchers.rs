@@ -232,3 +232,39 @@ pub fn comes_to(pid: u32, numbers: &[libc::c_long], bound: Duration) -> bool {
         })
     })
 }
+
+/// A process a test stopped: killed and continued when dropped, only while its PID still names
+/// the process stopped (the same start time): a PID that was reaped and handed out again may be
+/// anyone's.
+pub struct Stopped(pub i32, pub Option<u64>);
+
+impl Stopped {
+    pub fn of(pid: i32) -> Stopped {
+        Stopped(pid, started_at(pid))
+    }
+
+    /// Still the process that was stopped, and not exited.
+    pub fn still_there(&self) -> bool {
+        self.1.is_some() && started_at(self.0) == self.1 && alive(self.0)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if self.1.is_some() && started_at(self.0) == self.1 {
+            super::kill(self.0, libc::SIGKILL);
+            super::kill(self.0, libc::SIGCONT);
+        }
+    }
+}
+
+/// When `pid` started (clock ticks after boot, `/proc/PID/stat` field 22).
+pub fn started_at(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
