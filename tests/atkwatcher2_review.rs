@@ -12,7 +12,7 @@
 //! tests; the start thread is now joined when lockctl ends); the fallback without pidfds checked
 //! the command line and killed in two steps (no signal goes by PID now, but to lockctl's own
 //! child); `Watcher::done` did not resume a stopped watcher whose pipe was full (deadlines now
-//! leave the pipe's last 16 bytes free); a SIGTERM at the grant waited for a silent watcher's
+//! leave the pipe's last bytes free, two pages since the third review); a SIGTERM at the grant waited for a silent watcher's
 //! 10 s word timeout (signals are now looked for every 0.1 s of that wait). One limit stays
 //! ignored: a watcher frozen by a cgroup freezer (state D) is not seen as stopped. What held: a
 //! watcher killed and its PID reused before its pidfd is opened, a SIGTERM while the grant waits
@@ -476,14 +476,14 @@ fn a_watcher_stopped_while_the_job_runs_is_not_left_behind_when_its_pipe_is_full
         "lockctl did not see its watcher stopped"
     );
     // The renewals' deadline words, as far as lockctl writes them: it leaves the pipe's last
-    // 16 bytes free (`PIPE_RESERVE`). Written through lockctl's own descriptor, so that the test
+    // 8192 bytes free (`PIPE_RESERVE`, two pages). Written through lockctl's own descriptor, so that the test
     // need not wait for thousands of renewals.
     let mut pipe = writer_of(lockctl, watcher, 3).expect("lockctl's end of the watcher's pipe");
     let word = [b't', 0, 0, 0, 0, 0, 0, 0, 0];
     let mut words = 0;
     // SAFETY: F_GETPIPE_SZ on a descriptor the test owns.
     let size = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&pipe), libc::F_GETPIPE_SZ) };
-    while queued(watcher, 3).is_some_and(|q| q + 9 <= size - 16)
+    while queued(watcher, 3).is_some_and(|q| q + 9 <= size - 8192)
         && std::io::Write::write(&mut pipe, &word).is_ok_and(|n| n == word.len())
     {
         words += 1;

@@ -173,8 +173,10 @@ const CHECK_MS: libc::c_int = 100;
 /// signal that came meanwhile (which ends the wait, and lockctl, without the command).
 const SIGNAL_LOOK_MS: u64 = 100;
 /// The bytes of the pipe to the watcher that deadlines leave free, for the one-byte words that
-/// follow them.
-const PIPE_RESERVE: libc::c_int = 16;
+/// follow them. Two pages: a pipe's space is allotted by the page (a 9-byte deadline that does not
+/// fit whole in the last page's rest takes a new one, and a page partly read stays taken until it
+/// is read to its end), so a count of bytes alone does not tell that a word still fits.
+const PIPE_RESERVE: libc::c_int = 8192;
 /// How long lockctl waits for the double fork's middle process to exit (it does at once, unless
 /// it is stopped).
 const MIDDLE_WAIT_MS: u64 = 2000;
@@ -213,7 +215,7 @@ impl Link {
     }
 
     /// Tells the watcher the lease now runs until `at`. A deadline is not written into the last
-    /// [`PIPE_RESERVE`] bytes of the pipe: a stopped watcher does not read, and renewals through a
+    /// [`PIPE_RESERVE`] bytes of the pipe's capacity: a stopped watcher does not read, and renewals through a
     /// long stop of the job would fill it, leaving no room for the words that end the watcher's
     /// watch ([`Watcher::done`] resumes a stopped watcher only once "done" is in its pipe). Such a
     /// write counts as failed: the watcher does not read.
@@ -715,47 +717,68 @@ impl Pinned {
 }
 
 /// Reaps the double fork's middle process, which exits as soon as it has forked the watcher;
-/// true if it exited 0. Its exit is awaited through a pidfd for [`MIDDLE_WAIT_MS`] at most: one
-/// stopped (a `kill -STOP` of lockctl's children) would otherwise hold lockctl for good, past the
-/// lease and deaf to signals. It is killed then (lockctl's own unreaped child: its PID is its own),
-/// and the start counts as failed. Without pidfds (Linux before 5.3) the wait is not bounded.
+/// true if it exited 0. Its exit is awaited for [`MIDDLE_WAIT_MS`] at most: one stopped (a `kill
+/// -STOP` of lockctl's children) would otherwise hold lockctl for good, past the lease and deaf to
+/// signals. It is killed then (lockctl's own unreaped child: its PID is its own), and the start
+/// counts as failed. SIGKILL ends a stopped process at once, but a frozen one (a cgroup freezer)
+/// only once it thaws: that exit is awaited as long again, and past it the process is left
+/// unreaped (a zombie of lockctl's once it thaws) rather than lockctl held.
 fn reap_middle(middle: libc::pid_t) -> io::Result<bool> {
     // SAFETY: pidfd_open on lockctl's own child, which is not reaped yet.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, middle, 0) } as RawFd;
-    if pidfd >= 0 {
-        // SAFETY: the descriptor was just opened and is owned here.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-        let until = Instant::now() + Duration::from_millis(MIDDLE_WAIT_MS);
-        let exited = loop {
-            let mut pfd = libc::pollfd {
-                fd: pidfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let left = until.saturating_duration_since(Instant::now());
-            let ms = left.as_nanos().div_ceil(1_000_000) as libc::c_int;
-            // SAFETY: poll on our own descriptor, bounded.
-            match unsafe { libc::poll(&mut pfd, 1, ms) } {
-                n if n > 0 => break true,
-                0 => break false,
-                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
-                _ => return Err(io::Error::last_os_error()),
-            }
-        };
-        if !exited {
-            // SAFETY: kill on lockctl's own child, not reaped yet; SIGKILL ends it even stopped.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, middle, 0) } as RawFd;
+    // SAFETY: a descriptor just opened, owned by nothing else.
+    let pidfd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+    let wait = Duration::from_millis(MIDDLE_WAIT_MS);
+    let status = match reaped_within(middle, pidfd.as_ref(), wait)? {
+        Some(status) => status,
+        None => {
+            // SAFETY: kill on lockctl's own child, not reaped yet.
             unsafe { libc::kill(middle, libc::SIGKILL) };
+            match reaped_within(middle, pidfd.as_ref(), wait)? {
+                Some(status) => status,
+                None => return Ok(false),
+            }
         }
-    }
-    let mut status = 0;
-    // SAFETY: waitpid on the child just forked, which has exited or is being killed.
-    while unsafe { libc::waitpid(middle, &mut status, 0) } < 0 {
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
+    };
     Ok(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
+}
+
+/// The wait status of lockctl's child `pid` once it has exited and is reaped, within `wait`; None
+/// if it has not exited by then. Woken by its pidfd; without one (Linux before 5.3) it looks every
+/// 10 ms.
+fn reaped_within(
+    pid: libc::pid_t,
+    pidfd: Option<&OwnedFd>,
+    wait: Duration,
+) -> io::Result<Option<libc::c_int>> {
+    let until = Instant::now() + wait;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on lockctl's own child, without blocking.
+        match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+            p if p == pid => return Ok(Some(status)),
+            0 => {}
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+            _ => return Err(io::Error::last_os_error()),
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match pidfd {
+            Some(fd) => {
+                let mut pfd = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = left.as_nanos().div_ceil(1_000_000) as libc::c_int;
+                // SAFETY: poll on our own descriptor, bounded; an interruption looks again.
+                unsafe { libc::poll(&mut pfd, 1, ms) };
+            }
+            None => std::thread::sleep(left.min(Duration::from_millis(10))),
+        }
+    }
 }
 
 /// What one wait on the pipe back brought.
