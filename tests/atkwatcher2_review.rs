@@ -21,10 +21,10 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use support::watchers::{state, Started, Stopped};
+use support::watchers::{exit_within, queued, state, writer_of, Started, Stopped};
 use support::*;
 
 /// Holds `name` for a minute from another client; returns its token.
@@ -68,21 +68,6 @@ fn touch(ran: &Path) -> Vec<String> {
         format!("touch {}", ran.display()),
     ]
     .into()
-}
-
-/// Waits up to `limit` for `child` to exit, without reading its pipes (a process that outlives
-/// it may hold them); None if it did not.
-fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let until = std::time::Instant::now() + limit;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if std::time::Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Starts `exec NAME FLAGS -- PROGRAM` (its stderr to `err`) on a held lock and stops the double
@@ -396,39 +381,6 @@ fn a_signal_while_the_grant_waits_for_a_stopped_middle_process_keeps_the_command
         return;
     }
     panic!("no grant came while the middle process was waited for (5 tries)");
-}
-
-/// Bytes waiting in the pipe that `pid`'s descriptor `fd` reads (FIONREAD on a copy opened
-/// through `/proc`); None if it cannot be opened.
-fn queued(pid: i32, fd: i32) -> Option<i32> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    let pipe = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(format!("/proc/{pid}/fd/{fd}"))
-        .ok()?;
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes an int through a valid pointer, on a descriptor we own.
-    let rc = unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut n) };
-    (rc == 0).then_some(n)
-}
-
-/// The pipe that `lockctl`'s descriptor shares with `pid`'s descriptor `fd` (the same
-/// `pipe:[INODE]`), opened for writing, non-blocking.
-fn writer_of(lockctl: u32, pid: i32, fd: i32) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    let dir = std::fs::read_dir(format!("/proc/{lockctl}/fd")).ok()?;
-    let path = dir
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| std::fs::read_link(p).is_ok_and(|t| t == target))?;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .ok()
 }
 
 /// A watcher stopped while the job runs: lockctl stops the job (SIGTERM; the job ignores it, and

@@ -22,58 +22,11 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use support::watchers::{state, Started, Stopped};
+use support::watchers::{exit_within, queued, state, writer_of, Started, Stopped};
 use support::*;
-
-/// Waits up to `limit` for `child` to exit, without reading its pipes.
-fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let until = std::time::Instant::now() + limit;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if std::time::Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Bytes waiting in the pipe that `pid`'s descriptor `fd` reads (FIONREAD on a copy opened
-/// through `/proc`).
-fn queued(pid: i32, fd: i32) -> Option<i32> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    let pipe = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(format!("/proc/{pid}/fd/{fd}"))
-        .ok()?;
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes an int through a valid pointer, on a descriptor we own.
-    let rc = unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut n) };
-    (rc == 0).then_some(n)
-}
-
-/// The pipe that `lockctl`'s descriptor shares with `pid`'s descriptor `fd`, opened for writing,
-/// non-blocking.
-fn writer_of(lockctl: u32, pid: i32, fd: i32) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    let dir = std::fs::read_dir(format!("/proc/{lockctl}/fd")).ok()?;
-    let path = dir
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| std::fs::read_link(p).is_ok_and(|t| t == target))?;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .ok()
-}
 
 /// As atkwatcher2_review's full-pipe test, but the watcher is stopped, resumed (it reads
 /// lockctl's HANDLING word and empties its pipe) and stopped again: lockctl is already stopping
@@ -156,17 +109,6 @@ fn a_watcher_stopped_twice_is_not_left_behind_when_its_pipe_is_full() {
     );
 }
 
-/// The parent of `pid`, from `/proc/PID/stat`.
-fn ppid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// Makes `pidfd_open` fail with ENOSYS in the process about to exec (and its children), as a
 /// seccomp profile that denies it (older container runtimes' defaults) or a kernel before 5.3.
 fn deny_pidfds(cmd: &mut std::process::Command) {
@@ -242,7 +184,7 @@ fn catch_the_middle(
     err: &std::path::Path,
     no_pidfds: bool,
 ) -> Option<(Started, Stopped)> {
-    for attempt in 1..=50 {
+    support::watchers::catch_the_middle(|_| {
         let mut cmd = lockctl_on(s);
         cmd.args(["exec", name])
             .args(flags)
@@ -253,27 +195,8 @@ fn catch_the_middle(
         if no_pidfds {
             deny_pidfds(&mut cmd);
         }
-        let child = Started(Some(cmd.spawn().unwrap()));
-        let lockctl = child.id() as i32;
-        let found = (0..20_000)
-            .find_map(|_| (lockctl + 1..lockctl + 64).find(|&p| ppid(p) == Some(lockctl)));
-        if let Some(middle) = found {
-            kill(middle, libc::SIGSTOP);
-            let stopped = Stopped::of(middle);
-            if eventually(Duration::from_secs(5), || state(middle) == Some('T'))
-                && ppid(middle) == Some(lockctl)
-                && std::fs::read(format!("/proc/{middle}/cmdline"))
-                    .is_ok_and(|c| c.windows(name.len()).any(|w| w == name.as_bytes()))
-            {
-                eprintln!(
-                    "caught the middle process {middle} of lockctl {lockctl} at try {attempt}"
-                );
-                return Some((child, stopped));
-            }
-        }
-        child.kill();
-    }
-    None
+        Started(Some(cmd.spawn().unwrap()))
+    })
 }
 
 /// Without pidfds, `reap_middle` waits for the double fork's middle process without a bound (its

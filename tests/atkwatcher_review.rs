@@ -23,7 +23,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use support::watchers::{
-    comes_to, hold_at, start_waiting, state, watcher_of, watchers_of, Started, Stopped,
+    comes_to, hold_at, ppid, start_waiting, state, watcher_of, watchers_of, Started, Stopped,
 };
 use support::*;
 
@@ -118,17 +118,6 @@ fn a_watcher_stopped_while_waiting_is_not_left_behind_after_a_signal() {
     );
 }
 
-/// The parent of `pid`, from `/proc/PID/stat`.
-fn ppid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// Starts `exec NAME FLAGS -- PROGRAM` on a held lock and stops the double fork's middle process
 /// of its watcher's start (lockctl's only child before the command) with SIGSTOP as soon as it
 /// shows: `pkill -STOP` landing in that moment. Tries up to 50 lockctls, each on `NAME` or, if
@@ -142,61 +131,20 @@ fn catch_the_middle(
     flags: &[&str],
     program: &[String],
 ) -> Option<(Started, Stopped)> {
-    for attempt in 1..=50 {
-        let mut cmd = lockctl_on(s);
+    support::watchers::catch_the_middle(|attempt| {
         let name = if fresh {
             format!("{name}{attempt}")
         } else {
             name.to_string()
         };
+        let mut cmd = lockctl_on(s);
         cmd.args(["exec", &name])
             .args(flags)
             .arg("--")
             .args(program)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let child = Started(Some(cmd.spawn().unwrap()));
-        let lockctl = child.id() as i32;
-        // Its PID is a little above lockctl's (threads take PIDs too).
-        let found = (0..20_000)
-            .find_map(|_| (lockctl + 1..lockctl + 64).find(|&p| ppid(p) == Some(lockctl)));
-        if let Some(middle) = found {
-            kill(middle, libc::SIGSTOP);
-            let stopped = Stopped::of(middle);
-            // The command's first process is lockctl's child too: before its exec lockctl waits
-            // in its clone (CLONE_VFORK), after it its command line is the command's. Caught
-            // instead, it is let go.
-            let copy = |p: i32| std::fs::read(format!("/proc/{p}/cmdline")).ok();
-            if eventually(Duration::from_secs(5), || state(middle) == Some('T'))
-                && ppid(middle) == Some(lockctl)
-                && copy(middle).is_some()
-                && copy(middle) == copy(lockctl)
-                && !in_a_clone(lockctl)
-            {
-                eprintln!(
-                    "caught the middle process {middle} of lockctl {lockctl} at try {attempt}"
-                );
-                return Some((child, stopped));
-            }
-        }
-        child.kill();
-    }
-    None
-}
-
-/// True if a thread of `pid` is in `clone`, `clone3` or `vfork` (waiting for a CLONE_VFORK child).
-fn in_a_clone(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().any(|t| {
-        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
-        let nr: i64 = call
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(-1);
-        [libc::SYS_clone, libc::SYS_clone3, libc::SYS_vfork].contains(&nr)
+        Started(Some(cmd.spawn().unwrap()))
     })
 }
 

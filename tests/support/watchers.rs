@@ -268,3 +268,111 @@ pub fn started_at(pid: i32) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// The parent of `pid`, from `/proc/PID/stat`.
+pub fn ppid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// True if a thread of `pid` is in `clone`, `clone3` or `vfork` (waiting for a CLONE_VFORK child).
+pub fn in_a_clone(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+        let nr: i64 = call
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(-1);
+        [libc::SYS_clone, libc::SYS_clone3, libc::SYS_vfork].contains(&nr)
+    })
+}
+
+/// Starts a lockctl with `start` (given the try's number, 1 to 50) until the double fork's
+/// middle process of its watcher's start is caught: stopped with SIGSTOP as soon as it shows as
+/// lockctl's child, `pkill -STOP` landing in that moment. The command's first process is
+/// lockctl's child too: before its exec lockctl waits in its clone (CLONE_VFORK), after it its
+/// command line is the command's; caught instead, it is let go and the try made again. Returns
+/// the lockctl and the stopped middle process, or None if none was caught.
+pub fn catch_the_middle(mut start: impl FnMut(u32) -> Started) -> Option<(Started, Stopped)> {
+    for attempt in 1..=50 {
+        let child = start(attempt);
+        let lockctl = child.id() as i32;
+        // Its PID is a little above lockctl's (threads take PIDs too).
+        let found = (0..20_000)
+            .find_map(|_| (lockctl + 1..lockctl + 64).find(|&p| ppid(p) == Some(lockctl)));
+        if let Some(middle) = found {
+            super::kill(middle, libc::SIGSTOP);
+            let stopped = Stopped::of(middle);
+            let copy = |p: i32| std::fs::read(format!("/proc/{p}/cmdline")).ok();
+            if eventually(Duration::from_secs(5), || state(middle) == Some('T'))
+                && ppid(middle) == Some(lockctl)
+                && copy(middle).is_some()
+                && copy(middle) == copy(lockctl)
+                && !in_a_clone(lockctl)
+            {
+                eprintln!(
+                    "caught the middle process {middle} of lockctl {lockctl} at try {attempt}"
+                );
+                return Some((child, stopped));
+            }
+        }
+        child.kill();
+    }
+    None
+}
+
+/// Bytes waiting in the pipe that `pid`'s descriptor `fd` reads (FIONREAD on a copy opened
+/// through `/proc`); None if it cannot be opened.
+pub fn queued(pid: i32, fd: i32) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let pipe = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .ok()?;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes an int through a valid pointer, on a descriptor we own.
+    let rc = unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut n) };
+    (rc == 0).then_some(n)
+}
+
+/// The pipe that `lockctl`'s descriptor shares with `pid`'s descriptor `fd` (the same
+/// `pipe:[INODE]`), opened for writing, non-blocking.
+pub fn writer_of(lockctl: u32, pid: i32, fd: i32) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let dir = std::fs::read_dir(format!("/proc/{lockctl}/fd")).ok()?;
+    let path = dir
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| std::fs::read_link(p).is_ok_and(|t| t == target))?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()
+}
+
+/// Waits up to `limit` for `child` to exit, without reading its pipes.
+pub fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
