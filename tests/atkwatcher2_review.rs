@@ -24,40 +24,13 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::watchers::{exit_within, queued, state, writer_of, Started, Stopped};
+use support::watchers::{exit_within, ppid, queued, state, writer_of, Started, Stopped};
 use support::*;
 
 /// Holds `name` for a minute from another client; returns its token.
 fn hold(s: &Server, name: &str) -> String {
     let held = acquire_json(&mut lockctl_on(s), name, &["--ttl", "60s"]);
     held["token"].as_str().unwrap().to_string()
-}
-
-/// The parent of `pid`, from `/proc/PID/stat`.
-fn ppid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// True if a thread of `pid` is in `clone`, `clone3` or `vfork` (waiting for a CLONE_VFORK child).
-fn in_a_clone(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().any(|t| {
-        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
-        let nr: i64 = call
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(-1);
-        [libc::SYS_clone, libc::SYS_clone3, libc::SYS_vfork].contains(&nr)
-    })
 }
 
 /// `sh -c` that touches `ran`.
@@ -80,7 +53,7 @@ fn catch_the_middle(
     program: &[String],
     err: &Path,
 ) -> Option<(Started, Stopped)> {
-    for attempt in 1..=50 {
+    support::watchers::catch_the_middle(|_| {
         let mut cmd = lockctl_on(s);
         cmd.args(["exec", name])
             .args(flags)
@@ -88,26 +61,8 @@ fn catch_the_middle(
             .args(program)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(err).unwrap());
-        let child = Started(Some(cmd.spawn().unwrap()));
-        let lockctl = child.id() as i32;
-        let found = (0..20_000)
-            .find_map(|_| (lockctl + 1..lockctl + 64).find(|&p| ppid(p) == Some(lockctl)));
-        if let Some(middle) = found {
-            kill(middle, libc::SIGSTOP);
-            let stopped = Stopped::of(middle);
-            if eventually(Duration::from_secs(5), || state(middle) == Some('T'))
-                && ppid(middle) == Some(lockctl)
-                && !in_a_clone(lockctl)
-            {
-                eprintln!(
-                    "caught the middle process {middle} of lockctl {lockctl} at try {attempt}"
-                );
-                return Some((child, stopped));
-            }
-        }
-        child.kill();
-    }
-    None
+        Started(Some(cmd.spawn().unwrap()))
+    })
 }
 
 /// The middle process of the watcher's start stopped while lockctl waits for a held lock, and
