@@ -24,7 +24,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::watchers::{exit_within, ppid, queued, state, writer_of, Started, Stopped};
+use support::watchers::{
+    exit_within, ppid, queued, state, writer_of, Started, Stopped, StubbornJob,
+};
 use support::*;
 
 /// Holds `name` for a minute from another client; returns its token.
@@ -351,37 +353,14 @@ fn a_signal_while_the_grant_waits_for_a_stopped_middle_process_keeps_the_command
 // Fixed: was a defect: Watcher::done resumes a stopped watcher only if its DONE byte fits; a pipe full of renewals' deadlines (a job run on through --kill-after) leaves the watcher stopped for good
 fn a_watcher_stopped_while_the_job_runs_is_not_left_behind_when_its_pipe_is_full() {
     let s = Server::start();
-    let job = s.dir().join("job");
-    let go = s.dir().join("go");
-    let err = s.dir().join("lockctl.err");
-    let script = format!(
-        "trap '' TERM; echo $$ > {job}; while [ ! -e {go} ]; do sleep 0.05; done",
-        job = job.display(),
-        go = go.display()
-    );
-    let child = lockctl_on(&s)
-        .args(["exec", "full", "--ttl", "5s", "--kill-after", "1h", "--"])
-        .args(["sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let mut child = Started(Some(child));
-    assert!(
-        eventually(Duration::from_secs(30), || std::fs::read_to_string(&job)
-            .is_ok_and(|j| j.ends_with('\n'))),
-        "the command did not start"
-    );
-    let lockctl = child.id();
-    let watcher = support::watchers::watcher_of(lockctl);
-    kill(watcher, libc::SIGSTOP);
-    let stopped = Stopped::of(watcher);
-    assert!(eventually(Duration::from_secs(10), || state(watcher) == Some('T')));
-    assert!(
-        eventually(Duration::from_secs(10), || std::fs::read_to_string(&err)
-            .is_ok_and(|e| e.contains("is stopped"))),
-        "lockctl did not see its watcher stopped"
-    );
+    let StubbornJob {
+        mut child,
+        lockctl,
+        watcher,
+        stopped,
+        go,
+        err,
+    } = StubbornJob::start(&s, "full", "5s");
     // The renewals' deadline words, as far as lockctl writes them: it leaves the pipe's last
     // 8192 bytes free (`PIPE_RESERVE`, two pages). Written through lockctl's own descriptor, so that the test
     // need not wait for thousands of renewals.

@@ -25,7 +25,7 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::watchers::{exit_within, queued, state, writer_of, Started, Stopped};
+use support::watchers::{exit_within, queued, state, writer_of, Started, Stopped, StubbornJob};
 use support::*;
 
 /// As atkwatcher2_review's full-pipe test, but the watcher is stopped, resumed (it reads
@@ -39,37 +39,14 @@ use support::*;
 // Fixed: was a defect: PIPE_RESERVE counts bytes, not pages; a watcher stopped a second time (no HANDLING byte first) gets 7280 deadlines, the pipe's last free byte goes to FORGET, DONE does not fit and the watcher stays stopped for good
 fn a_watcher_stopped_twice_is_not_left_behind_when_its_pipe_is_full() {
     let s = Server::start();
-    let job = s.dir().join("job");
-    let go = s.dir().join("go");
-    let err = s.dir().join("lockctl.err");
-    let script = format!(
-        "trap '' TERM; echo $$ > {job}; while [ ! -e {go} ]; do sleep 0.05; done",
-        job = job.display(),
-        go = go.display()
-    );
-    let child = lockctl_on(&s)
-        .args(["exec", "full2", "--ttl", "5s", "--kill-after", "1h", "--"])
-        .args(["sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let mut child = Started(Some(child));
-    assert!(
-        eventually(Duration::from_secs(30), || std::fs::read_to_string(&job)
-            .is_ok_and(|j| j.ends_with('\n'))),
-        "the command did not start"
-    );
-    let lockctl = child.id();
-    let watcher = support::watchers::watcher_of(lockctl);
-    kill(watcher, libc::SIGSTOP);
-    let stopped = Stopped::of(watcher);
-    assert!(eventually(Duration::from_secs(10), || state(watcher) == Some('T')));
-    assert!(
-        eventually(Duration::from_secs(10), || std::fs::read_to_string(&err)
-            .is_ok_and(|e| e.contains("is stopped"))),
-        "lockctl did not see its watcher stopped"
-    );
+    let StubbornJob {
+        mut child,
+        lockctl,
+        watcher,
+        stopped,
+        go,
+        err,
+    } = StubbornJob::start(&s, "full2", "5s");
     // Resumed, the watcher reads HANDLING and whatever deadlines came: its pipe is empty again.
     kill(watcher, libc::SIGCONT);
     assert!(
@@ -284,37 +261,14 @@ fn a_slow_reading_watcher_under_quick_renewals_is_not_taken_for_one_that_does_no
 #[ignore = "slow (about 150 s of real renewals at a 60 ms TTL): run by hand; the same case as a_watcher_stopped_twice_is_not_left_behind_when_its_pipe_is_full, a defect fixed by the two-page reserve"]
 fn a_watcher_stopped_twice_is_not_left_behind_when_renewals_fill_its_pipe() {
     let s = Server::start();
-    let job = s.dir().join("job");
-    let go = s.dir().join("go");
-    let err = s.dir().join("lockctl.err");
-    let script = format!(
-        "trap '' TERM; echo $$ > {job}; while [ ! -e {go} ]; do sleep 0.05; done",
-        job = job.display(),
-        go = go.display()
-    );
-    let child = lockctl_on(&s)
-        .args(["exec", "full3", "--ttl", "60ms", "--kill-after", "1h", "--"])
-        .args(["sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let mut child = Started(Some(child));
-    assert!(
-        eventually(Duration::from_secs(30), || std::fs::read_to_string(&job)
-            .is_ok_and(|j| j.ends_with('\n'))),
-        "the command did not start"
-    );
-    let lockctl = child.id();
-    let watcher = support::watchers::watcher_of(lockctl);
-    kill(watcher, libc::SIGSTOP);
-    let stopped = Stopped::of(watcher);
-    assert!(eventually(Duration::from_secs(10), || state(watcher) == Some('T')));
-    assert!(
-        eventually(Duration::from_secs(10), || std::fs::read_to_string(&err)
-            .is_ok_and(|e| e.contains("is stopped"))),
-        "lockctl did not see its watcher stopped"
-    );
+    let StubbornJob {
+        mut child,
+        lockctl,
+        watcher,
+        stopped,
+        go,
+        err,
+    } = StubbornJob::start(&s, "full3", "60ms");
     kill(watcher, libc::SIGCONT);
     assert!(
         eventually(Duration::from_secs(10), || queued(watcher, 3) == Some(0)
@@ -324,7 +278,7 @@ fn a_watcher_stopped_twice_is_not_left_behind_when_renewals_fill_its_pipe() {
     kill(watcher, libc::SIGSTOP);
     assert!(eventually(Duration::from_secs(10), || state(watcher) == Some('T')));
     let full = eventually(Duration::from_secs(400), || {
-        queued(watcher, 3).is_some_and(|q| q + 9 > 65536 - 16)
+        queued(watcher, 3).is_some_and(|q| q + 9 > 65536 - 8192)
             || child
                 .0
                 .as_mut()

@@ -376,3 +376,60 @@ pub fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::E
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// An `exec NAME --ttl TTL --kill-after 1h` whose job ignores SIGTERM and runs until the file
+/// `go` exists, with its watcher stopped (SIGSTOP) and seen stopped by lockctl (it says "is
+/// stopped" and stops the job, which does not go): lockctl renews on, writing each deadline into
+/// the stopped watcher's pipe. lockctl's stderr is in the file `err`.
+pub struct StubbornJob {
+    pub child: Started,
+    pub lockctl: u32,
+    pub watcher: i32,
+    pub stopped: Stopped,
+    pub go: std::path::PathBuf,
+    pub err: std::path::PathBuf,
+}
+
+impl StubbornJob {
+    pub fn start(s: &Server, name: &str, ttl: &str) -> StubbornJob {
+        let job = s.dir().join("job");
+        let go = s.dir().join("go");
+        let err = s.dir().join("lockctl.err");
+        let script = format!(
+            "trap '' TERM; echo $$ > {job}; while [ ! -e {go} ]; do sleep 0.05; done",
+            job = job.display(),
+            go = go.display()
+        );
+        let child = lockctl_on(s)
+            .args(["exec", name, "--ttl", ttl, "--kill-after", "1h", "--"])
+            .args(["sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let child = Started(Some(child));
+        assert!(
+            eventually(Duration::from_secs(30), || std::fs::read_to_string(&job)
+                .is_ok_and(|j| j.ends_with('\n'))),
+            "the command did not start"
+        );
+        let lockctl = child.id();
+        let watcher = watcher_of(lockctl);
+        super::kill(watcher, libc::SIGSTOP);
+        let stopped = Stopped::of(watcher);
+        assert!(eventually(Duration::from_secs(10), || state(watcher) == Some('T')));
+        assert!(
+            eventually(Duration::from_secs(10), || std::fs::read_to_string(&err)
+                .is_ok_and(|e| e.contains("is stopped"))),
+            "lockctl did not see its watcher stopped"
+        );
+        StubbornJob {
+            child,
+            lockctl,
+            watcher,
+            stopped,
+            go,
+            err,
+        }
+    }
+}
