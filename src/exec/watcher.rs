@@ -195,7 +195,7 @@ const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 /// The lockctl side of the pipe to the watcher, shared by the threads that report to it, and the
 /// watcher's PID.
 #[derive(Clone)]
-pub struct Link(Arc<OwnedFd>, libc::pid_t);
+pub struct Link(Arc<OwnedFd>, libc::pid_t, libc::c_int);
 
 impl Link {
     /// One message, written whole or not at all: shorter than PIPE_BUF, so atomic among writers, on a
@@ -222,13 +222,9 @@ impl Link {
     pub fn deadline(&self, at: Stamp) -> bool {
         let fd = self.0.as_raw_fd();
         let mut queued: libc::c_int = 0;
-        // SAFETY: FIONREAD and F_GETPIPE_SZ on our own pipe, into a live integer.
-        let (size, asked) = unsafe {
-            (
-                libc::fcntl(fd, libc::F_GETPIPE_SZ),
-                libc::ioctl(fd, libc::FIONREAD, &mut queued),
-            )
-        };
+        // SAFETY: FIONREAD on our own pipe, into a live integer.
+        let asked = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) };
+        let size = self.2;
         if size > 0 && asked == 0 && queued + 9 > size - PIPE_RESERVE {
             return false;
         }
@@ -288,7 +284,10 @@ impl Watcher {
         if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let link = Link(Arc::new(write), 0);
+        // The pipe's capacity, read once: nothing changes it.
+        // SAFETY: F_GETPIPE_SZ on our own pipe.
+        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        let link = Link(Arc::new(write), 0, size);
         let ns = kill_after.as_nanos().min(u64::MAX as u128) as u64;
         // Everything exec needs is built before the clone: the copy may not allocate.
         let exe = c"/proc/self/exe";
@@ -583,7 +582,7 @@ impl Starting {
             self.settled = true;
             return Ok(None);
         }
-        let link = Link(Arc::clone(&self.link.0), pid);
+        let link = Link(Arc::clone(&self.link.0), pid, self.link.2);
         // A write that fails finds the watcher gone (EPIPE): nobody reads the pipe.
         if !link.deadline(deadline) {
             return Ok(None);
