@@ -697,3 +697,26 @@ fn a_garbled_tls_reply_is_resent_on_a_new_connection() {
         "a renewal failed on the garbled connection: {err}"
     );
 }
+
+/// The suite's own servers: one whose port was taken before it bound starts on another, and one that
+/// cannot start fails its test with the end of its log (what was wrong), not a bare timeout.
+#[test]
+fn a_test_server_moves_off_a_taken_port_and_says_why_it_cannot_start() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let server = Server::tcp_tried_on(port);
+    assert_ne!(server.port, Some(port));
+    let _: String = server.cmd(&["PING"]);
+
+    let failed = std::panic::catch_unwind(|| Server::with_args(&["--no-such-directive", "1"]));
+    let Err(message) = failed else {
+        panic!("a server with a bad directive started")
+    };
+    let message = message
+        .downcast_ref::<String>()
+        .expect("the panic's message");
+    assert!(
+        message.contains("redis-server did not start") && message.contains("no-such-directive"),
+        "{message}"
+    );
+}

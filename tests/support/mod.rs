@@ -63,6 +63,12 @@ impl Server {
         Self::build(Some(port), &[])
     }
 
+    /// A server tried first on `port` (a port a test holds, to see the server move), then on free
+    /// ones.
+    pub fn tcp_tried_on(port: u16) -> Server {
+        Self::build(Some(port), &[])
+    }
+
     /// A server on a free loopback TCP port with extra arguments.
     pub fn tcp_with_args(extra: &[&str]) -> Server {
         Self::build(Some(free_port()), extra)
@@ -80,8 +86,25 @@ impl Server {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             bin: None,
         };
-        s.launch();
+        s.first_launch();
         s
+    }
+
+    /// The first start. A port [`free_port`] chose may be taken by another test process's pick
+    /// between the choice and the server's bind; such a server exits at once ("Address already in
+    /// use"), and is started on another port: no client knows the first one yet. A restart keeps
+    /// its port ([`Server::launch`]), since clients already point at it.
+    fn first_launch(&mut self) {
+        for _ in 0..5 {
+            match self.try_launch() {
+                Ok(()) => return,
+                Err(log) if self.port.is_some() && log.contains("Address already in use") => {
+                    self.port = Some(free_port())
+                }
+                Err(log) => self.not_started(&log),
+            }
+        }
+        self.launch();
     }
 
     /// The socket path.
@@ -108,6 +131,24 @@ impl Server {
     }
 
     fn launch(&mut self) {
+        if let Err(log) = self.try_launch() {
+            self.not_started(&log)
+        }
+    }
+
+    /// Fails the test with the end of the server's log, which says why it did not start.
+    fn not_started(&self, log: &str) -> ! {
+        let lines: Vec<&str> = log.lines().collect();
+        panic!(
+            "redis-server did not start; the end of its output and {}:\n{}",
+            self.dir.path().join("redis.log").display(),
+            lines[lines.len().saturating_sub(10)..].join("\n")
+        )
+    }
+
+    /// Starts the server and waits until it answers; `Err` with its log when it exited first or
+    /// did not answer within 20 s.
+    fn try_launch(&mut self) -> Result<(), String> {
         let _ = std::fs::remove_file(self.socket());
         let bin = self.bin.clone().unwrap_or_else(redis_server_bin);
         let mut cmd = Command::new(bin);
@@ -128,24 +169,23 @@ impl Server {
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            // A bad directive is told here, before the log file is open.
+            .stderr(std::fs::File::create(self.dir.path().join("stderr")).unwrap());
         self.child = Some(cmd.spawn().expect("start redis-server"));
-        self.wait_ready();
-    }
-
-    fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(mut c) = self.try_conn() {
                 if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
+                    return Ok(());
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start; see {}",
-                self.dir.path().join("redis.log").display()
-            );
+            let exited = !self.running();
+            if exited || Instant::now() >= deadline {
+                self.kill();
+                let read = |f: &str| std::fs::read_to_string(self.dir.path().join(f));
+                let stderr = read("stderr").unwrap_or_default();
+                return Err(stderr + &read("redis.log").unwrap_or_default());
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -360,7 +400,7 @@ impl Server {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             bin: Some(bin.to_string()),
         };
-        s.launch();
+        s.first_launch();
         s
     }
 }
@@ -444,12 +484,50 @@ impl std::ops::IndexMut<usize> for Servers {
 }
 
 /// A free loopback port (bound and released; redis-server takes it right after).
+/// A loopback TCP port nothing listens on: for a server a test starts, or an address that must
+/// refuse. It is drawn below the kernel's ephemeral range (`ip_local_port_range`), with its cluster
+/// bus port (+10000) below it too. A port `bind(0)` hands out is in that range, and once released any
+/// outgoing connection of the suite (thousands, three test files at once) may take it before the
+/// server meant for it binds; a server did not start once in CI that way, by the look of it (its log
+/// was not kept; [`Server::launch`] now prints it). Below the range only another test process's
+/// pick can take it: picks are random, and [`Server`] starts again on another port then.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    const LOW: u64 = 10_000;
+    const BUS: u64 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOW + BUS);
+    if span < 1000 {
+        // A machine whose ephemeral range starts low: the kernel's own choice.
+        return TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+    }
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+        .as_nanos() as u64;
+    let seed = clock ^ (u64::from(std::process::id()) << 32);
+    for _ in 0..1000 {
+        let draw = DRAWS.fetch_add(1, Ordering::Relaxed);
+        // splitmix64 of the seed and the draw: uniform over the span, apart across processes.
+        let mut x = seed.wrapping_add(draw.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+        let port = (LOW + x % span) as u16;
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + BUS as u16) {
+            return port;
+        }
+    }
+    panic!("no free loopback port below {ephemeral} after 1000 draws")
 }
 
 /// The binary under test, with no inherited `LOCKCTL_*` and restart quarantine off (the servers in
