@@ -362,7 +362,7 @@ fn a_watcher_stopped_while_the_job_runs_is_not_left_behind_when_its_pipe_is_full
         err,
     } = StubbornJob::start(&s, "full", "5s");
     // The renewals' deadline words, as far as lockctl writes them: it leaves the pipe's last
-    // 8192 bytes free (`PIPE_RESERVE`, two pages). Written through lockctl's own descriptor, so that the test
+    // 8192 bytes free (`deadline_fits`: two pages of a pipe of sixteen). Written through lockctl's own descriptor, so that the test
     // need not wait for thousands of renewals.
     let mut pipe = writer_of(lockctl, watcher, 3).expect("lockctl's end of the watcher's pipe");
     let word = [b't', 0, 0, 0, 0, 0, 0, 0, 0];

@@ -172,11 +172,9 @@ const CHECK_MS: libc::c_int = 100;
 /// While lockctl waits for a silent watcher's first word at the grant, how often it looks for a
 /// signal that came meanwhile (which ends the wait, and lockctl, without the command).
 const SIGNAL_LOOK_MS: u64 = 100;
-/// The bytes of the pipe to the watcher that deadlines leave free, for the one-byte words that
-/// follow them. Two pages: a pipe's space is allotted by the page (a 9-byte deadline that does not
-/// fit whole in the last page's rest takes a new one, and a page partly read stays taken until it
-/// is read to its end), so a count of bytes alone does not tell that a word still fits.
-const PIPE_RESERVE: libc::c_int = 8192;
+/// The bytes the words that may follow the last deadline take at most: the job's group (5), then
+/// FORGET, HANDLING and DONE (1 each), with room to spare.
+const WORDS_AFTER: libc::c_int = 16;
 /// How long lockctl waits for the double fork's middle process to exit (it does at once, unless
 /// it is stopped).
 const MIDDLE_WAIT_MS: u64 = 2000;
@@ -195,7 +193,7 @@ const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 /// The lockctl side of the pipe to the watcher, shared by the threads that report to it, and the
 /// watcher's PID.
 #[derive(Clone)]
-pub struct Link(Arc<OwnedFd>, libc::pid_t, libc::c_int);
+pub struct Link(Arc<OwnedFd>, libc::pid_t);
 
 impl Link {
     /// One message, written whole or not at all: shorter than PIPE_BUF, so atomic among writers, on a
@@ -214,18 +212,25 @@ impl Link {
         self.1
     }
 
-    /// Tells the watcher the lease now runs until `at`. A deadline is not written into the last
-    /// [`PIPE_RESERVE`] bytes of the pipe's capacity: a stopped watcher does not read, and renewals through a
-    /// long stop of the job would fill it, leaving no room for the words that end the watcher's
-    /// watch ([`Watcher::done`] resumes a stopped watcher only once "done" is in its pipe). Such a
-    /// write counts as failed: the watcher does not read.
+    /// Tells the watcher the lease now runs until `at`, if the deadline leaves room in the pipe for
+    /// the words that end the watcher's watch ([`deadline_fits`]): a stopped watcher does not read,
+    /// and renewals through a long stop of the job would fill its pipe ([`Watcher::done`] resumes
+    /// a stopped watcher only once "done" is in it). A deadline not written counts as failed: the
+    /// watcher does not read. The pipe's capacity is asked each time: a process of the same user
+    /// may resize it through `/proc/PID/fd`.
     pub fn deadline(&self, at: Stamp) -> bool {
         let fd = self.0.as_raw_fd();
         let mut queued: libc::c_int = 0;
-        // SAFETY: FIONREAD on our own pipe, into a live integer.
-        let asked = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) };
-        let size = self.2;
-        if size > 0 && asked == 0 && queued + 9 > size - PIPE_RESERVE {
+        // SAFETY: F_GETPIPE_SZ and FIONREAD on our own pipe, the latter into a live integer; and
+        // sysconf, which reads a value the kernel gave the process.
+        let (capacity, asked, page) = unsafe {
+            (
+                libc::fcntl(fd, libc::F_GETPIPE_SZ),
+                libc::ioctl(fd, libc::FIONREAD, &mut queued),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        if capacity > 0 && asked == 0 && !deadline_fits(capacity, queued, page as libc::c_int) {
             return false;
         }
         let mut msg = [DEADLINE_TAG; 9];
@@ -244,6 +249,27 @@ impl Link {
     pub fn handling(&self) {
         self.send(&[HANDLING]);
     }
+}
+
+/// Whether a 9-byte deadline may go into a pipe of `capacity` bytes that holds `queued` unread
+/// bytes, so that the [`WORDS_AFTER`] bytes of words after it still fit whatever the reader did.
+///
+/// A pipe's room is allotted by the page, not the byte: a write that does not fit whole in the last
+/// page's rest takes a new page, and a page partly read stays taken until it is read to its end. So
+/// with three pages or more, two pages' worth of bytes stay free: one for a head page partly read,
+/// one for the bytes lost at the ends of the pages between (up to 8 in each). A pipe of two pages
+/// (what an unprivileged user past `fs.pipe-user-pages-soft` gets) keeps its deadlines within one
+/// page's worth, less the words: a head page partly read then leaves the second page with room for
+/// them, and otherwise the first has it. A pipe of one page (only a resize through `/proc` makes
+/// one) takes no deadline: a page partly read can be full with any count of bytes.
+fn deadline_fits(capacity: libc::c_int, queued: libc::c_int, page: libc::c_int) -> bool {
+    let page = page.max(1);
+    let room = match capacity / page {
+        0 | 1 => return false,
+        2 => page - WORDS_AFTER,
+        _ => capacity - 2 * page,
+    };
+    queued + 9 <= room
 }
 
 /// A running watcher.
@@ -284,10 +310,7 @@ impl Watcher {
         if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // The pipe's capacity, read once: nothing changes it.
-        // SAFETY: F_GETPIPE_SZ on our own pipe.
-        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
-        let link = Link(Arc::new(write), 0, size);
+        let link = Link(Arc::new(write), 0);
         let ns = kill_after.as_nanos().min(u64::MAX as u128) as u64;
         // Everything exec needs is built before the clone: the copy may not allocate.
         let exe = c"/proc/self/exe";
@@ -582,7 +605,7 @@ impl Starting {
             self.settled = true;
             return Ok(None);
         }
-        let link = Link(Arc::clone(&self.link.0), pid, self.link.2);
+        let link = Link(Arc::clone(&self.link.0), pid);
         // A write that fails finds the watcher gone (EPIPE): nobody reads the pipe.
         if !link.deadline(deadline) {
             return Ok(None);
@@ -1163,5 +1186,112 @@ unsafe fn close_all_above(last: RawFd) {
                 libc::close(fd);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real non-blocking pipe of `pages` pages: (read end, write end).
+    fn pipe_of(pages: libc::c_int, page: libc::c_int) -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 into a live array; F_SETPIPE_SZ on the pipe just made.
+        unsafe {
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK), 0);
+            let (read, write) = (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]));
+            // The kernel keeps a power of two of pages.
+            let set = libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, pages * page);
+            assert_eq!(set, pages * page, "{}", io::Error::last_os_error());
+            (read, write)
+        }
+    }
+
+    fn write(fd: &OwnedFd, msg: &[u8]) -> bool {
+        // SAFETY: a write from a live buffer on the test's own pipe.
+        unsafe { libc::write(fd.as_raw_fd(), msg.as_ptr().cast(), msg.len()) == msg.len() as isize }
+    }
+
+    fn read(fd: &OwnedFd, n: usize) {
+        let mut buf = vec![0u8; n];
+        // SAFETY: a read into a live buffer of `n` bytes from the test's own pipe.
+        let got = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), n) };
+        assert_eq!(got, n as isize);
+    }
+
+    fn queued(fd: &OwnedFd) -> libc::c_int {
+        let mut q: libc::c_int = 0;
+        // SAFETY: FIONREAD on the test's own pipe into a live integer.
+        assert_eq!(
+            unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut q) },
+            0
+        );
+        q
+    }
+
+    /// The promise of [`deadline_fits`], on real pipes of 2, 4, 8 and 16 pages: the reader reads
+    /// some bytes at some point (a head page partly read, or read to its end), then stops; the
+    /// writer writes deadlines while they fit; the words that end the watch still fit after them.
+    #[test]
+    fn the_words_after_the_deadlines_always_fit() {
+        // SAFETY: sysconf reads a value the kernel gave the process.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as libc::c_int;
+        let deadline = [DEADLINE_TAG; 9];
+        for pages in [2, 4, 8, 16] {
+            for before in [0, 1, 2, 200, 455, 456, 911] {
+                // Bytes read: a few, all but the last of a page (the head page stays taken for
+                // one byte), a page whole, or all but the last byte queued.
+                for taken in [
+                    0,
+                    1,
+                    8,
+                    9,
+                    100,
+                    4086,
+                    4094,
+                    4095,
+                    4096,
+                    4097,
+                    8190,
+                    usize::MAX,
+                ] {
+                    let (r, w) = pipe_of(pages, page);
+                    let mut written = 0;
+                    while written < before && deadline_fits(pages * page, queued(&r), page) {
+                        assert!(write(&w, &deadline), "a deadline that fits is written");
+                        written += 1;
+                    }
+                    let there = queued(&r) as usize;
+                    let taken = taken.min(there.saturating_sub(1));
+                    if taken > 0 {
+                        read(&r, taken);
+                    }
+                    let mut more = 0;
+                    while deadline_fits(pages * page, queued(&r), page) {
+                        assert!(write(&w, &deadline), "a deadline that fits is written");
+                        more += 1;
+                    }
+                    let case = format!(
+                        "{pages} pages, {written} deadlines, {taken} bytes read, {more} more"
+                    );
+                    assert!(more > 0 || written > 0, "no deadline at all: {case}");
+                    let group = [GROUP_TAG, 1, 2, 3, 4];
+                    for word in [&group[..], &[FORGET], &[HANDLING], &[DONE]] {
+                        assert!(write(&w, word), "a word did not fit: {case}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A pipe of one page takes no deadline (a page partly read may be full at any byte count),
+    /// and a pipe of two takes a page's worth less the words after them.
+    #[test]
+    fn small_pipes_keep_their_room() {
+        assert!(!deadline_fits(4096, 0, 4096));
+        assert!(deadline_fits(8192, 4096 - WORDS_AFTER - 9, 4096));
+        assert!(!deadline_fits(8192, 4096 - WORDS_AFTER - 8, 4096));
+        assert!(deadline_fits(65536, 65536 - 8192 - 9, 4096));
+        assert!(!deadline_fits(65536, 65536 - 8192 - 8, 4096));
     }
 }
