@@ -487,3 +487,142 @@ fn a_left_watcher_resumed_later_does_not_kill_a_group_that_reused_the_jobs_id() 
         read("victim_status")
     );
 }
+
+/// The other way round: the pipe's capacity raised to 1 MiB by another process after the start
+/// (the check then works from a capacity smaller than the real one). The stopped watcher's pipe
+/// is filled by the test to where lockctl's check stops deadlines (`queued + 9 > 65536 - 8192`,
+/// lockctl's own 9-byte words through its descriptor, as atkwatcher3_review does); the job then
+/// ends: FORGET and DONE fit, `Watcher::done` resumes the watcher, which exits; lockctl exits 76
+/// (its watcher was stopped) and releases the lock. Holds.
+#[test]
+fn a_pipe_grown_after_the_start_still_takes_done() {
+    let s = Server::start();
+    let StubbornJob {
+        mut child,
+        lockctl,
+        watcher,
+        stopped,
+        go,
+        err,
+    } = StubbornJob::start(&s, "grown", "5s");
+    let set = set_pipe_size(watcher, 3, 1 << 20);
+    assert_eq!(set, 1 << 20, "F_SETPIPE_SZ refused");
+    let mut pipe =
+        watchers::writer_of(lockctl, watcher, 3).expect("lockctl's end of the watcher's pipe");
+    let word = [b't', 0, 0, 0, 0, 0, 0, 0, 0];
+    let mut words = 0;
+    while queued(watcher, 3).is_some_and(|q| q + 9 <= 65536 - 8192)
+        && std::io::Write::write(&mut pipe, &word).is_ok_and(|n| n == word.len())
+    {
+        words += 1;
+    }
+    drop(pipe);
+    // A renewal or two more (every 1.7 s): lockctl's check refuses them.
+    std::thread::sleep(Duration::from_secs(4));
+    let bytes = queued(watcher, 3);
+    eprintln!("{words} words written; {bytes:?} bytes in the stopped watcher's 1 MiB pipe");
+    std::fs::write(&go, "").unwrap();
+    let status = exit_within(child.0.as_mut().unwrap(), Duration::from_secs(60));
+    child.0.take();
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(status.and_then(|s| s.code()), Some(76), "{errs}");
+    let left = !eventually(Duration::from_secs(10), || !stopped.still_there());
+    drop(stopped);
+    assert_eq!(s.get("lockctl:grown"), None, "the lock was not released");
+    assert!(
+        !left,
+        "the watcher {watcher} outlived its lockctl {lockctl}: {errs}"
+    );
+    assert!(eventually(Duration::from_secs(10), || guards_of(lockctl).is_empty()));
+}
+
+/// A watcher stopped through many quick renewals (`--ttl 60ms`, one every 20 ms, for 5 s: a few
+/// thousand bytes of deadlines in its pipe, below the reserve), then resumed while the job (which
+/// ignores the SIGTERM lockctl sent when it saw the watcher stopped) still runs: it reads its pipe
+/// empty, does not kill the job early (`--kill-after 1h`), and once the job ends it gets DONE and
+/// exits; lockctl exits 76 (its watcher was stopped) and releases the lock. A lease lost to a
+/// renewal that came late (a loaded machine) ends the renewals early and is no verdict on the
+/// watcher: the test then only checks the same ending.
+#[test]
+fn a_watcher_stopped_through_quick_renewals_then_resumed_gets_done() {
+    let s = Server::start();
+    let StubbornJob {
+        mut child,
+        lockctl,
+        watcher,
+        stopped,
+        go,
+        err,
+    } = StubbornJob::start(&s, "quick", "60ms");
+    std::thread::sleep(Duration::from_secs(5));
+    let bytes = queued(watcher, 3);
+    kill(watcher, libc::SIGCONT);
+    assert!(
+        eventually(Duration::from_secs(10), || queued(watcher, 3) == Some(0)
+            && state(watcher) != Some('T')),
+        "the resumed watcher did not empty its pipe"
+    );
+    // The job still runs a second after the resume: no early kill.
+    std::thread::sleep(Duration::from_secs(1));
+    let running = child
+        .0
+        .as_mut()
+        .unwrap()
+        .try_wait()
+        .ok()
+        .flatten()
+        .is_none();
+    eprintln!("{bytes:?} bytes were in the stopped watcher's pipe; lockctl running: {running}");
+    std::fs::write(&go, "").unwrap();
+    let status = exit_within(child.0.as_mut().unwrap(), Duration::from_secs(60));
+    child.0.take();
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(running, "the job was stopped before it ended: {errs}");
+    assert_eq!(status.and_then(|s| s.code()), Some(76), "{errs}");
+    let left = !eventually(Duration::from_secs(10), || !stopped.still_there());
+    drop(stopped);
+    assert_eq!(s.get("lockctl:quick"), None, "the lock was not released");
+    assert!(
+        !left,
+        "the watcher {watcher} outlived its lockctl {lockctl}: {errs}"
+    );
+    assert!(eventually(Duration::from_secs(10), || guards_of(lockctl).is_empty()));
+}
+
+/// Renewals racing DONE: 24 execs whose job exits 7 after 0 to 0.46 s (`--ttl 300ms`: a renewal
+/// every 0.1 s, so the job's end, FORGET and DONE fall anywhere between two deadlines, and a
+/// renewal in flight when DONE is written finds the watcher gone). Each must pass 7 through,
+/// release its lock, and leave no `lockctl-guard` of its own. An exec that exits 76 because its
+/// lease ran out (a loaded machine; lockctl says "validity ran out") is no verdict and is counted
+/// apart; any other outcome fails.
+#[test]
+fn renewals_racing_done_pass_the_exit_code_and_leave_nothing() {
+    let s = Server::start();
+    let mut late = 0;
+    let mut bad = Vec::new();
+    for round in 0..24 {
+        let name = format!("race{round}");
+        let script = format!("sleep 0.{:02}; exit 7", round * 2);
+        let child = lockctl_on(&s)
+            .args(["exec", &name, "--ttl", "300ms", "--", "sh", "-c", &script])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = wait_output(child, Duration::from_secs(60));
+        let errs = stderr(&out);
+        let released = s.get(&format!("lockctl:{name}")).is_none();
+        let clean = eventually(Duration::from_secs(10), || guards_of(pid).is_empty());
+        match out.status.code() {
+            Some(7) if released && clean => {}
+            Some(76) if errs.contains("validity ran out") && released && clean => late += 1,
+            code => bad.push(format!(
+                "{name}: exit {code:?}, released {released}, no watcher left {clean}: {errs}"
+            )),
+        }
+    }
+    eprintln!("24 execs: {late} lost to a late renewal (no verdict)");
+    assert!(bad.is_empty(), "{bad:#?}");
+    assert!(late < 24, "every exec lost its lease: no verdict");
+}
