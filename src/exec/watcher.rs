@@ -448,11 +448,18 @@ impl Watcher {
     /// The group has exited: the watcher stands down. One stopped while the job ran (lockctl then
     /// stopped the job for it) would read the word only once resumed, and would stay behind for
     /// good: it is resumed once the word is in its pipe (killed, as lockctl's own child, when
-    /// lockctl is a PID 1).
+    /// lockctl is a PID 1). A word that does not fit (a pipe left full: resized by another process
+    /// of the user through `/proc` while the watcher was stopped) has the watcher killed instead:
+    /// with the group gone it has nothing left to guard, and resumed without the word it would take
+    /// the pipe's end for lockctl's death and signal the group's ID, which another process may hold
+    /// by then. The signal goes through the pidfd, never by PID ([`Pinned::signal`]).
     pub fn done(self) {
-        if self.link.send(&[DONE]) {
-            if let Some(w) = &self.pinned {
+        let told = self.link.send(&[DONE]);
+        if let Some(w) = &self.pinned {
+            if told {
                 w.let_go_if_stopped();
+            } else {
+                w.signal(libc::SIGKILL);
             }
         }
     }
