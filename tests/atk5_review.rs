@@ -379,3 +379,137 @@ fn a_watcher_left_by_a_full_page_does_not_kill_a_group_that_reused_the_jobs_id()
         read("victim_status")
     );
 }
+
+/// A pipe of 16384 pages (64 MiB: root, or any user where `fs.pipe-max-size` was raised that far)
+/// and a stopped watcher: "two pages free" assumes the bytes lost at the pages' ends add up to less
+/// than a page, but each page holds 455 deadlines (4095 bytes) and loses one, so past about 4090
+/// pages the lost bytes eat the reserve. Here `queued + 9 <= capacity - 8192` lets in more
+/// deadlines (7455630) than the pipe's pages hold (455 each, 7454720): the pipe fills to its last
+/// byte but one, FORGET takes it, DONE does not fit, and the stopped watcher stays behind after
+/// lockctl's exit 76. The deadlines are written by the test through lockctl's own descriptor (9
+/// bytes each, `t` and a deadline of 0, which the watcher's `max` ignores), while the rule lets
+/// them in, as lockctl's renewals would over days (atk4_review's
+/// `a_pipe_grown_after_the_start_still_takes_done` fills its pipe the same way); lockctl's own
+/// renewals go on beside them (`--ttl 5s`).
+///
+/// Not seen run: where this was written root lacks CAP_SYS_RESOURCE and `fs.pipe-max-size` is
+/// 1 MiB (256 pages, where the reserve holds), so F_SETPIPE_SZ to 64 MiB is refused (EPERM) and the
+/// test returns without a verdict. The defect is by the arithmetic above, not observed.
+///
+/// Reproduction: `cargo test --test atk5_review -- --ignored --exact
+/// a_stopped_watchers_huge_pipe_still_takes_done` (with CAP_SYS_RESOURCE, or `fs.pipe-max-size`
+/// at 64 MiB or more; 64 MiB of kernel memory for a minute).
+#[test]
+#[ignore = "suspected defect at 42b1bda, by arithmetic, not run here (pipes above 1 MiB refused): in a pipe of 16384 pages the two-page reserve is smaller than the byte lost at each page's end; deadlines fill the stopped watcher's pipe, DONE does not fit, the watcher stays behind"]
+fn a_stopped_watchers_huge_pipe_still_takes_done() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no pipe above fs.pipe-max-size; skipped");
+        return;
+    }
+    const SIZE: i32 = 64 << 20;
+    let s = Server::start();
+    let StubbornJob {
+        mut child,
+        lockctl,
+        watcher,
+        stopped,
+        go,
+        err,
+    } = StubbornJob::start(&s, "huge", "5s");
+    let pipe = open_pipe(watcher, 3);
+    // SAFETY: F_SETPIPE_SZ on a descriptor the test owns.
+    let set = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, SIZE) };
+    if set != SIZE {
+        // No CAP_SYS_RESOURCE and fs.pipe-max-size below 64 MiB (as where this was written):
+        // no verdict.
+        eprintln!(
+            "F_SETPIPE_SZ to {SIZE} refused: {}; no verdict",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    let mut writer =
+        watchers::writer_of(lockctl, watcher, 3).expect("lockctl's end of the watcher's pipe");
+    let word = [b't', 0, 0, 0, 0, 0, 0, 0, 0];
+    let (mut words, mut refused) = (0u64, false);
+    let mut q = bytes_in(&pipe);
+    loop {
+        if words % 4096 == 0 {
+            q = bytes_in(&pipe);
+        }
+        // lockctl's rule for a pipe of three pages or more.
+        if q + 9 > SIZE - 2 * 4096 {
+            break;
+        }
+        match std::io::Write::write(&mut writer, &word) {
+            Ok(9) => {
+                words += 1;
+                q += 9;
+            }
+            _ => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    drop(writer);
+    // A renewal or two more (every 1.7 s), which lockctl's check lets in while the pipe takes them.
+    std::thread::sleep(Duration::from_secs(4));
+    let bytes = bytes_in(&pipe);
+    drop(pipe);
+    eprintln!(
+        "{words} deadlines written, the pipe full: {refused}; {bytes} bytes in the stopped \
+         watcher's {SIZE}-byte pipe ({} free by lockctl's rule)",
+        SIZE - 2 * 4096 - bytes
+    );
+    std::fs::write(&go, "").unwrap();
+    let status = exit_within(child.0.as_mut().unwrap(), Duration::from_secs(60));
+    child.0.take();
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    let left = !eventually(Duration::from_secs(10), || !stopped.still_there());
+    let how = state(watcher);
+    let after = queued(watcher, 3);
+    drop(stopped);
+    eprintln!("lockctl exited {status:?}; watcher left {left} ({how:?}, {after:?} bytes)");
+    assert_eq!(status.and_then(|s| s.code()), Some(76), "{errs}");
+    assert_eq!(s.get("lockctl:huge"), None, "the lock was not released");
+    assert!(
+        !left,
+        "the stopped watcher {watcher} (state {how:?}, {after:?} bytes in its {SIZE}-byte pipe) \
+         outlived its lockctl {lockctl}, which exited 76 for it: {errs}"
+    );
+}
+
+/// A watcher started while lockctl waits for the lock, its pipe shrunk to one page through
+/// `/proc` before the grant: the grant's deadline finds a pipe of one page and is not written, the
+/// watcher counts as gone and is replaced once by a new one (a pipe of the default size), and the
+/// command runs and passes its exit code through; the lock is released and no watcher is left.
+#[test]
+fn a_pipe_shrunk_to_one_page_before_the_grant_still_runs_the_command() {
+    let s = Server::start();
+    let held = acquire_json(&mut lockctl_on(&s), "early", &["--ttl", "60s"]);
+    let token = held["token"].as_str().unwrap().to_string();
+    let (child, err) =
+        watchers::start_waiting(&s, "early", &["--ttl", "2s"], &["sh", "-c", "exit 3"]);
+    let lockctl = child.id();
+    let first = watchers::watcher_of(lockctl);
+    let pipe = open_pipe(first, 3);
+    // SAFETY: F_SETPIPE_SZ on a descriptor the test owns.
+    let set = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    drop(pipe);
+    assert_eq!(set, 4096, "F_SETPIPE_SZ refused");
+    let o = run(lockctl_on(&s).args(["release", "early", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = child.output(Duration::from_secs(60));
+    let mut errs = String::new();
+    std::io::Read::read_to_string(&mut { err }, &mut errs).unwrap_or_default();
+    eprintln!("exit {:?}: {errs}", out.status.code());
+    assert_eq!(out.status.code(), Some(3), "{errs}");
+    assert_eq!(s.get("lockctl:early"), None, "the lock was not released");
+    assert!(
+        eventually(Duration::from_secs(10), || watchers::watchers_of(lockctl)
+            .is_empty()),
+        "a lockctl-guard of lockctl {lockctl} is left"
+    );
+}
