@@ -14,7 +14,7 @@
 
 mod support;
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
@@ -511,5 +511,149 @@ fn a_pipe_shrunk_to_one_page_before_the_grant_still_runs_the_command() {
         eventually(Duration::from_secs(10), || watchers::watchers_of(lockctl)
             .is_empty()),
         "a lockctl-guard of lockctl {lockctl} is left"
+    );
+}
+
+/// Task states (`/proc/PID/task/TID/stat`) of `pid`'s threads, with their names.
+fn thread_states(pid: i32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            let name = stat.split('(').nth(1)?.split(')').next()?.to_string();
+            let st = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .next()?
+                .to_string();
+            Some(format!("{name}:{st}"))
+        })
+        .collect()
+}
+
+/// A read of the watcher's pipe into memory registered with userfaultfd (missing pages), by
+/// another process of the same user through `/proc/WATCHER/fd/3`: the kernel's `pipe_read` holds
+/// the pipe's mutex while it copies to the reader's buffer, and the copy waits in the page fault
+/// for as long as nobody answers it. Every other call on the pipe then waits for that mutex,
+/// uninterruptibly: lockctl's renewal thread in `Link::deadline` (F_GETPIPE_SZ, FIONREAD, the
+/// write), while it holds the deadline's lock, and the watcher in its `read`. Nobody renews, the
+/// key expires, another client takes the lock, and neither lockctl's deadline timer nor the
+/// watcher stops the job. (Not the rule's own doing: FIONREAD and the write took the same mutex
+/// before 42b1bda, which added F_GETPIPE_SZ; the promise that lockctl never blocks on the pipe
+/// assumed a non-blocking descriptor is enough.)
+///
+/// Reproduction: `cargo test --test atk5_review -- --ignored --exact
+/// a_reader_stuck_in_a_page_fault_on_the_watchers_pipe_does_not_keep_the_job_past_its_lease`
+/// (userfaultfd for kernel-mode faults: root, or CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1;
+/// about 20 s).
+#[test]
+#[ignore = "defect at 42b1bda (and before): a same-user reader of the watcher's pipe stuck in a userfaultfd page fault holds the pipe's mutex; lockctl's renewal thread (F_GETPIPE_SZ, FIONREAD, write) and the watcher's read block on it, the lease runs out and the job runs on under another client's lock"]
+fn a_reader_stuck_in_a_page_fault_on_the_watchers_pipe_does_not_keep_the_job_past_its_lease() {
+    const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+    const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
+    let s = Server::start();
+    let job = s.dir().join("job");
+    let err = s.dir().join("lockctl.err");
+    let script = format!("echo $$ > {}; exec sleep 60", job.display());
+    let child = lockctl_on(&s)
+        .args(["exec", "stuck", "--ttl", "1s", "--kill-after", "1s", "--"])
+        .args(["sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let child = watchers::Started(Some(child));
+    let lockctl = child.id();
+    assert!(
+        eventually(Duration::from_secs(30), || std::fs::read_to_string(&job)
+            .is_ok_and(|j| j.ends_with('\n'))),
+        "the command did not start"
+    );
+    let job_pid: i32 = std::fs::read_to_string(&job)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let watcher = watchers::watcher_of(lockctl);
+    // SAFETY: userfaultfd and its ioctls on structures of the sizes the kernel expects (u64
+    // fields), an anonymous mapping of one page owned by the test.
+    let (uffd, mem) = unsafe {
+        let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) as i32;
+        if fd < 0 {
+            eprintln!(
+                "userfaultfd refused: {}; no verdict",
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        let mut api = [0xaau64, 0, 0];
+        assert_eq!(libc::ioctl(fd, UFFDIO_API, api.as_mut_ptr()), 0);
+        let mem = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(mem, libc::MAP_FAILED);
+        // range.start, range.len, mode (MISSING = 1), ioctls (out).
+        let mut reg = [mem as u64, 4096, 1, 0];
+        assert_eq!(libc::ioctl(fd, UFFDIO_REGISTER, reg.as_mut_ptr()), 0);
+        (std::os::fd::OwnedFd::from_raw_fd(fd), mem as usize)
+    };
+    // A blocking reader of the watcher's pipe, through /proc.
+    let pipe = std::fs::File::open(format!("/proc/{watcher}/fd/3")).unwrap();
+    let reader = std::thread::spawn(move || {
+        // SAFETY: a read into the test's registered page, 64 bytes of it.
+        let n = unsafe { libc::read(pipe.as_raw_fd(), mem as *mut libc::c_void, 64) };
+        (n, std::io::Error::last_os_error())
+    });
+    // Another client asks for the lock for 15 s: it gets it once the lease has run out unrenewed.
+    let other = run(lockctl_on(&s).args(["acquire", "stuck", "--ttl", "60s", "-w", "15s"]));
+    let taken = code(&other) == 0;
+    // lockctl's policy would have stopped the job by now: SIGTERM at the deadline, SIGKILL 1 s on.
+    std::thread::sleep(Duration::from_secs(3));
+    let running = alive(job_pid);
+    let lockctl_threads = thread_states(lockctl as i32);
+    let watcher_state = state(watcher);
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    eprintln!(
+        "another client took the lock: {taken}; the job {job_pid} runs: {running}; lockctl's \
+         threads {lockctl_threads:?}; the watcher {watcher_state:?}; lockctl said: {errs}"
+    );
+    // Let the fault go: the read fails (EFAULT) and the pipe's mutex is free again.
+    drop(uffd);
+    let (n, e) = reader.join().unwrap();
+    eprintln!("the stuck read returned {n} ({e})");
+    // SAFETY: unmaps the test's own page.
+    unsafe { libc::munmap(mem as *mut libc::c_void, 4096) };
+    let out = child.output(Duration::from_secs(30));
+    eprintln!(
+        "lockctl exited {:?}: {}",
+        out.status.code(),
+        std::fs::read_to_string(&err).unwrap_or_default()
+    );
+    if running {
+        kill(job_pid, libc::SIGKILL);
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || watchers::watchers_of(lockctl)
+            .is_empty()),
+        "a lockctl-guard of lockctl {lockctl} is left"
+    );
+    assert!(
+        taken,
+        "no verdict: nobody else got the lock: {}",
+        stderr(&other)
+    );
+    assert!(
+        !running,
+        "the job {job_pid} ran on 3 s after another client took the lock (lockctl's threads \
+         {lockctl_threads:?}, the watcher {watcher_state:?}): {errs}"
     );
 }
