@@ -514,7 +514,8 @@ fn a_pipe_shrunk_to_one_page_before_the_grant_still_runs_the_command() {
     );
 }
 
-/// Task states (`/proc/PID/task/TID/stat`) of `pid`'s threads, with their names.
+/// Task states (`/proc/PID/task/TID/stat`) of `pid`'s threads, with their names and the system
+/// calls they are in.
 fn thread_states(pid: i32) -> Vec<String> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
@@ -530,7 +531,10 @@ fn thread_states(pid: i32) -> Vec<String> {
                 .split_whitespace()
                 .next()?
                 .to_string();
-            Some(format!("{name}:{st}"))
+            // The system call it is in, by number (72 fcntl, 16 ioctl, 1 write on x86_64).
+            let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+            let nr = call.split_whitespace().next().unwrap_or("?").to_string();
+            Some(format!("{name}:{st}:{nr}"))
         })
         .collect()
 }
@@ -542,7 +546,11 @@ fn thread_states(pid: i32) -> Vec<String> {
 /// uninterruptibly: lockctl's renewal thread in `Link::deadline` (F_GETPIPE_SZ, FIONREAD, the
 /// write), while it holds the deadline's lock, and the watcher in its `read`. Nobody renews, the
 /// key expires, another client takes the lock, and neither lockctl's deadline timer nor the
-/// watcher stops the job. (Not the rule's own doing: FIONREAD and the write took the same mutex
+/// watcher stops the job. Seen in 4 runs of 4 at 42b1bda: the other client got the lock, the job
+/// still ran 3 s later, lockctl said nothing; lockctl's `renew` thread in D state in `fcntl` (72:
+/// the F_GETPIPE_SZ that 42b1bda added comes first), its `deadline` thread in `futex`, the watcher
+/// in D; once the fault was let go, lockctl said "validity ran out ... ago" and exited 76.
+/// (Not the rule's own doing: FIONREAD and the write took the same mutex
 /// before 42b1bda, which added F_GETPIPE_SZ; the promise that lockctl never blocks on the pipe
 /// assumed a non-blocking descriptor is enough.)
 ///
