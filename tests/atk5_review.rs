@@ -665,3 +665,59 @@ fn a_reader_stuck_in_a_page_fault_on_the_watchers_pipe_does_not_keep_the_job_pas
          {lockctl_threads:?}, the watcher {watcher_state:?}): {errs}"
     );
 }
+
+/// The two-page rule with lockctl's own renewals: a stopped watcher's pipe set to two pages (what
+/// a user past `fs.pipe-user-pages-soft` gets) while it holds a few bytes; renewals every 0.1 s
+/// fill it until `queued + 9 > 4096 - 16` refuses one (HANDLING and 453 deadlines, 4078 bytes, all
+/// in the first page); lockctl then counts the watcher gone (it was already handling the loss),
+/// and once the job ends FORGET and DONE fit, `Watcher::done` resumes the watcher, which exits;
+/// lockctl exits 76 and releases the lock. Passed 1 of 1 at 42b1bda (4078 bytes when renewals
+/// ended).
+#[test]
+fn a_stopped_watchers_two_page_pipe_still_takes_done() {
+    let s = Server::start();
+    let StubbornJob {
+        mut child,
+        lockctl,
+        watcher,
+        stopped,
+        go,
+        err,
+    } = StubbornJob::start(&s, "two", "300ms");
+    let pipe = open_pipe(watcher, 3);
+    // SAFETY: F_SETPIPE_SZ on a descriptor the test owns.
+    let set = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, 8192) };
+    assert_eq!(set, 8192, "F_SETPIPE_SZ refused");
+    let mut last = (bytes_in(&pipe), Instant::now());
+    let settled = eventually(Duration::from_secs(120), || {
+        let q = bytes_in(&pipe);
+        if q != last.0 {
+            last = (q, Instant::now());
+        }
+        last.1.elapsed() > Duration::from_secs(3)
+    });
+    let bytes = bytes_in(&pipe);
+    drop(pipe);
+    std::fs::write(&go, "").unwrap();
+    let status = exit_within(child.0.as_mut().unwrap(), Duration::from_secs(60));
+    child.0.take();
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    let left = !eventually(Duration::from_secs(10), || !stopped.still_there());
+    drop(stopped);
+    eprintln!(
+        "renewals ended: {settled}, {bytes} bytes in the 8192-byte pipe; watcher left {left}"
+    );
+    assert!(
+        settled,
+        "lockctl still writes deadlines into a full two-page pipe"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(76), "{errs}");
+    assert_eq!(s.get("lockctl:two"), None, "the lock was not released");
+    assert!(
+        !left,
+        "the watcher {watcher} outlived its lockctl {lockctl}: {errs}"
+    );
+    assert!(eventually(Duration::from_secs(10), || {
+        watchers::watchers_of(lockctl).is_empty()
+    }));
+}
