@@ -11,6 +11,13 @@
 //! byte free). Shrunk to one page when its first is full, or to two pages when its second holds
 //! its 455 deadlines, the pipe then has no room for DONE, and `Watcher::done` does not resume the
 //! stopped watcher.
+//!
+//! Also here: in a pipe of 16384 pages the byte lost at each page's end outgrows the two-page
+//! reserve (by arithmetic: pipes above 1 MiB are refused where this was written); and a same-user
+//! reader of the watcher's pipe stuck in a userfaultfd page fault holds the pipe's mutex, on which
+//! lockctl's renewal thread (in `Link::deadline`, holding the deadline's lock) and the watcher both
+//! wait, so the job runs on past its lease. What holds: the control shrinks (one page with room
+//! left; before the grant), and the two-page rule under lockctl's own renewals.
 
 mod support;
 
@@ -391,6 +398,10 @@ fn a_watcher_left_by_a_full_page_does_not_kill_a_group_that_reused_the_jobs_id()
 /// them in, as lockctl's renewals would over days (atk4_review's
 /// `a_pipe_grown_after_the_start_still_takes_done` fills its pipe the same way); lockctl's own
 /// renewals go on beside them (`--ttl 5s`).
+///
+/// A model of the kernel's allotment (a write merges into the last page if it fits whole there,
+/// else takes a new one; HANDLING, then deadlines while the rule lets them in) gives: 16, 256,
+/// 4096 and 8192 pages still take FORGET and DONE, 16384 pages take FORGET only.
 ///
 /// Not seen run: where this was written root lacks CAP_SYS_RESOURCE and `fs.pipe-max-size` is
 /// 1 MiB (256 pages, where the reserve holds), so F_SETPIPE_SZ to 64 MiB is refused (EPERM) and the
