@@ -61,36 +61,49 @@ struct Shrunk {
     set: i32,
 }
 
-/// Waits, up to `limit`, until the watcher's pipe holds exactly `at` bytes (looked at every
-/// millisecond; lockctl adds 9 every 0.1 s at `--ttl 300ms`), then sets its capacity to `size`.
-/// An error if the count went past `at` unseen, or the limit passed.
+/// Fills the watcher's pipe to exactly `at` bytes with harmless deadline words (`t` and a
+/// deadline of 0, which the watcher's `max` ignores), written through a write end opened on
+/// `/proc/WATCHER/fd/3` (what any process of the user can do), then sets its capacity to `size`.
+/// lockctl's own renewals add 9 bytes each beside them (every 20 s at `--ttl 60s`; the test does
+/// not wait for them, so that its verdict does not depend on the machine's speed); `at` is one
+/// more than a multiple of 9 (HANDLING first). An error if the count went past `at` (a renewal
+/// between the last look and the resize) or the pipe stopped taking words.
 fn shrink_at(watcher: i32, at: i32, size: i32, limit: Duration) -> Result<Shrunk, String> {
     let pipe = open_pipe(watcher, 3);
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{watcher}/fd/3"))
+        .expect("a write end of the watcher's pipe, opened through /proc");
+    let word = [b't', 0, 0, 0, 0, 0, 0, 0, 0];
     let until = Instant::now() + limit;
-    let mut last = (bytes_in(&pipe), Instant::now());
     loop {
         let bytes = bytes_in(&pipe);
-        if bytes != last.0 {
-            last = (bytes, Instant::now());
-        }
         if bytes == at {
             // SAFETY: F_SETPIPE_SZ on a descriptor the test owns.
             let set = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, size) };
             let bytes = bytes_in(&pipe);
+            if bytes != at {
+                return Err(format!(
+                    "a renewal came between the look and the resize ({bytes})"
+                ));
+            }
             return Ok(Shrunk { bytes, set });
         }
         if bytes > at {
-            return Err(format!("the pipe went past {at} bytes unseen ({bytes})"));
-        }
-        if last.1.elapsed() > Duration::from_secs(5) {
-            return Err(format!(
-                "renewals ended at {bytes} bytes (a renewal too late on a loaded machine?)"
-            ));
+            return Err(format!("the pipe went past {at} bytes ({bytes})"));
         }
         if Instant::now() >= until {
             return Err(format!("the pipe never held {at} bytes ({bytes})"));
         }
-        std::thread::sleep(Duration::from_millis(1));
+        if (at - bytes) % 9 != 0 {
+            // A word of lockctl's other than a deadline is on its way: look again.
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        if !std::io::Write::write(&mut writer, &word).is_ok_and(|n| n == word.len()) {
+            return Err(format!("the pipe took no more words at {bytes} bytes"));
+        }
     }
 }
 
@@ -117,7 +130,7 @@ fn shrunk_scene(name: &str, at: i32, size: i32) -> Result<Outcome, String> {
         stopped,
         go,
         err,
-    } = StubbornJob::start(&s, name, "300ms");
+    } = StubbornJob::start(&s, name, "60s");
     let shrunk = shrink_at(watcher, at, size, Duration::from_secs(240));
     std::fs::write(&go, "").unwrap();
     let status = exit_within(child.0.as_mut().unwrap(), Duration::from_secs(60));
@@ -233,7 +246,7 @@ fn a_pipe_shrunk_to_one_page_with_room_left_takes_done() {
 const LEFT_SCRIPT: &str = r#"
 set -u
 L=$1; NAME=$2; D=$3
-"$L" exec "$NAME" --ttl 300ms --kill-after 1h -- sh -c "trap '' TERM; echo \$\$ > $D/job.tmp; mv $D/job.tmp $D/job; while [ ! -e $D/go ]; do sleep 0.05; done" 2>"$D/lockctl.err" &
+"$L" exec "$NAME" --ttl 60s --kill-after 1h -- sh -c "trap '' TERM; echo \$\$ > $D/job.tmp; mv $D/job.tmp $D/job; while [ ! -e $D/go ]; do sleep 0.05; done" 2>"$D/lockctl.err" &
 LP=$!
 echo $LP > "$D/lockctl.tmp"; mv "$D/lockctl.tmp" "$D/lockctl"
 wait $LP
