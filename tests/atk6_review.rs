@@ -12,7 +12,9 @@
 //! whether it changes the exit code of a run that should succeed (a watcher held at a tracer's
 //! stop, for less than the second lockctl allows a debugger, when the job ends); and whether the
 //! SIGKILL of a watcher that is gone (DONE fails with EPIPE) reaches the process that took its
-//! PID. All three held (see each test).
+//! PID. All three held (see each test). For d363082: the model of the pipe its unit test checks
+//! the rule on agrees with the kernel's pipes, write by write, at 2 to 256 pages (the sizes that
+//! can be made here); a pipe of 3 pages does not exist (F_SETPIPE_SZ rounds to 4).
 //!
 //! What broke, both through PID reuse of a watcher that was killed while the job ran (lockctl
 //! saw it gone and stopped the job) and whose PID a process then took (forced with `ns_last_pid`
@@ -886,4 +888,128 @@ fn orphan_scene(reuse: bool) {
         orphan.trim(),
         errs()
     );
+}
+
+/// The model of the kernel's page allotment that d363082's unit test
+/// (`the_words_fit_in_pipes_of_any_size_in_the_model`, in `src/exec/watcher.rs`) checks
+/// `deadline_fits` on, copied here: a write of at most a page merges into the last page if it
+/// fits whole in its rest, else takes a free page; reads take from the head page, freed once
+/// read to its end.
+struct Model {
+    page: usize,
+    slots: usize,
+    pages: std::collections::VecDeque<(usize, usize)>,
+    queued: usize,
+}
+
+impl Model {
+    fn write(&mut self, n: usize) -> bool {
+        if let Some(last) = self.pages.back_mut() {
+            if last.1 + n <= self.page {
+                last.1 += n;
+                self.queued += n;
+                return true;
+            }
+        }
+        if self.pages.len() == self.slots {
+            return false;
+        }
+        self.pages.push_back((0, n));
+        self.queued += n;
+        true
+    }
+
+    fn read(&mut self, mut n: usize) {
+        self.queued -= n;
+        while n > 0 {
+            let head = self.pages.front_mut().expect("bytes to read");
+            let take = n.min(head.1 - head.0);
+            head.0 += take;
+            n -= take;
+            if head.0 == head.1 {
+                self.pages.pop_front();
+            }
+        }
+    }
+}
+
+/// The model against a real pipe (non-blocking, its capacity set with F_SETPIPE_SZ), in random
+/// runs of writes of 9, 5 and 1 bytes and reads of any length: every write succeeds or fails in
+/// both alike, for pipes of 2 to 256 pages (1 MiB, `fs.pipe-max-size` here; the kernel makes
+/// page counts powers of two: 3 pages asked gives 4). So the unit test's
+/// model, on which d363082's rule was checked up to 65536 pages, is the kernel's at the sizes
+/// that can be made here. For each size and seed (3 seeds), 40 rounds: writes until three in a
+/// row are refused (the pipe full), then a read of 1 byte to 2 pages. Passed 1 of 1 at 6f6c3fc
+/// (17138 to 171835 writes a size and seed, 138 to 159 of them refused, all alike).
+#[test]
+fn the_pipe_model_of_d363082_matches_the_kernel() {
+    let page = 4096usize;
+    for pages in [2usize, 4, 8, 16, 64, 256] {
+        for seed in [1u64, 7, 12345] {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 into a live array; F_SETPIPE_SZ on the descriptors made here.
+            unsafe {
+                assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK), 0);
+                let set = libc::fcntl(fds[1], libc::F_SETPIPE_SZ, (pages * page) as libc::c_int);
+                assert_eq!(set as usize, pages * page, "F_SETPIPE_SZ refused");
+            }
+            let mut m = Model {
+                page,
+                slots: pages,
+                pages: Default::default(),
+                queued: 0,
+            };
+            let mut x = seed;
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let buf = vec![b't'; page];
+            let mut sink = vec![0u8; pages * page];
+            let (mut ops, mut refused) = (0usize, 0usize);
+            // Rounds: writes until three in a row are refused, then a read of up to two pages.
+            for round in 0..40 {
+                let mut in_a_row = 0;
+                while in_a_row < 3 {
+                    let r = next();
+                    let n = match r % 10 {
+                        0 => 5,
+                        1 | 2 => 1,
+                        _ => 9,
+                    };
+                    // SAFETY: a write from a live buffer on the pipe made here.
+                    let w = unsafe { libc::write(fds[1], buf.as_ptr().cast(), n) };
+                    let kernel = w == n as isize;
+                    assert!(kernel || w < 0, "a short write");
+                    let model = m.write(n);
+                    assert_eq!(
+                        kernel, model,
+                        "{pages} pages, seed {seed}, round {round}: a write of {n} with {} queued",
+                        m.queued
+                    );
+                    ops += 1;
+                    if kernel {
+                        in_a_row = 0;
+                    } else {
+                        in_a_row += 1;
+                        refused += 1;
+                    }
+                }
+                let n = 1 + (next() as usize) % m.queued.min(2 * page + 1);
+                // SAFETY: a read into a live buffer from the pipe made here.
+                let got = unsafe { libc::read(fds[0], sink.as_mut_ptr().cast(), n) };
+                assert_eq!(got, n as isize);
+                m.read(n);
+            }
+            eprintln!("{pages} pages, seed {seed}: {ops} operations, {refused} writes refused");
+            assert!(refused > 0, "the pipe never filled");
+            // SAFETY: closing the descriptors made here.
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+        }
+    }
 }
