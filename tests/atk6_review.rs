@@ -1013,3 +1013,99 @@ fn the_pipe_model_of_d363082_matches_the_kernel() {
         }
     }
 }
+
+/// d363082's rule, copied from `src/exec/watcher.rs` (`deadline_fits`, WORDS_AFTER 16).
+fn deadline_fits(capacity: i32, queued: i32, page: i32) -> bool {
+    let room = match capacity / page {
+        0 | 1 => return false,
+        2 => page - 16,
+        pages => capacity - 2 * page - 8 * pages,
+    };
+    queued + 9 <= room
+}
+
+/// d363082's rule on real pipes, in random runs of what lockctl and its watcher do: the first
+/// deadline and the group's word (5 bytes), then deadlines (while the rule lets them in, asked
+/// with FIONREAD as lockctl does) between reads of any length by the watcher, which at a random
+/// moment stops reading for good, leaving its head page read to any byte; lockctl then writes
+/// HANDLING, deadlines while the rule lets them in, FORGET and DONE, which must all fit. Pipes of
+/// 2 to 256 pages, 100 runs each (20 at 64 and 256). Passed 2 of 2 at 6f6c3fc.
+#[test]
+fn d363082s_rule_keeps_room_for_the_words_in_real_pipes() {
+    let page = 4096i32;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let deadline = [b't'; 9];
+    let mut sink = vec![0u8; 256 * 4096];
+    for pages in [2i32, 4, 8, 16, 64, 256] {
+        let runs = if pages >= 64 { 20 } else { 100 };
+        for run in 0..runs {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 into a live array; F_SETPIPE_SZ on the descriptors made here.
+            let capacity = unsafe {
+                assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK), 0);
+                libc::fcntl(fds[1], libc::F_SETPIPE_SZ, pages * page)
+            };
+            assert_eq!(capacity, pages * page);
+            let queued = || {
+                let mut n: libc::c_int = 0;
+                // SAFETY: FIONREAD into a live integer, on the pipe made here.
+                assert_eq!(unsafe { libc::ioctl(fds[1], libc::FIONREAD, &mut n) }, 0);
+                n
+            };
+            // SAFETY (all writes and reads below): live buffers, the pipe made here.
+            let write = |b: &[u8]| unsafe { libc::write(fds[1], b.as_ptr().cast(), b.len()) }
+                == b.len() as isize;
+            assert!(write(&deadline));
+            assert!(write(&[b'g'; 5]));
+            // The watcher reads now and then, until it stops.
+            let steps = next() % (3 * pages as u64 * 455);
+            for _ in 0..steps {
+                let r = next();
+                if r % 4 == 0 {
+                    let q = queued();
+                    if q > 0 {
+                        let n = 1 + (next() % q as u64) as usize;
+                        let got = unsafe { libc::read(fds[0], sink.as_mut_ptr().cast(), n) };
+                        assert_eq!(got, n as isize);
+                    }
+                } else if deadline_fits(capacity, queued(), page) {
+                    assert!(
+                        write(&deadline),
+                        "{pages} pages, run {run}: a deadline let in"
+                    );
+                }
+            }
+            // Stopped: HANDLING, renewals while the rule lets them in, then FORGET and DONE.
+            let left = queued();
+            assert!(
+                write(b"l"),
+                "{pages} pages, run {run}: HANDLING, {left} queued"
+            );
+            let mut more = 0;
+            while deadline_fits(capacity, queued(), page) {
+                assert!(
+                    write(&deadline),
+                    "{pages} pages, run {run}: a deadline let in"
+                );
+                more += 1;
+            }
+            let full = queued();
+            assert!(
+                write(b"f") && write(b"d"),
+                "{pages} pages, run {run}: FORGET or DONE did not fit ({left} bytes queued at the \
+                 stop, {more} deadlines after it, {full} queued)"
+            );
+            // SAFETY: closing the descriptors made here.
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+        }
+    }
+}
