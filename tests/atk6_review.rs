@@ -696,7 +696,7 @@ fn a_pid1_lockctl_does_not_kill_the_process_that_took_its_watchers_pid() {
 /// child too. `has_children` spares that PID, so lockctl takes the job for over; `done`'s DONE
 /// fails (EPIPE), and since 5e49285 the failure sends SIGKILL by PID: the unrelated `sleep 60` is
 /// killed (before 5e49285 a DONE not written sent nothing). The victim is in state Z (killed,
-/// unreaped) while lockctl is still held in its release, 4 of 4 runs at 6f6c3fc; with 5e49285's
+/// unreaped) while lockctl is still held in its release, 5 of 5 runs at 6f6c3fc; with 5e49285's
 /// change to `done` reverted (by hand, not committed) it was alive (S), 2 of 2. The harm is
 /// bounded: lockctl, the namespace's first process, exits right after, and the kernel then kills
 /// every process of the namespace anyway; the victim dies a release's round trip early, by
@@ -766,7 +766,7 @@ exec sleep 30
 /// watcher (promises (a) and (b)). Not a change of 5e49285 (the spare logic is older; the PID
 /// check of `Pinned::signal` without pidfds rests on the same assumption: a child of lockctl with
 /// the watcher's PID is the watcher). The orphan (PID 7 in the namespace, the dead watcher's) was
-/// alive (S) 0.5 s after lockctl's exit 76, the lock's key gone: 3 of 3 runs at 6f6c3fc, and 1 of
+/// alive (S) 0.5 s after lockctl's exit 76, the lock's key gone: 4 of 4 runs at 6f6c3fc, and 1 of
 /// 1 with 5e49285's change to `done` reverted (by hand, not committed). The control, the same
 /// orphan with another PID, is killed at `--kill-after` and lockctl exits 76 with nothing left:
 /// 3 of 3.
