@@ -172,6 +172,10 @@ impl Supervisor {
             self.watcher.forget_group();
             st.leader_reaped = true;
         }
+        if pid as i32 == self.watcher.pid() {
+            // lockctl's own child (lockctl is a PID 1): its PID is about to be free.
+            self.watcher.gone();
+        }
         reap(pid);
         if !st.exited && !has_children(self.watcher.pid()) {
             st.exited = true;

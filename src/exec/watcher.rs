@@ -125,6 +125,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -191,9 +192,9 @@ const RECHECK_MS: u64 = 1000;
 const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 
 /// The lockctl side of the pipe to the watcher, shared by the threads that report to it, and the
-/// watcher's PID.
+/// watcher's PID while the watcher lives (0 once it is known gone: [`Link::gone`]).
 #[derive(Clone)]
-pub struct Link(Arc<OwnedFd>, libc::pid_t);
+pub struct Link(Arc<OwnedFd>, Arc<AtomicI32>);
 
 impl Link {
     /// One message, written whole or not at all: shorter than PIPE_BUF, so atomic among writers, on a
@@ -209,7 +210,14 @@ impl Link {
 
     /// The watcher's PID: a child of lockctl that lockctl's waits do not see (see [`Watcher`]).
     pub fn pid(&self) -> libc::pid_t {
-        self.1
+        self.1.load(Ordering::SeqCst)
+    }
+
+    /// The watcher is gone (its pipe back hung up, or lockctl reaped it): its PID is no longer
+    /// its own, and the process that takes it next, a member of the job that lockctl adopted
+    /// perhaps, is no longer spared as the watcher ([`Link::pid`] is 0 from now on).
+    pub fn gone(&self) {
+        self.1.store(0, Ordering::SeqCst);
     }
 
     /// Tells the watcher the lease now runs until `at`, if the deadline leaves room in the pipe for
@@ -311,7 +319,7 @@ impl Watcher {
         if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let link = Link(Arc::new(write), 0);
+        let link = Link(Arc::new(write), Arc::new(AtomicI32::new(0)));
         let ns = kill_after.as_nanos().min(u64::MAX as u128) as u64;
         // Everything exec needs is built before the clone: the copy may not allocate.
         let exe = c"/proc/self/exe";
@@ -396,6 +404,7 @@ impl Watcher {
         mut report: impl FnMut(Option<&str>) -> bool + Send + 'static,
     ) -> io::Result<()> {
         let back = Arc::clone(&self.back);
+        let link = self.link.clone();
         let pid = self.link.pid();
         // Consecutive looks that found the watcher at a tracer's stop: a traced process passes
         // through one at every system call, so only one that lasts counts (a debugger's).
@@ -421,6 +430,7 @@ impl Watcher {
                         || (n < 0
                             && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted)
                     {
+                        link.gone();
                         gone = Some("is gone");
                     }
                 } else {
@@ -454,12 +464,17 @@ impl Watcher {
     /// with the group gone it has nothing left to guard, and resumed without the word it would take
     /// the pipe's end for lockctl's death and signal the group's ID, which another process may hold
     /// by then. The signal goes through the pidfd, never by PID ([`Pinned::signal`]).
+    ///
+    /// Only a full pipe (EAGAIN: its read end still open) has it killed. A write that fails for a
+    /// watcher gone (EPIPE) signals nothing: gone, and reaped by lockctl when lockctl is a PID 1,
+    /// its PID may already be another process's, one of lockctl's children too.
     pub fn done(self) {
         let told = self.link.send(&[DONE]);
+        let full = !told && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
         if let Some(w) = &self.pinned {
             if told {
                 w.let_go_if_stopped();
-            } else {
+            } else if full {
                 w.signal(libc::SIGKILL);
             }
         }
@@ -613,7 +628,7 @@ impl Starting {
             self.settled = true;
             return Ok(None);
         }
-        let link = Link(Arc::clone(&self.link.0), pid);
+        let link = Link(Arc::clone(&self.link.0), Arc::new(AtomicI32::new(pid)));
         // A write that fails finds the watcher gone (EPIPE): nobody reads the pipe.
         if !link.deadline(deadline) {
             return Ok(None);
