@@ -320,6 +320,84 @@ fn a_watcher_stopped_twice_is_not_left_behind_when_renewals_fill_its_pipe() {
     );
 }
 
+/// `Link::deadline`'s own check, with lockctl's real renewals (`--ttl 5s`, one about every 1.7 s):
+/// the watcher is stopped (lockctl stops the job, which runs on), and the test fills its pipe with
+/// lockctl's 9-byte words through lockctl's descriptor until one more deadline would still fit
+/// the pipe's room (`deadline_fits`: all but two pages and 8 bytes a page of a pipe of three pages
+/// or more) but not
+/// two. The next renewal's deadline fits and is written; the one after must not be: lockctl stops
+/// writing at the room's end, and takes the unwritten deadline for a lost watcher. The renewals are
+/// seen on the server (the key's PTTL goes up). The writes that fill the pipe up to its last byte
+/// are atkwatcher2_review's and the test above's; here only lockctl writes past the room.
+#[test]
+fn lockctl_writes_no_deadline_past_the_room_of_a_stopped_watcher_s_pipe() {
+    let s = Server::start();
+    let StubbornJob {
+        mut child,
+        lockctl,
+        watcher,
+        stopped,
+        go,
+        err,
+    } = StubbornJob::start(&s, "room", "5s");
+    let mut pipe = writer_of(lockctl, watcher, 3).expect("lockctl's end of the watcher's pipe");
+    // SAFETY: F_GETPIPE_SZ on a descriptor the test owns; sysconf reads a kernel value.
+    let (size, page) = unsafe {
+        (
+            libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&pipe), libc::F_GETPIPE_SZ),
+            libc::sysconf(libc::_SC_PAGESIZE) as i32,
+        )
+    };
+    assert!(size >= 3 * page, "a pipe of {size} bytes");
+    let room = size - 2 * page - 8 * (size / page);
+    let word = [b't', 0, 0, 0, 0, 0, 0, 0, 0];
+    while queued(watcher, 3).is_some_and(|q| q + 18 <= room)
+        && std::io::Write::write(&mut pipe, &word).is_ok_and(|n| n == word.len())
+    {}
+    drop(pipe);
+    let filled = queued(watcher, 3).expect("the watcher's pipe");
+    assert!(
+        filled + 9 <= room && filled + 18 > room,
+        "{filled} of {room} bytes"
+    );
+    let pttl = || s.cmd::<i64>(&["PTTL", "lockctl:room"]);
+    // Two renewals after the fill (each within 20 s): the first's deadline fits, the second's not.
+    for n in 1..=2 {
+        let mut last = pttl();
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                let now = pttl();
+                let renewed = now > last;
+                last = now;
+                renewed
+            }),
+            "renewal {n} after the fill did not come: {}",
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
+    }
+    let over = eventually(Duration::from_secs(3), || {
+        queued(watcher, 3).is_some_and(|q| q > room)
+    });
+    let bytes = queued(watcher, 3);
+    std::fs::write(&go, "").unwrap();
+    let status = exit_within(child.0.as_mut().unwrap(), Duration::from_secs(60));
+    child.0.take();
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    let left = !eventually(Duration::from_secs(10), || !stopped.still_there());
+    drop(stopped);
+    assert!(
+        !over,
+        "lockctl wrote a deadline past the room of its stopped watcher's pipe: {bytes:?} bytes \
+         queued, room {room} of {size} (filled to {filled}): {errs}"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(76), "{errs}");
+    assert!(
+        !left,
+        "the watcher {watcher} outlived its lockctl {lockctl}: {errs}"
+    );
+    assert_eq!(s.get("lockctl:room"), None, "the lock was not released");
+}
+
 /// A freezer cgroup (v1) of the test's own, holding one process; thawed and removed when dropped.
 struct Frozen(std::path::PathBuf);
 

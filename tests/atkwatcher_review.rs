@@ -167,6 +167,44 @@ fn a_stopped_middle_process_does_not_hold_a_one_attempt_exec_for_good() {
     middle_stopped(false, &["-n", "--ttl", "2s"]);
 }
 
+/// With `-n` the watcher starts at the grant and a failed start is not made again: the middle
+/// process stopped past its 2 s bound is killed, and the start counts as failed (`reap_middle`:
+/// only an exit 0 is a start), which lockctl says (76, "cannot fork the watcher process"). A
+/// killed middle process taken for a start would leave lockctl waiting for a first word that
+/// never comes, until the lease runs out ("did not answer"), or replacing the watcher.
+#[test]
+fn a_one_attempt_exec_whose_middle_process_was_killed_says_the_fork_failed() {
+    let s = Server::start();
+    let ran = s.dir().join("ran");
+    let Some((child, middle)) =
+        catch_the_middle(&s, "killed", true, &["-n", "--ttl", "2s"], &touch(&ran))
+    else {
+        panic!("the middle process was never caught (50 tries)");
+    };
+    // A try whose middle process was not caught ran its command.
+    let _ = std::fs::remove_file(&ran);
+    let lockctl = child.id();
+    let name = String::from_utf8_lossy(&std::fs::read(format!("/proc/{lockctl}/cmdline")).unwrap())
+        .split('\0')
+        .nth(2)
+        .unwrap()
+        .to_string();
+    let out = child.output(Duration::from_secs(60));
+    drop(middle);
+    let errs = stderr(&out);
+    assert_eq!(code(&out), 76, "{errs}");
+    assert!(!ran.exists(), "the command ran: {errs}");
+    assert!(
+        errs.contains("cannot fork the watcher process"),
+        "a start whose middle process was killed was not counted as failed: {errs}"
+    );
+    assert_eq!(
+        s.get(&format!("lockctl:{name}")),
+        None,
+        "the lock was not released"
+    );
+}
+
 /// Stops the middle process of an exec's watcher start (on a held lock, released then, if
 /// `held`), and checks that lockctl ends on its own within 15 s of the grant: 0 with the command
 /// run, or 76 without it; the lock released, no watcher left, the middle process reaped.

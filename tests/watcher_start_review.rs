@@ -50,7 +50,13 @@ fn a_watcher_held_by_a_debugger_while_waiting_is_replaced_at_the_grant() {
     let o = run(lockctl_on(&s).args(["release", "traced", "--token", &token]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = child.output(Duration::from_secs(60));
+    // The replaced watcher is let go (`Pinned::let_go`): resumed, not killed, as it is not
+    // lockctl's child; a debugger's hold ends only when the debugger lets go, and it then exits
+    // at the end-of-file of its pipe.
+    let held_on = alive(first);
+    let how = state(first);
     drop(traced);
+    let left = !eventually(Duration::from_secs(10), || !alive(first));
     let errs = errs.join().unwrap();
     assert_eq!(
         code(&out),
@@ -59,6 +65,15 @@ fn a_watcher_held_by_a_debugger_while_waiting_is_replaced_at_the_grant() {
     );
     assert!(done.exists(), "the command was cut short: {errs}");
     assert_eq!(s.get("lockctl:traced"), None, "the lock was not released");
+    assert!(
+        held_on,
+        "the replaced watcher {first}, held by a debugger and no child of lockctl's, was killed \
+         (state {how:?}): {errs}"
+    );
+    assert!(
+        !left,
+        "the replaced watcher {first} outlived its debugger's hold by 10 s: {errs}"
+    );
 }
 
 /// lockctl stopped after the grant, before the command's spawn (here: its main thread held at the
