@@ -310,50 +310,6 @@ fn an_unprivileged_user_past_its_pipe_soft_limit_runs_its_command() {
     }
 }
 
-/// The scene of [`a_left_watcher_resumed_later_does_not_kill_a_group_that_reused_the_jobs_id`],
-/// run by bash as the first process of a PID namespace of its own (`$1` lockctl, `$2` the lock's
-/// name, `$3` a directory): lockctl runs a job that ignores SIGTERM until `$3/go` exists (its
-/// group ID in `$3/job`), with lockctl's PID in `$3/lockctl` and its exit code in `$3/status`.
-/// Once `$3/reuse` exists, a `setsid sleep 60` is started with the job's old group ID as its PID
-/// (`ns_last_pid`), so that it leads a process group of that ID (its PID and group in
-/// `$3/victim`), and how it ended goes to `$3/victim_status`.
-const LEFT_SCRIPT: &str = r#"
-set -u
-L=$1; NAME=$2; D=$3
-"$L" exec "$NAME" --ttl 300ms --kill-after 1h -- sh -c "trap '' TERM; echo \$\$ > $D/job.tmp; mv $D/job.tmp $D/job; while [ ! -e $D/go ]; do sleep 0.05; done" 2>"$D/lockctl.err" &
-LP=$!
-echo $LP > "$D/lockctl.tmp"; mv "$D/lockctl.tmp" "$D/lockctl"
-wait $LP
-echo $? > "$D/status.tmp"; mv "$D/status.tmp" "$D/status"
-for i in $(seq 1 2400); do [ -e "$D/reuse" ] && break; sleep 0.05; done
-[ -e "$D/reuse" ] || exit 3
-P=$(cat "$D/job")
-echo $((P-1)) > /proc/sys/kernel/ns_last_pid
-setsid sleep 60 &
-V=$!
-for i in $(seq 1 200); do [ "$(awk '{print $5}' /proc/$V/stat)" = "$V" ] && break; sleep 0.01; done
-echo "$V $(awk '{print $5}' /proc/$V/stat)" > "$D/victim.tmp"; mv "$D/victim.tmp" "$D/victim"
-wait $V
-echo $? > "$D/victim_status"
-"#;
-
-/// The processes of the PID namespace of `init` (an outer PID) whose command line starts with
-/// `prefix`, by their outer PIDs.
-fn in_namespace_of(init: i32, prefix: &[u8]) -> Vec<i32> {
-    let Ok(ns) = std::fs::read_link(format!("/proc/{init}/ns/pid")) else {
-        return Vec::new();
-    };
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| std::fs::read_link(format!("/proc/{p}/ns/pid")).is_ok_and(|n| n == ns))
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(prefix))
-        })
-        .filter(|&p| alive(p))
-        .collect()
-}
-
 /// What a watcher left stopped by [`a_watcher_whose_pipe_was_shrunk_is_not_left_behind`] does
 /// when it is resumed later (any SIGCONT: `pkill -CONT`, a `kill -CONT -1`, a debugger's
 /// detach): it reads HANDLING and the deadlines, but neither FORGET (lockctl's "the group's ID
@@ -372,126 +328,20 @@ fn in_namespace_of(init: i32, prefix: &[u8]) -> Vec<i32> {
 #[test]
 // Fixed by deadline_fits (the room a deadline leaves follows the pipe's size, asked each time): was a defect in 93ed0d8: the watcher left stopped by a shrunk pipe (no FORGET, no DONE) kills, once resumed, the process group that took the job's old group ID
 fn a_left_watcher_resumed_later_does_not_kill_a_group_that_reused_the_jobs_id() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: no PID namespace of the test's own; skipped");
-        return;
-    }
-    need_tool("unshare", "--version");
-    let s = Server::start();
-    let d = s.dir().to_path_buf();
-    let at = |f: &str| d.join(f);
-    let read = |f: &str| std::fs::read_to_string(d.join(f)).ok();
-    let ns = std::process::Command::new("unshare")
-        .args([
-            "-pf",
-            "--kill-child",
-            "--mount-proc",
-            "bash",
-            "-c",
-            LEFT_SCRIPT,
-            "left",
-        ])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .arg("left")
-        .arg(&d)
-        .env("LOCKCTL_REDIS", s.url())
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(at("ns.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let ns = watchers::Started(Some(ns));
-    let unshare = ns.id() as i32;
-    // The namespace's first process (bash), the child of unshare's fork.
-    let mut init = None;
-    assert!(eventually(Duration::from_secs(30), || {
-        init = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
-            .ok()
-            .and_then(|c| c.split_whitespace().next()?.parse::<i32>().ok());
-        init.is_some() && read("job").is_some() && read("lockctl").is_some()
-    }));
-    let init = init.unwrap();
-    let lockctl: u32 = read("lockctl").unwrap().trim().parse().unwrap();
-    let prefix = format!("lockctl-guard\0--lockctl-guard\0{lockctl}:");
-    let mut found = Vec::new();
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            found = in_namespace_of(init, prefix.as_bytes());
-            found.len() == 1
-        }),
-        "lockctl {lockctl}'s watcher not found: {found:?}"
-    );
-    let watcher = found[0];
-    kill(watcher, libc::SIGSTOP);
-    let stopped = watchers::Stopped::of(watcher);
-    assert!(eventually(Duration::from_secs(10), || state(watcher) == Some('T')));
-    assert!(
-        eventually(Duration::from_secs(10), || read("lockctl.err")
-            .is_some_and(|e| e.contains("is stopped"))),
-        "lockctl did not see its watcher stopped"
-    );
-    assert_eq!(set_pipe_size(watcher, 3, 4096), 4096);
-    let mut last = (queued(watcher, 3), std::time::Instant::now());
-    eventually(Duration::from_secs(120), || {
-        let q = queued(watcher, 3);
-        if q != last.0 {
-            last = (q, std::time::Instant::now());
-        }
-        q.is_some_and(|q| q >= 4096 - 8) || last.1.elapsed() > Duration::from_secs(3)
+    watchers::left_watcher_scene("300ms", |watcher| {
+        assert_eq!(set_pipe_size(watcher, 3, 4096), 4096);
+        // lockctl's renewals (every 0.1 s) fill the pipe as far as they may; settled once none
+        // came for 3 s, or at the page's end.
+        let mut last = (queued(watcher, 3), std::time::Instant::now());
+        eventually(Duration::from_secs(120), || {
+            let q = queued(watcher, 3);
+            if q != last.0 {
+                last = (q, std::time::Instant::now());
+            }
+            q.is_some_and(|q| q >= 4096 - 8) || last.1.elapsed() > Duration::from_secs(3)
+        });
+        format!("{:?} bytes in the 4096-byte pipe", queued(watcher, 3))
     });
-    let bytes = queued(watcher, 3);
-    std::fs::write(at("go"), "").unwrap();
-    assert!(
-        eventually(Duration::from_secs(60), || read("status").is_some()),
-        "lockctl did not exit"
-    );
-    let status = read("status").unwrap();
-    let errs = read("lockctl.err").unwrap_or_default();
-    let left = stopped.still_there();
-    eprintln!(
-        "lockctl exited {} with {bytes:?} bytes in the 4096-byte pipe; watcher {watcher} left: \
-         {left} ({:?})",
-        status.trim(),
-        state(watcher)
-    );
-    assert_eq!(status.trim(), "76", "{errs}");
-    assert_eq!(s.get("lockctl:left"), None, "the lock was not released");
-    std::fs::write(at("reuse"), "").unwrap();
-    assert!(
-        eventually(Duration::from_secs(30), || read("victim").is_some()),
-        "no victim started: {:?}",
-        read("ns.err")
-    );
-    let job = read("job").unwrap().trim().to_string();
-    let victim = read("victim").unwrap();
-    let reused = victim.split_whitespace().all(|v| v == job);
-    eprintln!(
-        "the job's group was {job}; now pid and group {}",
-        victim.trim()
-    );
-    if !left {
-        // Nothing to resume: the watcher is gone, as it should be.
-        drop(stopped);
-        return;
-    }
-    assert!(
-        reused,
-        "no verdict: the job's old ID {job} was not handed to the victim ({victim})"
-    );
-    kill(watcher, libc::SIGCONT);
-    let ended = eventually(Duration::from_secs(10), || read("victim_status").is_some());
-    let gone = eventually(Duration::from_secs(10), || !stopped.still_there());
-    drop(stopped);
-    drop(ns);
-    assert!(gone, "the resumed watcher {watcher} did not exit");
-    assert!(
-        !ended,
-        "the watcher left stopped, once resumed, killed the process group {job} that took the \
-         job's old ID after lockctl's exit 76 (victim ended with status {:?}): {errs}",
-        read("victim_status")
-    );
 }
 
 /// The other way round: the pipe's capacity raised to 1 MiB by another process after the start

@@ -236,50 +236,6 @@ fn a_pipe_shrunk_to_one_page_with_room_left_takes_done() {
     }
 }
 
-/// The scene of [`a_watcher_left_by_a_full_page_does_not_kill_a_group_that_reused_the_jobs_id`]
-/// (atk4_review's, unchanged), run by bash as the first process of a PID namespace of its own
-/// (`$1` lockctl, `$2` the lock's name, `$3` a directory): lockctl runs a job that ignores
-/// SIGTERM until `$3/go` exists (its group ID in `$3/job`), with lockctl's PID in `$3/lockctl` and
-/// its exit code in `$3/status`. Once `$3/reuse` exists, a `setsid sleep 60` is started with the
-/// job's old group ID as its PID (`ns_last_pid`), so that it leads a process group of that ID (its
-/// PID and group in `$3/victim`), and how it ended goes to `$3/victim_status`.
-const LEFT_SCRIPT: &str = r#"
-set -u
-L=$1; NAME=$2; D=$3
-"$L" exec "$NAME" --ttl 60s --kill-after 1h -- sh -c "trap '' TERM; echo \$\$ > $D/job.tmp; mv $D/job.tmp $D/job; while [ ! -e $D/go ]; do sleep 0.05; done" 2>"$D/lockctl.err" &
-LP=$!
-echo $LP > "$D/lockctl.tmp"; mv "$D/lockctl.tmp" "$D/lockctl"
-wait $LP
-echo $? > "$D/status.tmp"; mv "$D/status.tmp" "$D/status"
-for i in $(seq 1 2400); do [ -e "$D/reuse" ] && break; sleep 0.05; done
-[ -e "$D/reuse" ] || exit 3
-P=$(cat "$D/job")
-echo $((P-1)) > /proc/sys/kernel/ns_last_pid
-setsid sleep 60 &
-V=$!
-for i in $(seq 1 200); do [ "$(awk '{print $5}' /proc/$V/stat)" = "$V" ] && break; sleep 0.01; done
-echo "$V $(awk '{print $5}' /proc/$V/stat)" > "$D/victim.tmp"; mv "$D/victim.tmp" "$D/victim"
-wait $V
-echo $? > "$D/victim_status"
-"#;
-
-/// The processes of the PID namespace of `init` (an outer PID) whose command line starts with
-/// `prefix`, by their outer PIDs.
-fn in_namespace_of(init: i32, prefix: &[u8]) -> Vec<i32> {
-    let Ok(ns) = std::fs::read_link(format!("/proc/{init}/ns/pid")) else {
-        return Vec::new();
-    };
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| std::fs::read_link(format!("/proc/{p}/ns/pid")).is_ok_and(|n| n == ns))
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(prefix))
-        })
-        .filter(|&p| alive(p))
-        .collect()
-}
-
 /// What the watcher left stopped by
 /// [`a_pipe_shrunk_to_one_page_once_its_first_is_full_still_takes_done`] does when it is resumed
 /// later (any SIGCONT: `pkill -CONT`, `kill -CONT -1`, a debugger's detach): it reads HANDLING and
@@ -296,119 +252,12 @@ fn in_namespace_of(init: i32, prefix: &[u8]) -> Vec<i32> {
 #[test]
 // Fixed by 5e49285 (a watcher whose DONE does not fit is killed through its pidfd): was a defect at 42b1bda: the watcher left stopped by a pipe shrunk to one full page (no FORGET, no DONE) kills, once resumed, the process group that took the job's old ID after lockctl's exit
 fn a_watcher_left_by_a_full_page_does_not_kill_a_group_that_reused_the_jobs_id() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: no PID namespace of the test's own; skipped");
-        return;
-    }
-    need_tool("unshare", "--version");
-    let s = Server::start();
-    let d = s.dir().to_path_buf();
-    let at = |f: &str| d.join(f);
-    let read = |f: &str| std::fs::read_to_string(d.join(f)).ok();
-    let ns = std::process::Command::new("unshare")
-        .args([
-            "-pf",
-            "--kill-child",
-            "--mount-proc",
-            "bash",
-            "-c",
-            LEFT_SCRIPT,
-            "left",
-        ])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .arg("left")
-        .arg(&d)
-        .env("LOCKCTL_REDIS", s.url())
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(at("ns.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let ns = watchers::Started(Some(ns));
-    let unshare = ns.id() as i32;
-    // The namespace's first process (bash), the child of unshare's fork.
-    let mut init = None;
-    assert!(eventually(Duration::from_secs(30), || {
-        init = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
-            .ok()
-            .and_then(|c| c.split_whitespace().next()?.parse::<i32>().ok());
-        init.is_some() && read("job").is_some() && read("lockctl").is_some()
-    }));
-    let init = init.unwrap();
-    let lockctl: u32 = read("lockctl").unwrap().trim().parse().unwrap();
-    let prefix = format!("lockctl-guard\0--lockctl-guard\0{lockctl}:");
-    let mut found = Vec::new();
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            found = in_namespace_of(init, prefix.as_bytes());
-            found.len() == 1
-        }),
-        "lockctl {lockctl}'s watcher not found: {found:?}"
-    );
-    let watcher = found[0];
-    kill(watcher, libc::SIGSTOP);
-    let stopped = watchers::Stopped::of(watcher);
-    assert!(eventually(Duration::from_secs(10), || state(watcher) == Some('T')));
-    assert!(
-        eventually(Duration::from_secs(10), || read("lockctl.err")
-            .is_some_and(|e| e.contains("is stopped"))),
-        "lockctl did not see its watcher stopped"
-    );
-    let shrunk = shrink_at(watcher, 4096, 4096, Duration::from_secs(240));
-    std::fs::write(at("go"), "").unwrap();
-    assert!(
-        eventually(Duration::from_secs(60), || read("status").is_some()),
-        "lockctl did not exit"
-    );
-    let status = read("status").unwrap();
-    let errs = read("lockctl.err").unwrap_or_default();
-    let shrunk = shrunk.unwrap_or_else(|e| panic!("no verdict: {e}; {errs}"));
-    let left = !eventually(Duration::from_secs(10), || !stopped.still_there());
-    eprintln!(
-        "lockctl exited {} after {shrunk:?}; watcher {watcher} left: {left} ({:?}, {:?} bytes)",
-        status.trim(),
-        state(watcher),
-        queued(watcher, 3)
-    );
-    assert_eq!(shrunk.set, 4096, "F_SETPIPE_SZ refused");
-    assert_eq!(status.trim(), "76", "{errs}");
-    assert_eq!(s.get("lockctl:left"), None, "the lock was not released");
-    std::fs::write(at("reuse"), "").unwrap();
-    assert!(
-        eventually(Duration::from_secs(30), || read("victim").is_some()),
-        "no victim started: {:?}",
-        read("ns.err")
-    );
-    let job = read("job").unwrap().trim().to_string();
-    let victim = read("victim").unwrap();
-    let reused = victim.split_whitespace().all(|v| v == job);
-    eprintln!(
-        "the job's group was {job}; now pid and group {}",
-        victim.trim()
-    );
-    if !left {
-        // Nothing to resume: the watcher is gone, as it should be.
-        drop(stopped);
-        return;
-    }
-    assert!(
-        reused,
-        "no verdict: the job's old ID {job} was not handed to the victim ({victim})"
-    );
-    kill(watcher, libc::SIGCONT);
-    let ended = eventually(Duration::from_secs(10), || read("victim_status").is_some());
-    let gone = eventually(Duration::from_secs(10), || !stopped.still_there());
-    drop(stopped);
-    drop(ns);
-    assert!(gone, "the resumed watcher {watcher} did not exit");
-    assert!(
-        !ended,
-        "the watcher left stopped, once resumed, killed the process group {job} that took the \
-         job's old ID after lockctl's exit 76 (victim ended with status {:?}): {errs}",
-        read("victim_status")
-    );
+    watchers::left_watcher_scene("60s", |watcher| {
+        let shrunk = shrink_at(watcher, 4096, 4096, Duration::from_secs(240))
+            .unwrap_or_else(|e| panic!("no verdict: {e}"));
+        assert_eq!(shrunk.set, 4096, "F_SETPIPE_SZ refused");
+        format!("{shrunk:?}")
+    });
 }
 
 /// A pipe of 16384 pages (64 MiB: root, or any user where `fs.pipe-max-size` was raised that far)
