@@ -17,7 +17,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::watchers::Started;
+use support::watchers::{self, Started};
 use support::*;
 
 fn read(d: &std::path::Path, f: &str) -> Option<String> {
@@ -237,4 +237,84 @@ fn orphan_scene(reuse: bool) {
         orphan.trim(),
         errs()
     );
+}
+
+/// lockctl as the first process of a PID namespace (`unshare -pf --mount-proc`), so its watcher
+/// is its own child and a false `Link::gone` would have lockctl wait for the live watcher as a
+/// job member (a hang until `--kill-after`) or signal it. While the job (`sleep 3; exit 3`) runs,
+/// the test opens a second read end and a second write end of the watcher's pipe back through
+/// `/proc/WATCHER/fd/4` and, 150 times 10 ms apart, writes a byte and at once tries to read it
+/// back itself: a thief racing lockctl's monitor between its poll and its read. lockctl's read is
+/// blocking, so a stolen byte leaves it waiting, never reading 0 or failing. lockctl must exit 3
+/// within 20 s, say nothing of a lost lease, and leave no watcher. Passed 3 of 3 at 0d15e34.
+#[test]
+fn a_thief_on_the_pipe_back_makes_no_false_hang_up_for_a_pid1_lockctl() {
+    use std::io::{Read, Write};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no PID namespace of the test's own; skipped");
+        return;
+    }
+    need_tool("unshare", "--version");
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let err = d.join("lockctl.err");
+    let mut ns = std::process::Command::new("unshare")
+        .args(["-pf", "--kill-child", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "thief", "--ttl", "60s", "--kill-after", "1h", "--"])
+        .args(["sh", "-c", "sleep 3; exit 3"])
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let unshare = ns.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            lockctl = children_of(unshare).first().copied().unwrap_or(0);
+            lockctl > 0
+        }),
+        "lockctl did not start"
+    );
+    let ns_link = std::fs::read_link(format!("/proc/{lockctl}/ns/pid")).unwrap();
+    let mut found = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            found = watchers_of("1", Some(&ns_link));
+            found.len() == 1
+        }),
+        "the watcher not found: {found:?}"
+    );
+    let watcher = found[0];
+    let mut w = back_pipe_end(watcher, true);
+    let mut r = back_pipe_end(watcher, false);
+    let (mut sent, mut stolen) = (0, 0);
+    for _ in 0..150 {
+        if w.write(&[0x55]).is_ok() {
+            sent += 1;
+        }
+        let mut b = [0u8; 16];
+        if let Ok(n) = r.read(&mut b) {
+            stolen += n;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(w);
+    drop(r);
+    let status = watchers::exit_within(&mut ns, Duration::from_secs(20));
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    if status.is_none() {
+        let _ = ns.kill();
+        let _ = ns.wait();
+    }
+    eprintln!("sent {sent}, stolen {stolen}; lockctl {status:?}; {errs}");
+    assert!(sent > 0 && stolen > 0, "no verdict: no byte was stolen");
+    let status = status.expect("lockctl did not exit within 20 s of the job's end");
+    assert_eq!(status.code(), Some(3), "{errs}");
+    assert!(!errs.contains("lost"), "{errs}");
+    assert!(!alive(watcher), "the watcher is left: {errs}");
 }
