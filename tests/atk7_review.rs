@@ -348,7 +348,8 @@ fn thread_syscall(pid: i32, comm: &str) -> Option<String> {
 
 /// The scene of [`a_byte_stolen_from_the_pipe_back_blinds_lockctl_to_a_stopped_watcher`]: lockctl
 /// (not a PID 1) runs `sh -c 'echo $$ > FILE; exec sleep 30'` with `--ttl 2s`. With `thief`, a
-/// thread of the test blocks in a read on a second read end of the watcher's pipe back (`/proc/WATCHER/fd/4`), and the test
+/// thread of the test blocks in a read on a second read end of the watcher's pipe back
+/// (`/proc/WATCHER/fd/4`), and the test
 /// writes single bytes to a second write end, 50 ms apart, until lockctl's `watcher-check`
 /// thread is found blocked in `read` (syscall 0) twice 50 ms apart: it passed its poll, and the
 /// thief took the byte first. Then the watcher is stopped (SIGSTOP), 1 s later lockctl is killed
@@ -447,8 +448,7 @@ fn blind_scene(thief: bool) -> (u32, String, bool) {
 /// thread blocked in `read` for good: it no longer looks at the watcher's state every 100 ms. The
 /// watcher is then stopped (SIGSTOP) and lockctl killed (SIGKILL) 1 s later: lockctl never said
 /// "is stopped" nor stopped the job, and the job (`sh -c 'echo $$ > FILE; exec sleep 30'`) still
-/// runs 5 s after lockctl's
-/// death, past its lease's deadline, with its watcher stopped (promise (a)). The control without
+/// runs 5 s after lockctl's death, past its lease's deadline, with its watcher stopped (promise (a)). The control without
 /// the thief ([`a_stopped_watcher_is_seen_without_a_thief`]) has lockctl say "is stopped" and end
 /// the job (3 of 3). Not a change of 0d15e34 (the monitor's blocking read is older). At 0d15e34:
 /// 3 of 3 runs (8 to 33 bytes written before the monitor was caught in `read`), lockctl's stderr
