@@ -448,7 +448,8 @@ fn blind_scene(thief: bool) -> (u32, String, bool) {
 /// thread blocked in `read` for good: it no longer looks at the watcher's state every 100 ms. The
 /// watcher is then stopped (SIGSTOP) and lockctl killed (SIGKILL) 1 s later: lockctl never said
 /// "is stopped" nor stopped the job, and the job (`sh -c 'echo $$ > FILE; exec sleep 30'`) still
-/// runs 5 s after lockctl's death, past its lease's deadline, with its watcher stopped (promise (a)). The control without
+/// runs 5 s after lockctl's death, past its lease's deadline, with its watcher stopped (promise
+/// (a)). The control without
 /// the thief ([`a_stopped_watcher_is_seen_without_a_thief`]) has lockctl say "is stopped" and end
 /// the job (3 of 3). Not a change of 0d15e34 (the monitor's blocking read is older). At 0d15e34:
 /// 3 of 3 runs (8 to 33 bytes written before the monitor was caught in `read`), lockctl's stderr
