@@ -18,7 +18,9 @@
 //! watcher's state; a watcher stopped then goes unnoticed, and, lockctl killed, the job outlives
 //! its lease. And the held write end alone hides a killed watcher from the monitor until the
 //! next renewal (up to a third of the TTL): lockctl killed in that window leaves the job running
-//! past its lease with no watcher.
+//! past its lease with no watcher. Holding a read end of the watcher's own pipe as well
+//! (`/proc/WATCHER/fd/3`) keeps the renewals' deadline writes succeeding, so lockctl never learns
+//! its watcher is gone at all.
 //!
 //! Held: a thief makes no false hang-up for a PID 1 lockctl (exit code passed through, nothing
 //! lost, no watcher left); a PID 1 lockctl reaps a dead watcher hidden by a held
@@ -651,4 +653,72 @@ fn a_pid1_lockctl_reaps_a_dead_watcher_hidden_by_a_held_write_end() {
         "{status:?}: {errs}"
     );
     assert!(!alive(watcher), "{errs}");
+}
+
+/// A process of the user holds two more ends: a write end of the watcher's pipe back
+/// (`/proc/WATCHER/fd/4`) and a read end of the watcher's own pipe (`/proc/WATCHER/fd/3`, which
+/// it never reads). The watcher is killed (SIGKILL) while lockctl (not a PID 1, `--ttl 3s`: a
+/// renewal every second) runs `sh -c 'echo $$ > FILE; exec sleep 60'`. The monitor sees no
+/// hang-up, and each renewal's deadline is written into a pipe that still has a reader, so lockctl
+/// never learns its watcher is gone: 4 s later (some 4 renewals) it has said nothing and the job
+/// runs. lockctl is then killed (SIGKILL), and the job is alive 6 s later, past its 3 s lease, with
+/// no watcher (promise (a)). At 0d15e34: 3 of 3 runs. Not a change of 0d15e34.
+///
+/// Reproduction (about 11 s): `cargo test --test atk7_review -- --ignored --exact
+/// held_ends_of_both_pipes_hide_a_dead_watcher_for_good`.
+#[test]
+#[ignore = "defect at 0d15e34: with a write end of the pipe back and a read end of the watcher's pipe held by another process, a killed watcher is never noticed; lockctl killed later leaves the job running past its lease"]
+fn held_ends_of_both_pipes_hide_a_dead_watcher_for_good() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let s = Server::start();
+    let err = s.dir().join("lockctl.err");
+    let jobf = s.dir().join("job");
+    let mut l = std::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "both", "--ttl", "3s", "--", "sh", "-c"])
+        .arg(format!(
+            "echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 60",
+            jobf.display()
+        ))
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let lockctl = l.id() as i32;
+    let mut found = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            found = watchers_of(&lockctl.to_string(), None);
+            found.len() == 1 && read(s.dir(), "job").is_some()
+        }),
+        "the watcher or the job not found: {found:?}"
+    );
+    let watcher = found[0];
+    let job: i32 = read(s.dir(), "job").unwrap().trim().parse().unwrap();
+    let back = back_pipe_end(watcher, true);
+    let input = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{watcher}/fd/3"))
+        .unwrap();
+    kill(watcher, libc::SIGKILL);
+    std::thread::sleep(Duration::from_secs(4));
+    let said = std::fs::read_to_string(&err).unwrap_or_default();
+    let running = alive(job);
+    kill(lockctl, libc::SIGKILL);
+    let _ = l.wait();
+    std::thread::sleep(Duration::from_secs(6));
+    let left = alive(job)
+        && std::fs::read_to_string(format!("/proc/{job}/stat")).is_ok_and(|s| !s.contains(") Z"));
+    drop((back, input));
+    if alive(job) {
+        kill(job, libc::SIGKILL);
+    }
+    eprintln!("4 s after the watcher's kill: job running {running}, lockctl said {said:?}; job left 6 s after lockctl's kill: {left}");
+    assert!(
+        !left,
+        "the job outlived lockctl and its lease with no watcher: {said}"
+    );
 }
