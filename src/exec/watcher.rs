@@ -201,11 +201,17 @@ impl Link {
     /// non-blocking pipe. False if the watcher is gone (EPIPE, with SIGPIPE ignored by the Rust
     /// runtime) or does not read (EAGAIN: its pipe is full, it is stopped); a caller never blocks,
     /// whatever lock it holds.
+    ///
+    /// EPIPE says the pipe has no reader left: the watcher is gone ([`Link::gone`]), even when a
+    /// process of the user holds another write end of its pipe back, which keeps that pipe from
+    /// hanging up. errno is left as the write set it.
     fn send(&self, msg: &[u8]) -> bool {
         // SAFETY: a write from a live buffer on our own pipe.
-        unsafe {
-            libc::write(self.0.as_raw_fd(), msg.as_ptr().cast(), msg.len()) == msg.len() as isize
+        let written = unsafe { libc::write(self.0.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
+        if written < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPIPE) {
+            self.gone();
         }
+        written == msg.len() as isize
     }
 
     /// The watcher's PID: a child of lockctl that lockctl's waits do not see (see [`Watcher`]).
