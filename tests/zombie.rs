@@ -61,7 +61,11 @@ fn example_script_shows_the_store_rejecting_the_zombie() {
     assert!(at("has expired in Redis") < at("[client-2] holds the lock"));
     assert!(at(&format!("[client-2] write ACCEPTED with token {f2}")) < at("wakes up (SIGCONT)"));
     assert!(at("wakes up (SIGCONT)") < at("[client-1] write REJECTED"));
-    assert!(at("lease on 'zombie' lost") > at("wakes up (SIGCONT)"));
+    // The job is continued first, so it may end before lockctl's timer runs: then lockctl says the
+    // lease was lost in its exit line ("exit 76 (lease lost: its validity ran out ...)") rather
+    // than as it stops the job ("lease on 'zombie' lost: its validity ran out ..."); seen once in
+    // a full CI run under load.
+    assert!(at("its validity ran out") > at("wakes up (SIGCONT)"));
     // Everything it started and created is gone.
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
