@@ -33,7 +33,9 @@ mod support;
 use std::io::Write;
 use std::time::Duration;
 
-use support::watchers::{self, exit_within, queued, state, writer_of, Started, Stopped, Traced};
+use support::watchers::{
+    self, children_of, exit_within, inner_pid, queued, state, writer_of, Started, Stopped, Traced,
+};
 use support::*;
 
 /// Fills the pipe behind `w` to its last byte: deadlines of 0 (`t` and 8 zero bytes, ignored by
@@ -478,34 +480,6 @@ fn without_pidfd(cmd: &mut std::process::Command) {
     }
 }
 
-/// The children of `pid` (outer PIDs), from the kernel's lists of each of its threads.
-fn children_of(pid: i32) -> Vec<i32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| {
-            c.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .collect()
-}
-
-/// `pid`'s PID in its own (innermost) PID namespace.
-fn inner_pid(pid: i32) -> Option<i32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with("NSpid:"))?
-        .split_whitespace()
-        .last()?
-        .parse()
-        .ok()
-}
-
 /// What a process that took the dead watcher's PID looked like once lockctl, the first process of
 /// a PID namespace, had called `Watcher::done`.
 #[derive(Debug)]
@@ -724,41 +698,6 @@ fn a_pid1_lockctl_without_pidfd_does_not_kill_the_process_that_took_its_watchers
     pid1_check(pid1_scene(true).unwrap_or_else(|e| panic!("no verdict: {e}")));
 }
 
-/// The scene of [`a_job_process_that_took_the_dead_watchers_pid_does_not_outlive_lockctl`], run
-/// by bash as the first process of a PID namespace of its own (`$1` lockctl, `$2` the lock's name,
-/// `$3` a directory): lockctl (not the namespace's first process: its watcher is not its child)
-/// runs `$3/job.sh`. lockctl's exit code goes to `$3/status`, and the state of the job's orphan
-/// (its PID in `$3/orphan`) 0.5 s later to `$3/orphan_after` (`gone` if it is gone).
-const ORPHAN_SCRIPT: &str = r#"
-set -u
-L=$1; NAME=$2; D=$3
-"$L" exec "$NAME" --ttl 2s --kill-after 1s -- sh "$D/job.sh" 2>"$D/lockctl.err" &
-LP=$!
-echo $LP > "$D/lockctl.tmp"; mv "$D/lockctl.tmp" "$D/lockctl"
-wait $LP
-echo $? > "$D/status.tmp"; mv "$D/status.tmp" "$D/status"
-sleep 0.5
-O=$(cat "$D/orphan" 2>/dev/null || echo 0)
-S=gone; [ -e /proc/$O/stat ] && S=$(awk '{print $3}' /proc/$O/stat)
-echo $S > "$D/orphan_after.tmp"; mv "$D/orphan_after.tmp" "$D/orphan_after"
-"#;
-
-/// The job: on SIGTERM (the lease lost), it waits 0.5 s, then starts a process with the PID in
-/// `$D/reuse` (the dead watcher's: `ns_last_pid`; any PID if it holds 0) that outlives it, and exits: the process, an
-/// orphan of the job, comes to lockctl, its subreaper.
-const ORPHAN_JOB: &str = r#"
-D=$(dirname "$0")
-trap 'sleep 0.5; W=$(cat $D/reuse); [ "$W" -gt 0 ] && echo $((W-1)) > /proc/sys/kernel/ns_last_pid; sh $D/orphan.sh & exit 0' TERM
-echo $$ > $D/job.tmp; mv $D/job.tmp $D/job
-while :; do sleep 0.05; done
-"#;
-
-const ORPHAN: &str = r#"
-D=$(dirname "$0")
-echo $$ > $D/orphan.tmp; mv $D/orphan.tmp $D/orphan
-exec sleep 30
-"#;
-
 /// A watcher killed (SIGKILL, as the OOM killer or any process of the user may) while the job
 /// runs, in a PID namespace of the test's own where lockctl is not the first process: lockctl
 /// says "is gone" and sends the job SIGTERM. The job's handler starts a process that takes the
@@ -781,7 +720,7 @@ exec sleep 30
 #[test]
 // Fixed: the watcher's PID is spared only while the watcher lives (`Link::gone`, set when its pipe back hangs up or lockctl reaps it); was a defect at 6f6c3fc (older than 5e49285): a job process that took the dead watcher's PID and came to lockctl as its orphan is spared by has_children and kill_job, and outlives lockctl's exit 76 and the release
 fn a_job_process_that_took_the_dead_watchers_pid_does_not_outlive_lockctl() {
-    orphan_scene(true);
+    watchers::orphan_scene(true, false);
 }
 
 /// The control: the same job, its orphan started with any PID (not the watcher's). lockctl waits
@@ -789,110 +728,7 @@ fn a_job_process_that_took_the_dead_watchers_pid_does_not_outlive_lockctl() {
 /// 76 with nothing left.
 #[test]
 fn a_job_process_with_another_pid_does_not_outlive_lockctl() {
-    orphan_scene(false);
-}
-
-fn orphan_scene(reuse: bool) {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: no PID namespace of the test's own; skipped");
-        return;
-    }
-    need_tool("unshare", "--version");
-    let s = Server::start();
-    let d = s.dir().to_path_buf();
-    let at = |f: &str| d.join(f);
-    let rd = |f: &str| read(&d, f);
-    std::fs::write(at("job.sh"), ORPHAN_JOB).unwrap();
-    std::fs::write(at("orphan.sh"), ORPHAN).unwrap();
-    let ns = std::process::Command::new("unshare")
-        .args([
-            "-pf",
-            "--kill-child",
-            "--mount-proc",
-            "bash",
-            "-c",
-            ORPHAN_SCRIPT,
-            "orphan",
-        ])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .arg("orphan")
-        .arg(&d)
-        .env("LOCKCTL_REDIS", s.url())
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(at("ns.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let ns = Started(Some(ns));
-    assert!(
-        eventually(Duration::from_secs(30), || rd("job").is_some()
-            && rd("lockctl").is_some()),
-        "the job did not start: {:?}",
-        std::fs::read_to_string(at("ns.err"))
-    );
-    let unshare = ns.id() as i32;
-    let init = children_of(unshare)[0];
-    let lockctl = rd("lockctl").unwrap().trim().to_string();
-    let prefix = format!("lockctl-guard\0--lockctl-guard\0{lockctl}:");
-    let ns_link = std::fs::read_link(format!("/proc/{init}/ns/pid")).unwrap();
-    let mut found = Vec::new();
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            found = std::fs::read_dir("/proc")
-                .unwrap()
-                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-                .filter(|p| {
-                    std::fs::read_link(format!("/proc/{p}/ns/pid")).is_ok_and(|n| n == ns_link)
-                })
-                .filter(|p| {
-                    std::fs::read(format!("/proc/{p}/cmdline"))
-                        .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
-                })
-                .filter(|&p| alive(p))
-                .collect();
-            found.len() == 1
-        }),
-        "the watcher not found: {found:?}"
-    );
-    let watcher = found[0];
-    let inner = inner_pid(watcher).unwrap();
-    let taken = if reuse { inner } else { 0 };
-    std::fs::write(at("reuse"), format!("{taken}\n")).unwrap();
-    kill(watcher, libc::SIGKILL);
-    let errs = || std::fs::read_to_string(at("lockctl.err")).unwrap_or_default();
-    assert!(
-        eventually(Duration::from_secs(30), || rd("orphan_after").is_some()),
-        "lockctl did not exit: {}",
-        errs()
-    );
-    let code = rd("status").unwrap();
-    let orphan = rd("orphan").unwrap_or_default();
-    let after = rd("orphan_after").unwrap();
-    drop(ns);
-    eprintln!(
-        "the watcher was {inner}; the job's orphan {}; lockctl exited {}; the orphan then: {}; \
-         lock key {:?}; {}",
-        orphan.trim(),
-        code.trim(),
-        after.trim(),
-        s.get("lockctl:orphan"),
-        errs()
-    );
-    assert!(
-        !reuse || orphan.trim() == inner.to_string(),
-        "no verdict: the job's orphan did not take the watcher's PID"
-    );
-    assert_eq!(code.trim(), "76", "{}", errs());
-    assert_eq!(
-        after.trim(),
-        "gone",
-        "a process of the job (PID {}, the dead watcher's {inner}) outlived lockctl, which \
-         released the lock: {}",
-        orphan.trim(),
-        errs()
-    );
+    watchers::orphan_scene(false, false);
 }
 
 /// The model of the kernel's page allotment that d363082's unit test

@@ -589,3 +589,178 @@ pub fn in_namespace_of(init: i32, prefix: &[u8]) -> Vec<i32> {
         .filter(|&p| alive(p))
         .collect()
 }
+
+/// The namespace's script for [`orphan_scene`], run
+/// by bash as the first process of a PID namespace of its own (`$1` lockctl, `$2` the lock's name,
+/// `$3` a directory): lockctl (not the namespace's first process: its watcher is not its child)
+/// runs `$3/job.sh`. lockctl's exit code goes to `$3/status`, and the state of the job's orphan
+/// (its PID in `$3/orphan`) 0.5 s later to `$3/orphan_after` (`gone` if it is gone).
+const ORPHAN_SCRIPT: &str = r#"
+set -u
+L=$1; NAME=$2; D=$3
+"$L" exec "$NAME" --ttl 2s --kill-after 1s -- sh "$D/job.sh" 2>"$D/lockctl.err" &
+LP=$!
+echo $LP > "$D/lockctl.tmp"; mv "$D/lockctl.tmp" "$D/lockctl"
+wait $LP
+echo $? > "$D/status.tmp"; mv "$D/status.tmp" "$D/status"
+sleep 0.5
+O=$(cat "$D/orphan" 2>/dev/null || echo 0)
+S=gone; [ -e /proc/$O/stat ] && S=$(awk '{print $3}' /proc/$O/stat)
+echo $S > "$D/orphan_after.tmp"; mv "$D/orphan_after.tmp" "$D/orphan_after"
+"#;
+
+/// The job: on SIGTERM (the lease lost), it waits 0.5 s, then starts a process with the PID in
+/// `$D/reuse` (the dead watcher's: `ns_last_pid`; any PID if it holds 0) that outlives it, and exits: the process, an
+/// orphan of the job, comes to lockctl, its subreaper.
+const ORPHAN_JOB: &str = r#"
+D=$(dirname "$0")
+trap 'sleep 0.5; W=$(cat $D/reuse); [ "$W" -gt 0 ] && echo $((W-1)) > /proc/sys/kernel/ns_last_pid; sh $D/orphan.sh & exit 0' TERM
+echo $$ > $D/job.tmp; mv $D/job.tmp $D/job
+while :; do sleep 0.05; done
+"#;
+
+const ORPHAN: &str = r#"
+D=$(dirname "$0")
+echo $$ > $D/orphan.tmp; mv $D/orphan.tmp $D/orphan
+exec sleep 30
+"#;
+
+/// A job whose watcher is killed while it runs, in a PID namespace of the test's own where lockctl
+/// is not the first process: lockctl says "is gone" and sends the job SIGTERM; the job's handler
+/// starts a process (with the dead watcher's PID if `reuse`, through `ns_last_pid`) that outlives
+/// it, and exits, so that process comes to lockctl, its subreaper. lockctl must exit 76 and that
+/// process must be gone 0.5 s later. With `hold_back_pipe`, the test holds another write end of the
+/// watcher's pipe back, so that the pipe does not hang up at the watcher's death. Needs root and
+/// `unshare`; a test that is not root says so and returns.
+pub fn orphan_scene(reuse: bool, hold_back_pipe: bool) {
+    use super::{kill, need_tool};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no PID namespace of the test's own; skipped");
+        return;
+    }
+    need_tool("unshare", "--version");
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let at = |f: &str| d.join(f);
+    let rd = |f: &str| {
+        std::fs::read_to_string(d.join(f))
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+    };
+    std::fs::write(at("job.sh"), ORPHAN_JOB).unwrap();
+    std::fs::write(at("orphan.sh"), ORPHAN).unwrap();
+    let ns = std::process::Command::new("unshare")
+        .args([
+            "-pf",
+            "--kill-child",
+            "--mount-proc",
+            "bash",
+            "-c",
+            ORPHAN_SCRIPT,
+            "orphan",
+        ])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .arg("orphan")
+        .arg(&d)
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(at("ns.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let ns = Started(Some(ns));
+    assert!(
+        eventually(Duration::from_secs(30), || rd("job").is_some()
+            && rd("lockctl").is_some()),
+        "the job did not start: {:?}",
+        std::fs::read_to_string(at("ns.err"))
+    );
+    let unshare = ns.id() as i32;
+    let init = children_of(unshare)[0];
+    let lockctl = rd("lockctl").unwrap().trim().to_string();
+    let prefix = format!("lockctl-guard\0--lockctl-guard\0{lockctl}:");
+    let mut found = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            found = in_namespace_of(init, prefix.as_bytes());
+            found.len() == 1
+        }),
+        "the watcher not found: {found:?}"
+    );
+    let watcher = found[0];
+    let inner = inner_pid(watcher).unwrap();
+    let taken = if reuse { inner } else { 0 };
+    std::fs::write(at("reuse"), format!("{taken}\n")).unwrap();
+    // Another write end of the watcher's pipe back, held by the test: the pipe does not hang up
+    // when the watcher dies.
+    let held = hold_back_pipe.then(|| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{watcher}/fd/4"))
+            .expect("a write end of the watcher's pipe back, through /proc")
+    });
+    kill(watcher, libc::SIGKILL);
+    let errs = || std::fs::read_to_string(at("lockctl.err")).unwrap_or_default();
+    assert!(
+        eventually(Duration::from_secs(30), || rd("orphan_after").is_some()),
+        "lockctl did not exit: {}",
+        errs()
+    );
+    let code = rd("status").unwrap();
+    let orphan = rd("orphan").unwrap_or_default();
+    let after = rd("orphan_after").unwrap();
+    drop(held);
+    drop(ns);
+    eprintln!(
+        "the watcher was {inner}; the job's orphan {}; lockctl exited {}; the orphan then: {}; \
+         lock key {:?}; {}",
+        orphan.trim(),
+        code.trim(),
+        after.trim(),
+        s.get("lockctl:orphan"),
+        errs()
+    );
+    assert!(
+        !reuse || orphan.trim() == inner.to_string(),
+        "no verdict: the job's orphan did not take the watcher's PID"
+    );
+    assert_eq!(code.trim(), "76", "{}", errs());
+    assert_eq!(
+        after.trim(),
+        "gone",
+        "a process of the job (PID {}, the dead watcher's {inner}) outlived lockctl, which \
+         released the lock: {}",
+        orphan.trim(),
+        errs()
+    );
+}
+
+/// The children of `pid`, from the kernel's lists of each of its threads.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// `pid`'s PID in its own (innermost) PID namespace.
+pub fn inner_pid(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
