@@ -567,3 +567,141 @@ fn held_ends_of_both_pipes_hide_a_dead_watcher_for_good() {
         "the job outlived lockctl and its lease with no watcher: {said}"
     );
 }
+
+/// lockctl as the first process of a PID namespace (its watcher is its own child), `--ttl 60s
+/// --kill-after 1h`, running `sh -c 'while :; do sleep 0.05; done'`. The test attaches to the
+/// watcher with ptrace and holds it at a tracer's stop, as a debugger would, and fills the
+/// watcher's pipe to the last byte through `/proc/WATCHER/fd/3`. After 10 looks (a second) lockctl
+/// takes the watcher for stopped by a debugger and stops the job: its HANDLING word and then
+/// FORGET fail with EAGAIN (the pipe is full, not hung up). The watcher lives: it must stay
+/// spared, so the job's end (SIGTERM) ends the wait at once, and lockctl exits 76, releases the
+/// lock and kills the watcher (`Watcher::done`: DONE does not fit). Were EAGAIN taken for a
+/// watcher gone (`Link::send`'s EPIPE check loosened to any failed write), the held watcher would
+/// count as a child of the job: lockctl would signal it as one and wait for it until
+/// `--kill-after` (an hour). Written for that mutant of bb74ed9 (missed by the twentieth mutation
+/// round, docs/testing.md), which fails it 4 of 4; the code passes.
+#[test]
+fn a_pid1_lockctl_does_not_take_its_held_watcher_with_a_full_pipe_for_a_job_member() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::mpsc;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no PID namespace of the test's own; skipped");
+        return;
+    }
+    need_tool("unshare", "--version");
+    let s = Server::start();
+    let err = s.dir().join("lockctl.err");
+    let mut ns = std::process::Command::new("unshare")
+        .args(["-pf", "--kill-child", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "full", "--ttl", "60s", "--kill-after", "1h", "--"])
+        .args(["sh", "-c", "while :; do sleep 0.05; done"])
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let unshare = ns.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            lockctl = children_of(unshare).first().copied().unwrap_or(0);
+            lockctl > 0
+        }),
+        "lockctl did not start"
+    );
+    let ns_link = std::fs::read_link(format!("/proc/{lockctl}/ns/pid")).unwrap();
+    // The job runs: the watcher in use is the one started for this grant (one held before the
+    // grant would be let go and replaced).
+    assert!(
+        eventually(Duration::from_secs(20), || !watchers::in_namespace_of(
+            lockctl,
+            b"sh\0-c\0while"
+        )
+        .is_empty()),
+        "the job did not start"
+    );
+    let mut found = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            found = watchers_of("1", Some(&ns_link));
+            found.len() == 1
+        }),
+        "the watcher not found: {found:?}"
+    );
+    let watcher = found[0];
+    // Attach and fill, then hold until told: ptrace is per thread.
+    let (filled_tx, filled_rx) = mpsc::channel();
+    let (end_tx, end_rx) = mpsc::channel::<()>();
+    let tracer = std::thread::spawn(move || {
+        // SAFETY: ptrace and waitpid on the watcher, a process the test started (in its namespace).
+        let attached = unsafe {
+            libc::ptrace(libc::PTRACE_ATTACH, watcher, 0, 0) == 0 && {
+                let mut status = 0;
+                libc::waitpid(watcher, &mut status, libc::__WALL) == watcher
+            }
+        };
+        if !attached {
+            let why = std::io::Error::last_os_error();
+            let _ = filled_tx.send(Err(format!("cannot attach: {why}")));
+            return;
+        }
+        let mut pipe = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(format!("/proc/{watcher}/fd/3"))
+            .expect("a write end of the watcher's pipe, through /proc");
+        // HANDLING words ('l'): harmless to a watcher that lockctl stops the job for anyway.
+        let mut total = 0;
+        for chunk in [4096, 512, 64, 8, 1] {
+            while pipe.write(&vec![b'l'; chunk]).is_ok_and(|n| n == chunk) {
+                total += chunk;
+            }
+        }
+        let _ = filled_tx.send(Ok(total));
+        // Hold it, signals and all, until it dies (its death is reported to this tracer first:
+        // collected here, so that lockctl, a PID 1 whose exit waits for every process of its
+        // namespace, may reap it) or the test ends.
+        while matches!(end_rx.try_recv(), Err(mpsc::TryRecvError::Empty)) {
+            let mut status = 0;
+            // SAFETY: waitpid on this thread's tracee, without blocking.
+            let got = unsafe { libc::waitpid(watcher, &mut status, libc::__WALL | libc::WNOHANG) };
+            if got == watcher && (libc::WIFEXITED(status) || libc::WIFSIGNALED(status)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: detaches from this thread's tracee.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, watcher, 0, 0) };
+    });
+    let filled = filled_rx.recv().unwrap();
+    let status = watchers::exit_within(&mut ns, Duration::from_secs(20));
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    if status.is_none() {
+        let _ = ns.kill();
+        let _ = ns.wait();
+    }
+    drop(end_tx);
+    tracer.join().unwrap();
+    eprintln!(
+        "filled {filled:?} bytes; lockctl {status:?}; lock key {:?}; {errs}",
+        s.get("lockctl:full")
+    );
+    let filled = filled.expect("no verdict: the pipe was not filled");
+    assert!(filled > 0, "no verdict: the pipe took nothing");
+    let status = status.expect(
+        "lockctl did not exit within 20 s of stopping the job for its held watcher: it waits \
+         for the live watcher as a job member",
+    );
+    assert_eq!(status.code(), Some(76), "{errs}");
+    assert!(errs.contains("stopped by a debugger"), "{errs}");
+    assert!(s.get("lockctl:full").is_none(), "not released: {errs}");
+    assert!(
+        eventually(Duration::from_secs(10), || !alive(watcher)),
+        "the watcher is left: {errs}"
+    );
+}
