@@ -505,3 +505,98 @@ fn a_stopped_watcher_does_not_keep_lockctl_from_stopping_its_job() {
         "lockctl ran, and so did its job, while another client held the lock"
     );
 }
+
+/// lockctl as the first process of a PID namespace (its watcher is then its own child, and so
+/// among the processes the watcher's walker finds under lockctl), `--ttl 2s --kill-after 1s`. The
+/// command starts ten processes that leave its group (`setsid`) and ignore SIGTERM, then waits.
+/// The test stops lockctl (SIGSTOP): once the lease's deadline passes, the watcher stops the job
+/// on its own, SIGTERM and, a second later, SIGKILL to the group and to every process its walker
+/// finds, in the order of a hash map. It must never signal itself: were it among the processes it
+/// signals, its SIGKILL to its own group would end it part-way, and the escaped processes after
+/// it would run on under no lease. All ten must be gone within 20 s of lockctl's stop, while
+/// lockctl is still stopped, and the watcher still there. Written for the walker's `p.pid != self.me && p.pid != self.lockctl`
+/// → `||` (`src/exec/procs.rs`, `Walker::signal`), which an earlier mutation round left without a
+/// test (docs/testing.md, twentieth round).
+#[test]
+fn a_pid1_lockctl_s_watcher_kills_every_escaped_process_and_not_itself_first() {
+    let s = Server::start();
+    let dir = s.dir().display();
+    let job = format!(
+        "for i in 1 2 3 4 5 6 7 8 9 10; do setsid sh -c \"trap '' TERM; echo \\$\\$ >> {dir}/escaped; exec sleep 600\" & done; wait"
+    );
+    let Some(mut container) = container(
+        env!("CARGO_BIN_EXE_lockctl"),
+        &[
+            "exec",
+            "escapees",
+            "--ttl",
+            "2s",
+            "--kill-after",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &job,
+        ],
+    ) else {
+        return;
+    };
+    let mut ns = support::watchers::Started(Some(
+        container
+            .env("LOCKCTL_REDIS", s.url())
+            // The server was just started by this test.
+            .env("LOCKCTL_QUARANTINE", "0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    let unshare = ns.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            lockctl = support::watchers::children_of(unshare)
+                .first()
+                .copied()
+                .unwrap_or(0);
+            lockctl > 0
+        }),
+        "lockctl did not start"
+    );
+    let mut escaped = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            escaped = support::watchers::in_namespace_of(lockctl, b"sleep\x00600");
+            escaped.len() == 10
+        }),
+        "the ten escaped processes did not start: {escaped:?}"
+    );
+    let watcher = support::watchers::in_namespace_of(lockctl, b"lockctl-guard\x00");
+    assert_eq!(watcher.len(), 1, "no single watcher: {watcher:?}");
+    assert_eq!(
+        support::watchers::ppid(watcher[0]),
+        Some(lockctl),
+        "the watcher is not the child of lockctl, the namespace's first process"
+    );
+    kill(lockctl, libc::SIGSTOP);
+    let resume = support::watchers::Resume(lockctl);
+    let gone = eventually(Duration::from_secs(20), || {
+        escaped.iter().all(|&p| !alive(p))
+    });
+    let left: Vec<i32> = escaped.iter().copied().filter(|&p| alive(p)).collect();
+    let watcher_alive = alive(watcher[0]);
+    drop(resume);
+    let status = support::watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(20));
+    ns.0.take();
+    eprintln!("left: {left:?}; the watcher alive: {watcher_alive}; lockctl {status:?}");
+    assert!(
+        gone,
+        "escaped processes {left:?} outlived the lease while lockctl was stopped (the watcher \
+         alive: {watcher_alive})"
+    );
+    assert!(
+        watcher_alive,
+        "the watcher signalled itself with the job (it is gone while lockctl is stopped)"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(76));
+}
