@@ -1,0 +1,252 @@
+//! A review of bb74ed9, 0d15e34 and 5e49285 (`Link::gone`: the watcher's PID is spared by
+//! `has_children` and `kill_job` only while the watcher lives, which lockctl learns from its pipe
+//! back hanging up (the monitor thread), a write that fails with EPIPE (`Link::send`), or, as a
+//! PID 1, from reaping it (`Supervisor::reap`); `Watcher::done` kills the watcher only on EAGAIN).
+//!
+//! See each test for what was tried and what it showed.
+
+mod support;
+
+use std::time::Duration;
+
+use support::watchers::{children_of, in_namespace_of, inner_pid, Started};
+use support::*;
+
+fn read(d: &std::path::Path, f: &str) -> Option<String> {
+    std::fs::read_to_string(d.join(f))
+        .ok()
+        .filter(|s| s.ends_with('\n'))
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no PID namespace of the test's own; skipped");
+        return false;
+    }
+    need_tool("unshare", "--version");
+    true
+}
+
+/// The namespace's script when lockctl is not its first process (`$1` lockctl, `$2` the lock's
+/// name, `$3` a directory; KILL_AFTER replaced): bash is the namespace's first process and reaps
+/// the dead watcher. lockctl's exit code goes to `$3/status`, and the state of the job's orphan
+/// (its PID in `$3/orphan`) 0.5 s later to `$3/orphan_after` (`gone` if it is gone).
+const NS_SCRIPT: &str = r#"
+set -u
+L=$1; NAME=$2; D=$3
+"$L" exec "$NAME" --ttl 60s --kill-after KILL_AFTER -- sh "$D/job.sh" 2>"$D/lockctl.err" &
+LP=$!
+echo $LP > "$D/lockctl.tmp"; mv "$D/lockctl.tmp" "$D/lockctl"
+wait $LP
+echo $? > "$D/status.tmp"; mv "$D/status.tmp" "$D/status"
+sleep 0.5
+O=$(cat "$D/orphan" 2>/dev/null || echo 0)
+S=gone; [ -e /proc/$O/stat ] && S=$(awk '{print $3}' /proc/$O/stat)
+echo $S > "$D/orphan_after.tmp"; mv "$D/orphan_after.tmp" "$D/orphan_after"
+for i in $(seq 1 600); do [ -e "$D/end" ] && break; sleep 0.05; done
+"#;
+
+/// The job's first process: it starts the rest of the job in a session of its own and exits at
+/// once, so that lockctl reaps it (and writes FORGET, which the watcher, alive, takes) before the
+/// watcher is touched.
+const JOB: &str = r#"
+D=$(dirname "$0")
+setsid sh $D/rest.sh &
+exit 0
+"#;
+
+/// The rest of the job, an orphan of the first process (lockctl's child): it ignores SIGTERM;
+/// once `$D/go` exists it starts a process with the PID in `$D/reuse` (through `ns_last_pid`;
+/// any PID if it holds 0), in a session of its own, and then, with EXIT set to `exit 0`, exits:
+/// the process, an orphan of the job, comes to lockctl, its subreaper; with EXIT empty it runs on
+/// until killed.
+const REST: &str = r#"
+D=$(dirname "$0")
+trap '' TERM
+echo $$ > $D/job.tmp; mv $D/job.tmp $D/job
+while [ ! -e $D/go ]; do sleep 0.05; done
+W=$(cat $D/reuse)
+[ "$W" -gt 0 ] && echo $((W-1)) > /proc/sys/kernel/ns_last_pid
+setsid sh $D/orphan.sh &
+EXIT
+while :; do sleep 0.05; done
+"#;
+
+/// The orphan: runs until `$D/end` exists (30 s at most).
+const ORPHAN: &str = r#"
+D=$(dirname "$0")
+echo $$ > $D/orphan.tmp; mv $D/orphan.tmp $D/orphan
+for i in $(seq 1 600); do [ -e $D/end ] && exit 0; sleep 0.05; done
+"#;
+
+/// What a [`stop_kill_scene`] showed.
+#[derive(Debug)]
+struct Scene {
+    /// The dead watcher's PID in the namespace, and the orphan's.
+    watcher: i32,
+    orphan: i32,
+    /// lockctl's exit code, if it exited while the orphan ran; None if it waited for it.
+    code_while_orphan_ran: Option<String>,
+    /// The orphan's state 0.5 s after lockctl's exit (`gone` if it was gone).
+    orphan_after: Option<String>,
+    /// lockctl's exit code in the end.
+    code: Option<String>,
+    /// The lock's key after lockctl's exit.
+    key: Option<String>,
+    errs: String,
+}
+
+/// lockctl (not the first process of a PID namespace of the test's own: bash is, and reaps
+/// orphans) runs `exec --ttl 60s --kill-after KILL_AFTER -- sh job.sh`. The test stops the
+/// watcher (SIGSTOP, `pkill -STOP lockctl-guard`): lockctl says "is stopped", sends the job
+/// SIGTERM (ignored), and its monitor thread ends. The test then kills the stopped watcher
+/// (SIGKILL, `pkill -9 lockctl-guard`); bash reaps it, its PID is free. The job then starts a
+/// process with the dead watcher's PID (if `reuse`; `ns_last_pid`) in a session of its own and,
+/// with `exit`, exits, so that process comes to lockctl as its orphan. Without `exit` the job
+/// runs on until lockctl's SIGKILL at `--kill-after`.
+fn stop_kill_scene(reuse: bool, exit: bool, kill_after: &str) -> Scene {
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let at = |f: &str| d.join(f);
+    std::fs::write(at("job.sh"), JOB).unwrap();
+    std::fs::write(
+        at("rest.sh"),
+        REST.replace("EXIT", if exit { "exit 0" } else { "" }),
+    )
+    .unwrap();
+    std::fs::write(at("orphan.sh"), ORPHAN).unwrap();
+    let ns = std::process::Command::new("unshare")
+        .args(["-pf", "--kill-child", "--mount-proc", "bash", "-c"])
+        .arg(NS_SCRIPT.replace("KILL_AFTER", kill_after))
+        .arg("scene")
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .arg("scene")
+        .arg(&d)
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(at("ns.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let ns = Started(Some(ns));
+    let errs = || std::fs::read_to_string(at("lockctl.err")).unwrap_or_default();
+    assert!(
+        eventually(Duration::from_secs(30), || read(&d, "job").is_some()
+            && read(&d, "lockctl").is_some()),
+        "the job did not start: {:?}",
+        std::fs::read_to_string(at("ns.err"))
+    );
+    let init = children_of(ns.id() as i32)[0];
+    let lockctl = read(&d, "lockctl").unwrap().trim().to_string();
+    let prefix = format!("lockctl-guard\0--lockctl-guard\0{lockctl}:");
+    let mut found = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            found = in_namespace_of(init, prefix.as_bytes());
+            found.len() == 1
+        }),
+        "the watcher not found: {found:?}"
+    );
+    let watcher = found[0];
+    let inner = inner_pid(watcher).unwrap();
+    kill(watcher, libc::SIGSTOP);
+    assert!(
+        eventually(Duration::from_secs(10), || errs().contains("is stopped")),
+        "lockctl did not see its watcher stopped: {}",
+        errs()
+    );
+    kill(watcher, libc::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(10), || !std::path::Path::new(&format!(
+            "/proc/{watcher}"
+        ))
+        .exists()),
+        "the killed watcher was not reaped"
+    );
+    std::fs::write(at("reuse"), format!("{}\n", if reuse { inner } else { 0 })).unwrap();
+    std::fs::write(at("go"), "").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || read(&d, "orphan").is_some()),
+        "no orphan started: {}",
+        errs()
+    );
+    let orphan: i32 = read(&d, "orphan").unwrap().trim().parse().unwrap();
+    // lockctl waits for the orphan as for any process of its job: its exit now, with the orphan
+    // running, leaves it behind.
+    let code_while_orphan_ran = if eventually(Duration::from_secs(3), || {
+        read(&d, "status").is_some()
+    }) {
+        read(&d, "status")
+    } else {
+        None
+    };
+    let orphan_after = if code_while_orphan_ran.is_some() {
+        eventually(Duration::from_secs(5), || read(&d, "orphan_after").is_some());
+        read(&d, "orphan_after").map(|s| s.trim().to_string())
+    } else {
+        None
+    };
+    std::fs::write(at("end"), "").unwrap();
+    eventually(Duration::from_secs(30), || read(&d, "status").is_some());
+    let code = read(&d, "status").map(|s| s.trim().to_string());
+    let key = s.get("lockctl:scene");
+    drop(ns);
+    Scene {
+        watcher: inner,
+        orphan,
+        code_while_orphan_ran: code_while_orphan_ran.map(|s| s.trim().to_string()),
+        orphan_after,
+        code,
+        key,
+        errs: errs(),
+    }
+}
+
+fn check(o: Scene, reuse: bool) {
+    eprintln!("{o:?}");
+    if reuse {
+        assert_eq!(o.orphan, o.watcher, "no verdict: the orphan did not take the PID");
+    } else {
+        assert_ne!(o.orphan, o.watcher, "no verdict: the orphan took the PID");
+    }
+    assert_eq!(
+        o.code_while_orphan_ran, None,
+        "lockctl exited while a process of its job (PID {}, the dead watcher's {}) ran; {:?} \
+         0.5 s later; lock key {:?}: {}",
+        o.orphan, o.watcher, o.orphan_after, o.key, o.errs
+    );
+    assert_eq!(o.code.as_deref(), Some("76"), "{}", o.errs);
+    assert_eq!(o.key, None, "the lock was not released");
+}
+
+/// A watcher stopped, then killed while stopped (`pkill -STOP lockctl-guard`, then `pkill -9
+/// lockctl-guard`; no end of any pipe held), in a PID namespace of the test's own where lockctl
+/// is not the first process. At the stop lockctl's monitor thread reports "is stopped" and
+/// returns: nothing polls the pipe back any more, so its hang-up at the watcher's death is never
+/// seen, and `Link::gone` waits for the next renewal's EPIPE (a third of the TTL: 20 s here).
+/// The job (it ignores SIGTERM) then starts a process with the dead watcher's PID
+/// (`ns_last_pid`; elsewhere a wrap of the PID space) in a session of its own and exits: that
+/// process comes to lockctl as its orphan, `has_children` takes it for the (live) watcher, and
+/// lockctl counts the job over, releases the lock and exits 76 while the process runs on, past
+/// the release, with no watcher.
+///
+/// Reproduction (root, `unshare`; about 2 s): `cargo test --test atk8_review -- --ignored --exact
+/// a_job_process_that_took_a_stopped_then_killed_watchers_pid_does_not_outlive_lockctl`.
+#[test]
+#[ignore = "defect: after 'is stopped' lockctl's monitor thread ends, so the stopped watcher's later death is not seen until a renewal's EPIPE; a job process that took the dead watcher's PID meanwhile is spared by has_children and outlives lockctl's exit 76 and the release"]
+fn a_job_process_that_took_a_stopped_then_killed_watchers_pid_does_not_outlive_lockctl() {
+    if root() {
+        check(stop_kill_scene(true, true, "1h"), true);
+    }
+}
+
+/// The control: the same scene, the orphan with another PID. lockctl waits for it as for any
+/// process of its job, and exits 76 once it ends, the lock released.
+#[test]
+fn a_job_process_with_another_pid_after_a_stopped_then_killed_watcher_is_waited_for() {
+    if root() {
+        check(stop_kill_scene(false, true, "1h"), false);
+    }
+}
