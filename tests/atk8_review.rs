@@ -175,15 +175,18 @@ fn stop_kill_scene(reuse: bool, exit: bool, kill_after: &str) -> Scene {
     let orphan: i32 = read(&d, "orphan").unwrap().trim().parse().unwrap();
     // lockctl waits for the orphan as for any process of its job: its exit now, with the orphan
     // running, leaves it behind.
-    let code_while_orphan_ran = if eventually(Duration::from_secs(3), || {
-        read(&d, "status").is_some()
-    }) {
+    // With the job running on, lockctl exits after its SIGKILL at `--kill-after` (at most 5 s
+    // here).
+    let window = Duration::from_secs(if exit { 3 } else { 8 });
+    let code_while_orphan_ran = if eventually(window, || read(&d, "status").is_some()) {
         read(&d, "status")
     } else {
         None
     };
     let orphan_after = if code_while_orphan_ran.is_some() {
-        eventually(Duration::from_secs(5), || read(&d, "orphan_after").is_some());
+        eventually(Duration::from_secs(5), || {
+            read(&d, "orphan_after").is_some()
+        });
         read(&d, "orphan_after").map(|s| s.trim().to_string())
     } else {
         None
@@ -207,15 +210,23 @@ fn stop_kill_scene(reuse: bool, exit: bool, kill_after: &str) -> Scene {
 fn check(o: Scene, reuse: bool) {
     eprintln!("{o:?}");
     if reuse {
-        assert_eq!(o.orphan, o.watcher, "no verdict: the orphan did not take the PID");
+        assert_eq!(
+            o.orphan, o.watcher,
+            "no verdict: the orphan did not take the PID"
+        );
     } else {
         assert_ne!(o.orphan, o.watcher, "no verdict: the orphan took the PID");
     }
-    assert_eq!(
-        o.code_while_orphan_ran, None,
-        "lockctl exited while a process of its job (PID {}, the dead watcher's {}) ran; {:?} \
-         0.5 s later; lock key {:?}: {}",
-        o.orphan, o.watcher, o.orphan_after, o.key, o.errs
+    assert!(
+        o.code_while_orphan_ran.is_none() || o.orphan_after.as_deref() == Some("gone"),
+        "lockctl exited ({:?}) while a process of its job (PID {}, the dead watcher's {}) ran: \
+         {:?} 0.5 s later; lock key {:?}: {}",
+        o.code_while_orphan_ran,
+        o.orphan,
+        o.watcher,
+        o.orphan_after,
+        o.key,
+        o.errs
     );
     assert_eq!(o.code.as_deref(), Some("76"), "{}", o.errs);
     assert_eq!(o.key, None, "the lock was not released");
@@ -248,5 +259,29 @@ fn a_job_process_that_took_a_stopped_then_killed_watchers_pid_does_not_outlive_l
 fn a_job_process_with_another_pid_after_a_stopped_then_killed_watcher_is_waited_for() {
     if root() {
         check(stop_kill_scene(false, true, "1h"), false);
+    }
+}
+
+/// The same scene, but the rest of the job runs on after it started the process with the dead
+/// watcher's PID: at `--kill-after 5s` (from the stop) lockctl SIGKILLs its job, every descendant
+/// but the one with the watcher's PID (`kill_job` spares it), reaps the rest, counts the job over
+/// (`has_children` spares it too), releases the lock and exits 76 while that process runs on.
+///
+/// Reproduction (root, `unshare`; about 6 s): `cargo test --test atk8_review -- --ignored --exact
+/// a_stopped_then_killed_watchers_pid_taken_by_a_job_process_is_spared_by_the_kill`.
+#[test]
+#[ignore = "defect: after 'is stopped' lockctl's monitor thread ends, so the stopped watcher's later death is not seen until a renewal's EPIPE; a job process that took the dead watcher's PID meanwhile is spared by kill_job's SIGKILL at --kill-after and by has_children, and outlives lockctl's exit 76"]
+fn a_stopped_then_killed_watchers_pid_taken_by_a_job_process_is_spared_by_the_kill() {
+    if root() {
+        check(stop_kill_scene(true, false, "5s"), true);
+    }
+}
+
+/// The control: the same, the process with another PID: lockctl's SIGKILL at `--kill-after`
+/// takes it along, and lockctl exits 76 with nothing left.
+#[test]
+fn a_job_process_with_another_pid_after_a_stopped_then_killed_watcher_is_killed() {
+    if root() {
+        check(stop_kill_scene(false, false, "5s"), false);
     }
 }
