@@ -359,3 +359,117 @@ fn a_job_process_that_took_a_dead_watchers_pid_is_waited_for() {
         check(scene(true, true, "1h", Touch::Kill), true);
     }
 }
+
+/// lockctl as the first process of a PID namespace of the test's own (`unshare -pf --mount-proc
+/// lockctl exec ...`), so its watcher is its own child: the scene of
+/// [`a_job_process_that_took_a_stopped_then_killed_watchers_pid_does_not_outlive_lockctl`]. The
+/// watcher stopped ("is stopped"; the monitor thread ends), then killed: lockctl reaps it itself
+/// (`Supervisor::reap`, which marks it gone first), so its PID is not spared once free. The rest
+/// of the job starts a process with that PID (`ns_last_pid`) and exits; that process, lockctl's
+/// child, must be waited for as part of the job (lockctl still runs 2 s later, the process
+/// alive), and lockctl exits 76 once it ends.
+#[test]
+fn a_pid1_lockctl_waits_for_a_job_process_that_took_its_stopped_then_killed_watchers_pid() {
+    if !root() {
+        return;
+    }
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let at = |f: &str| d.join(f);
+    std::fs::write(at("job.sh"), JOB).unwrap();
+    std::fs::write(at("rest.sh"), REST.replace("EXIT", "exit 0")).unwrap();
+    std::fs::write(at("orphan.sh"), ORPHAN).unwrap();
+    let mut ns = std::process::Command::new("unshare")
+        .args(["-pf", "--kill-child", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "pid1", "--ttl", "60s", "--kill-after", "1h", "--"])
+        .arg("sh")
+        .arg(at("job.sh"))
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(at("lockctl.err")).unwrap())
+        .spawn()
+        .map(|c| Started(Some(c)))
+        .unwrap();
+    let errs = || std::fs::read_to_string(at("lockctl.err")).unwrap_or_default();
+    let unshare = ns.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            lockctl = children_of(unshare).first().copied().unwrap_or(0);
+            lockctl > 0 && read(&d, "job").is_some()
+        }),
+        "the job did not start: {}",
+        errs()
+    );
+    let mut watcher = 0;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            watcher = children_of(lockctl)
+                .into_iter()
+                .find(|&p| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| c.trim() == "lockctl-guard")
+                })
+                .unwrap_or(0);
+            watcher > 0
+        }),
+        "no watcher among lockctl's children: {}",
+        errs()
+    );
+    let inner = inner_pid(watcher).unwrap();
+    kill(watcher, libc::SIGSTOP);
+    assert!(
+        eventually(Duration::from_secs(10), || errs().contains("is stopped")),
+        "lockctl did not see its watcher stopped: {}",
+        errs()
+    );
+    kill(watcher, libc::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(10), || !std::path::Path::new(&format!(
+            "/proc/{watcher}"
+        ))
+        .exists()),
+        "lockctl did not reap its killed watcher"
+    );
+    std::fs::write(at("reuse"), format!("{inner}\n")).unwrap();
+    std::fs::write(at("go"), "").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || read(&d, "orphan").is_some()),
+        "no orphan started: {}",
+        errs()
+    );
+    let orphan: i32 = read(&d, "orphan").unwrap().trim().parse().unwrap();
+    let mut outer = 0;
+    let adopted = eventually(Duration::from_secs(10), || {
+        outer = children_of(lockctl)
+            .into_iter()
+            .find(|&p| inner_pid(p) == Some(orphan))
+            .unwrap_or(0);
+        outer > 0
+    });
+    let early = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(2));
+    let orphan_alive = outer > 0 && alive(outer);
+    std::fs::write(at("end"), "").unwrap();
+    let status = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(30));
+    ns.0.take();
+    eprintln!(
+        "watcher {inner}, orphan {orphan} (adopted {adopted}, alive {orphan_alive}); early exit \
+         {early:?}, exit {status:?}; key {:?}: {}",
+        s.get("lockctl:pid1"),
+        errs()
+    );
+    assert_eq!(orphan, inner, "no verdict: the orphan did not take the PID");
+    assert!(adopted, "no verdict: the orphan was not lockctl's child");
+    assert_eq!(
+        early,
+        None,
+        "lockctl exited with a process of its job (the dead watcher's PID) running: {}",
+        errs()
+    );
+    assert!(orphan_alive, "the job's process was signalled: {}", errs());
+    assert_eq!(status.and_then(|s| s.code()), Some(76), "{}", errs());
+    assert_eq!(s.get("lockctl:pid1"), None, "the lock was not released");
+}
