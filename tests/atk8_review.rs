@@ -3,7 +3,39 @@
 //! back hanging up (the monitor thread), a write that fails with EPIPE (`Link::send`), or, as a
 //! PID 1, from reaping it (`Supervisor::reap`); `Watcher::done` kills the watcher only on EAGAIN).
 //!
-//! See each test for what was tried and what it showed.
+//! What was tried: whether the watcher's PID can still be spared once the watcher is dead and
+//! the PID is a job process's (a PID namespace of the test's own, `ns_last_pid`), along paths
+//! other than the held pipe ends of atk7 (which bb74ed9 answers with `Link::send`'s EPIPE);
+//! whether lockctl can be made to signal a process that is not its watcher (`Pinned::let_go` at
+//! the grant, `Watcher::done`'s SIGKILL on EAGAIN).
+//!
+//! What broke:
+//! - A watcher stopped, then killed while stopped (`pkill -STOP lockctl-guard`, later `pkill -9
+//!   lockctl-guard`; no pipe end held, no /proc): the monitor thread returns once it has reported
+//!   "is stopped", so nothing looks at the pipe back any more and its hang-up at the death is
+//!   never seen. `Link::gone` then waits for a write that fails with EPIPE: the next renewal
+//!   (a third of the TTL), or FORGET if the job's first process is reaped after the death. A job
+//!   process that takes the dead watcher's PID in that window and is lockctl's child (lockctl not a
+//!   PID 1) is spared by `kill_job` and `has_children`: lockctl exits 76 and releases the lock
+//!   while it runs on, unsignalled (two tests, 5 of 5 each).
+//! - The same without a stop, as a race: the window between the watcher's death and the monitor
+//!   thread's `Link::gone` (its wake at the hang-up), widened with `strace -p TID` on that thread;
+//!   lockctl then exits 0, reporting nothing, the process alive (4 of 4).
+//!   Both come from sparing the PID at all when lockctl is not the watcher's parent: a child of
+//!   lockctl with the watcher's PID can then only be a job process that took it.
+//! - Same-user /proc interference, with a new effect: the words on the pipe back are taken and
+//!   forged (`/proc/WATCHER/fd/4` opened for reading, then for writing, while lockctl waits for a
+//!   held lock), so lockctl pins and looks at another process as its watcher. It sends an
+//!   unrelated stopped process SIGCONT at the grant (4 of 4), and, with the real watcher stopped
+//!   (unnoticed) and its pipe filled, `Watcher::done` SIGKILLs an unrelated running process
+//!   through the pidfd and leaves the real watcher stopped behind (4 of 4). The pidfd makes the
+//!   signal reach the process lockctl pinned, but the PID it pins comes from words any process
+//!   of the user can write.
+//!
+//! What held: a PID 1 lockctl reaps its stopped-then-killed watcher itself (`Supervisor::reap`
+//! marks it gone first), so the job process that takes the PID is waited for; the controls with
+//! another PID, and with the monitor not held, are waited for or killed at `--kill-after`, and
+//! lockctl exits 76 with the lock released.
 
 mod support;
 
