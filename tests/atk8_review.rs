@@ -17,7 +17,8 @@
 //!   (a third of the TTL), or FORGET if the job's first process is reaped after the death. A job
 //!   process that takes the dead watcher's PID in that window and is lockctl's child (lockctl not a
 //!   PID 1) is spared by `kill_job` and `has_children`: lockctl exits 76 and releases the lock
-//!   while it runs on, unsignalled (two tests, 5 of 5 each).
+//!   while it runs on, unsignalled (two tests, 5 of 5 each). The same after a debugger's hold
+//!   ("is stopped by a debugger", then the debugger kills the watcher): 3 of 3.
 //! - The same without a stop, as a race: the window between the watcher's death and the monitor
 //!   thread's `Link::gone` (its wake at the hang-up), widened with `strace -p TID` on that thread;
 //!   lockctl then exits 0, reporting nothing, the process alive (4 of 4).
@@ -30,7 +31,9 @@
 //!   (unnoticed) and its pipe filled, `Watcher::done` SIGKILLs an unrelated running process
 //!   through the pidfd and leaves the real watcher stopped behind (4 of 4). The pidfd makes the
 //!   signal reach the process lockctl pinned, but the PID it pins comes from words any process
-//!   of the user can write.
+//!   of the user can write. Forged with PID 1, a PID 1 lockctl spares itself instead of its live
+//!   watcher (its child), which `has_children` then counts as the job's: the command ended, lockctl
+//!   waits on with the lock held (3 of 3; promise (d)).
 //!
 //! What held: a PID 1 lockctl reaps its stopped-then-killed watcher itself (`Supervisor::reap`
 //! marks it gone first), so the job process that takes the PID is waited for; the controls with
