@@ -192,7 +192,9 @@ const RECHECK_MS: u64 = 1000;
 const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 
 /// The lockctl side of the pipe to the watcher, shared by the threads that report to it, and the
-/// watcher's PID while the watcher lives (0 once it is known gone: [`Link::gone`]).
+/// PID that lockctl's looks for its job's processes must spare: the watcher's while it lives, if it
+/// is lockctl's own child (lockctl is the first process of a PID namespace), else 0 (see
+/// [`Link::pid`]).
 #[derive(Clone)]
 pub struct Link(Arc<OwnedFd>, Arc<AtomicI32>);
 
@@ -214,7 +216,13 @@ impl Link {
         written == msg.len() as isize
     }
 
-    /// The watcher's PID: a child of lockctl that lockctl's waits do not see (see [`Watcher`]).
+    /// The watcher's PID while it is lockctl's child and lives, which lockctl's waits for the job
+    /// and its kills must spare; 0 when there is none to spare. The watcher is lockctl's child only
+    /// when lockctl is the first process of a PID namespace, which adopts every orphan there, the
+    /// double-forked watcher too. Anywhere else the watcher is never among lockctl's descendants,
+    /// so a child of lockctl with the watcher's PID can only be a process of the job that took it
+    /// once the watcher died (unseen yet: lockctl's monitor no longer looks once it has reported
+    /// the watcher stopped, and wakes to a hang-up only when scheduled), and must not be spared.
     pub fn pid(&self) -> libc::pid_t {
         self.1.load(Ordering::SeqCst)
     }
@@ -296,6 +304,8 @@ pub struct Watcher {
     exec: bool,
     /// The watcher itself, for the signals that let it go.
     pinned: Option<Pinned>,
+    /// The watcher's PID, for the monitor's looks at its state.
+    pid: libc::pid_t,
 }
 
 /// A watcher started before the lock is won, whose first word lockctl has not read yet: it
@@ -411,7 +421,7 @@ impl Watcher {
     ) -> io::Result<()> {
         let back = Arc::clone(&self.back);
         let link = self.link.clone();
-        let pid = self.link.pid();
+        let pid = self.pid;
         // Consecutive looks that found the watcher at a tracer's stop: a traced process passes
         // through one at every system call, so only one that lasts counts (a debugger's).
         let mut traced = 0u32;
@@ -634,7 +644,13 @@ impl Starting {
             self.settled = true;
             return Ok(None);
         }
-        let link = Link(Arc::clone(&self.link.0), Arc::new(AtomicI32::new(pid)));
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        let child = super::procs::read(pid).is_some_and(|w| w.ppid == me);
+        let link = Link(
+            Arc::clone(&self.link.0),
+            Arc::new(AtomicI32::new(if child { pid } else { 0 })),
+        );
         // A write that fails finds the watcher gone (EPIPE): nobody reads the pipe.
         if !link.deadline(deadline) {
             return Ok(None);
@@ -645,6 +661,7 @@ impl Starting {
             back: Arc::clone(&self.back),
             exec: word[0] == READY_EXEC,
             pinned: self.spawned.take(),
+            pid,
         }))
     }
 }
