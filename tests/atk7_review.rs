@@ -31,7 +31,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::watchers::{self, children_of};
+use support::watchers;
 use support::*;
 
 fn read(d: &std::path::Path, f: &str) -> Option<String> {
@@ -120,26 +120,21 @@ fn a_thief_on_the_pipe_back_makes_no_false_hang_up_for_a_pid1_lockctl() {
     let s = Server::start();
     let d = s.dir().to_path_buf();
     let err = d.join("lockctl.err");
-    let mut ns = std::process::Command::new("unshare")
-        .args(["-pf", "--kill-child", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exec", "thief", "--ttl", "60s", "--kill-after", "1h", "--"])
-        .args(["sh", "-c", "sleep 3; exit 3"])
-        .env("LOCKCTL_REDIS", s.url())
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let unshare = ns.id() as i32;
-    let mut lockctl = 0;
-    assert!(
-        eventually(Duration::from_secs(20), || {
-            lockctl = children_of(unshare).first().copied().unwrap_or(0);
-            lockctl > 0
-        }),
-        "lockctl did not start"
+    let (mut ns, lockctl) = watchers::pid1_lockctl(
+        &s,
+        &[
+            "exec",
+            "thief",
+            "--ttl",
+            "60s",
+            "--kill-after",
+            "1h",
+            "--",
+            "sh",
+            "-c",
+            "sleep 3; exit 3",
+        ],
+        &err,
     );
     let ns_link = std::fs::read_link(format!("/proc/{lockctl}/ns/pid")).unwrap();
     let mut found = Vec::new();
@@ -166,11 +161,10 @@ fn a_thief_on_the_pipe_back_makes_no_false_hang_up_for_a_pid1_lockctl() {
     }
     drop(w);
     drop(r);
-    let status = watchers::exit_within(&mut ns, Duration::from_secs(20));
+    let status = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(20));
     let errs = std::fs::read_to_string(&err).unwrap_or_default();
     if status.is_none() {
-        let _ = ns.kill();
-        let _ = ns.wait();
+        ns.stop();
     }
     eprintln!("sent {sent}, stolen {stolen}; lockctl {status:?}; {errs}");
     assert!(sent > 0 && stolen > 0, "no verdict: no byte was stolen");
@@ -443,26 +437,21 @@ fn a_pid1_lockctl_reaps_a_dead_watcher_hidden_by_a_held_write_end() {
     need_tool("unshare", "--version");
     let s = Server::start();
     let err = s.dir().join("lockctl.err");
-    let mut ns = std::process::Command::new("unshare")
-        .args(["-pf", "--kill-child", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exec", "held", "--ttl", "60s", "--kill-after", "1h", "--"])
-        .args(["sh", "-c", "sleep 2; exit 3"])
-        .env("LOCKCTL_REDIS", s.url())
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let unshare = ns.id() as i32;
-    let mut lockctl = 0;
-    assert!(
-        eventually(Duration::from_secs(20), || {
-            lockctl = children_of(unshare).first().copied().unwrap_or(0);
-            lockctl > 0
-        }),
-        "lockctl did not start"
+    let (mut ns, lockctl) = watchers::pid1_lockctl(
+        &s,
+        &[
+            "exec",
+            "held",
+            "--ttl",
+            "60s",
+            "--kill-after",
+            "1h",
+            "--",
+            "sh",
+            "-c",
+            "sleep 2; exit 3",
+        ],
+        &err,
     );
     let ns_link = std::fs::read_link(format!("/proc/{lockctl}/ns/pid")).unwrap();
     let mut found = Vec::new();
@@ -477,7 +466,7 @@ fn a_pid1_lockctl_reaps_a_dead_watcher_hidden_by_a_held_write_end() {
     let held = back_pipe_end(watcher, true);
     kill(watcher, libc::SIGKILL);
     let killed = std::time::Instant::now();
-    let status = watchers::exit_within(&mut ns, Duration::from_secs(22));
+    let status = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(22));
     eprintln!(
         "lockctl's exit {:?} after the watcher's kill",
         killed.elapsed()
@@ -485,8 +474,7 @@ fn a_pid1_lockctl_reaps_a_dead_watcher_hidden_by_a_held_write_end() {
     drop(held);
     let errs = std::fs::read_to_string(&err).unwrap_or_default();
     if status.is_none() {
-        let _ = ns.kill();
-        let _ = ns.wait();
+        ns.stop();
     }
     eprintln!(
         "lockctl {status:?}; lock key {:?}; {errs}",
@@ -593,26 +581,21 @@ fn a_pid1_lockctl_does_not_take_its_held_watcher_with_a_full_pipe_for_a_job_memb
     need_tool("unshare", "--version");
     let s = Server::start();
     let err = s.dir().join("lockctl.err");
-    let mut ns = std::process::Command::new("unshare")
-        .args(["-pf", "--kill-child", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exec", "full", "--ttl", "60s", "--kill-after", "1h", "--"])
-        .args(["sh", "-c", "while :; do sleep 0.05; done"])
-        .env("LOCKCTL_REDIS", s.url())
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let unshare = ns.id() as i32;
-    let mut lockctl = 0;
-    assert!(
-        eventually(Duration::from_secs(20), || {
-            lockctl = children_of(unshare).first().copied().unwrap_or(0);
-            lockctl > 0
-        }),
-        "lockctl did not start"
+    let (mut ns, lockctl) = watchers::pid1_lockctl(
+        &s,
+        &[
+            "exec",
+            "full",
+            "--ttl",
+            "60s",
+            "--kill-after",
+            "1h",
+            "--",
+            "sh",
+            "-c",
+            "while :; do sleep 0.05; done",
+        ],
+        &err,
     );
     let ns_link = std::fs::read_link(format!("/proc/{lockctl}/ns/pid")).unwrap();
     // The job runs: the watcher in use is the one started for this grant (one held before the
@@ -679,11 +662,10 @@ fn a_pid1_lockctl_does_not_take_its_held_watcher_with_a_full_pipe_for_a_job_memb
         unsafe { libc::ptrace(libc::PTRACE_DETACH, watcher, 0, 0) };
     });
     let filled = filled_rx.recv().unwrap();
-    let status = watchers::exit_within(&mut ns, Duration::from_secs(20));
+    let status = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(20));
     let errs = std::fs::read_to_string(&err).unwrap_or_default();
     if status.is_none() {
-        let _ = ns.kill();
-        let _ = ns.wait();
+        ns.stop();
     }
     drop(end_tx);
     tracer.join().unwrap();

@@ -434,28 +434,25 @@ fn a_pid1_lockctl_waits_for_a_job_process_that_took_its_stopped_then_killed_watc
     std::fs::write(at("job.sh"), JOB).unwrap();
     std::fs::write(at("rest.sh"), REST.replace("EXIT", "exit 0")).unwrap();
     std::fs::write(at("orphan.sh"), ORPHAN).unwrap();
-    let mut ns = std::process::Command::new("unshare")
-        .args(["-pf", "--kill-child", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exec", "pid1", "--ttl", "60s", "--kill-after", "1h", "--"])
-        .arg("sh")
-        .arg(at("job.sh"))
-        .env("LOCKCTL_REDIS", s.url())
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(at("lockctl.err")).unwrap())
-        .spawn()
-        .map(|c| Started(Some(c)))
-        .unwrap();
+    let job = at("job.sh");
+    let (mut ns, lockctl) = watchers::pid1_lockctl(
+        &s,
+        &[
+            "exec",
+            "pid1",
+            "--ttl",
+            "60s",
+            "--kill-after",
+            "1h",
+            "--",
+            "sh",
+            job.to_str().unwrap(),
+        ],
+        &at("lockctl.err"),
+    );
     let errs = || std::fs::read_to_string(at("lockctl.err")).unwrap_or_default();
-    let unshare = ns.id() as i32;
-    let mut lockctl = 0;
     assert!(
-        eventually(Duration::from_secs(30), || {
-            lockctl = children_of(unshare).first().copied().unwrap_or(0);
-            lockctl > 0 && read(&d, "job").is_some()
-        }),
+        eventually(Duration::from_secs(30), || read(&d, "job").is_some()),
         "the job did not start: {}",
         errs()
     );
@@ -768,26 +765,16 @@ fn pid1_forge(forge: bool) {
     let held = acquire_json(&mut lockctl_on(&s), "forge1", &["--ttl", "60s"]);
     let token = held["token"].as_str().unwrap().to_string();
     let err = d.join("lockctl.err");
-    let mut ns = std::process::Command::new("unshare")
-        .args(["-pf", "--kill-child", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exec", "forge1", "--ttl", "60s", "--", "sh", "-c"])
-        .arg(format!("touch {}; exit 3", d.join("ran").display()))
-        .env("LOCKCTL_REDIS", s.url())
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .map(|c| Started(Some(c)))
-        .unwrap();
+    let job = format!("touch {}; exit 3", d.join("ran").display());
+    let (mut ns, lockctl) = watchers::pid1_lockctl(
+        &s,
+        &["exec", "forge1", "--ttl", "60s", "--", "sh", "-c", &job],
+        &err,
+    );
     let errs = || std::fs::read_to_string(&err).unwrap_or_default();
-    let unshare = ns.id() as i32;
-    let mut lockctl = 0;
     let mut watcher = 0;
     assert!(
         eventually(Duration::from_secs(30), || {
-            lockctl = children_of(unshare).first().copied().unwrap_or(0);
             watcher = children_of(lockctl)
                 .into_iter()
                 .find(|&p| {

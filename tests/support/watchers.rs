@@ -54,6 +54,43 @@ impl Started {
     pub fn output(mut self, limit: Duration) -> std::process::Output {
         wait_output(self.0.take().unwrap(), limit)
     }
+
+    /// SIGKILL and reaped now, if still there (a test that gave up waiting for it).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// lockctl as the first process of a PID namespace of the test's own (`unshare -pf --kill-child
+/// --mount-proc lockctl ARGS`), so that its watcher is its own child, against `s` (the restart
+/// quarantine off: the test has just started that server), its stderr in `err`. Returns the
+/// namespace (killed with every process in it when dropped) and lockctl's PID once it is there.
+pub fn pid1_lockctl(s: &Server, args: &[&str], err: &std::path::Path) -> (Started, i32) {
+    let ns = std::process::Command::new("unshare")
+        .args(["-pf", "--kill-child", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(args)
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(err).unwrap())
+        .spawn()
+        .map(|c| Started(Some(c)))
+        .unwrap();
+    let unshare = ns.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            lockctl = children_of(unshare).first().copied().unwrap_or(0);
+            lockctl > 0
+        }),
+        "lockctl did not start"
+    );
+    (ns, lockctl)
 }
 
 impl Drop for Started {
