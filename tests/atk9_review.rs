@@ -18,9 +18,19 @@
 //!   and reaps its stopped-then-killed watcher itself, so a job process that takes the PID is
 //!   waited for (the atk8 scene, lockctl not a PID 1). A lockctl nested as the job of a PID 1
 //!   lockctl (its watcher the outer's child, not its own) passes its code through both.
+//!   The three tests pass 3 of 3 each at 66ce62e.
 //! - `unshare -p` without `-f`, which puts lockctl's first child (the watcher's middle process)
 //!   first in a new namespace: lockctl cannot start threads there and ends at once with exit 1
 //!   ("cannot install signal handlers"), before any lock or watcher (tried by hand; no test).
+//! - The check's own read of `/proc/PID/stat` failing for want of descriptors, as a PID 1
+//!   (`ulimit -n N; exec lockctl exec ...` for N from 5 to 22, by hand): up to 12 the start
+//!   fails first (exit 1, the command not run), from 13 on exit 7 at once; no limit lets the start
+//!   pass and the check fail.
+//! - The first start's middle process held in its `exit_group` (`strace -f -e
+//!   inject=exit_group:delay_enter=3s`) with its watcher stopped meanwhile, non-PID-1, by hand
+//!   (1 try): lockctl killed the middle at 2 s, the stopped watcher went to init and ended; strace
+//!   also held the retry at the grant, so lockctl ended with exit 1 and the command not run.
+//!   Inconclusive for a watcher left stopped; no test.
 //!
 //! What broke:
 //! - lockctl as the first process of a PID namespace without any `/proc` (`unshare -pf -m`, then
@@ -28,8 +38,8 @@
 //!   `/proc/self/exe`) and lockctl's own child, but the check at the grant reads
 //!   `/proc/PID/stat`, finds nothing, and spares 0; `has_children` then counts the live watcher
 //!   as the job's, and lockctl waits for it for good after the command's `exit 7`, renewing the
-//!   lock (killed by the test's bound; 2 of 2 by hand, 2 of 2 as the test). Not new with 66ce62e:
-//!   its parent's `has_children` also returned true whenever `/proc/SPARE/stat` could not be
+//!   lock (killed by the test's bound; 2 of 2 by hand, 2 of 2 as the test). Not new with 66ce62e
+//!   (by its parent's code, not run): its parent's `has_children` also returned true whenever `/proc/SPARE/stat` could not be
 //!   read. docs/guarantees.md names a PID 1 whose `/proc` is its parent's, not one without
 //!   `/proc`. A check that needs no `/proc` and no namespace of its own: `waitid(P_PID, pid,
 //!   WEXITED | WNOHANG | WNOWAIT)` fails with ECHILD exactly when `pid` is not lockctl's child.
