@@ -1,0 +1,579 @@
+//! A review of 66ce62e (the watcher's PID is spared by `has_children` and `kill_job` only when,
+//! at the grant, `/proc` says the watcher's parent is lockctl; otherwise the spared PID is 0).
+//!
+//! What was tried: ways for the watcher to be lockctl's child without the check at the grant
+//! seeing it, or to become its child after the grant, so that lockctl waits for its live watcher
+//! as for the job or signals it (promise (d)); and a check that says "child" when it is not.
+//!
+//! - A reparenting after the grant does not reach lockctl: an orphan goes to a thread of its
+//!   dying parent's group, else to the nearest subreaper *above* that parent (in the same PID
+//!   namespace), else to the namespace's first process. The watcher's parent after the double
+//!   fork is such an adopter above lockctl (or lockctl itself), and lockctl is never above it, so
+//!   whatever dies later (an outer lockctl, another subreaper) hands the watcher further up, never
+//!   to lockctl. The middle process is reaped (`reap_middle`) before the watcher's first word is
+//!   read, so the watcher's parent is settled at the check. Shown here where lockctl's own
+//!   position makes it the adopter: a lockctl whose parent made it a child subreaper before its
+//!   exec (`PR_SET_CHILD_SUBREAPER` is kept across `execve`) adopts its watcher at the middle's
+//!   exit, like a PID 1, and the check sees it: lockctl exits with the command's code at once,
+//!   and reaps its stopped-then-killed watcher itself, so a job process that takes the PID is
+//!   waited for (the atk8 scene, lockctl not a PID 1). A lockctl nested as the job of a PID 1
+//!   lockctl (its watcher the outer's child, not its own) passes its code through both.
+//!   The three tests pass 3 of 3 each at 66ce62e.
+//! - `unshare -p` without `-f`, which puts lockctl's first child (the watcher's middle process)
+//!   first in a new namespace: lockctl cannot start threads there and ends at once with exit 1
+//!   ("cannot install signal handlers"), before any lock or watcher (tried by hand; no test).
+//! - The check's own read of `/proc/PID/stat` failing for want of descriptors, as a PID 1
+//!   (`ulimit -n N; exec lockctl exec ...` for N from 5 to 22, by hand): up to 12 the start
+//!   fails first (exit 1, the command not run), from 13 on exit 7 at once; no limit lets the start
+//!   pass and the check fail.
+//! - The first start's middle process held in its `exit_group` (`strace -f -e
+//!   inject=exit_group:delay_enter=3s`) with its watcher stopped meanwhile, non-PID-1, by hand
+//!   (1 try): lockctl killed the middle at 2 s, the stopped watcher went to init and ended; strace
+//!   also held the retry at the grant, so lockctl ended with exit 1 and the command not run.
+//!   Inconclusive for a watcher left stopped; no test.
+//!
+//! What broke:
+//! - lockctl as the first process of a PID namespace without any `/proc` (`unshare -pf -m`, then
+//!   `umount -l /proc` and `exec lockctl exec ...`): the watcher is the forked copy (no
+//!   `/proc/self/exe`) and lockctl's own child, but the check at the grant reads
+//!   `/proc/PID/stat`, finds nothing, and spares 0; `has_children` then counts the live watcher
+//!   as the job's, and lockctl waits for it for good after the command's `exit 7`, renewing the
+//!   lock (killed by the test's bound; 2 of 2 by hand, 2 of 2 as the test). Not new with 66ce62e
+//!   (by its parent's code, not run): its parent's `has_children` also returned true whenever `/proc/SPARE/stat` could not be
+//!   read. docs/guarantees.md names a PID 1 whose `/proc` is its parent's, not one without
+//!   `/proc`. A check that needs no `/proc` and no namespace of its own: `waitid(P_PID, pid,
+//!   WEXITED | WNOHANG | WNOWAIT)` fails with ECHILD exactly when `pid` is not lockctl's child.
+//! - lockctl *not* the first process of a PID namespace whose `/proc` is its parent's (`unshare
+//!   -pf` without `--mount-proc`, bash first, lockctl PID 2 there): its looks for the job read
+//!   the parent's `/proc/2`, kthreadd, whose children are the kernel's threads (PIDs 3, 4, ...).
+//!   On a lost lease lockctl SIGTERMs bash's bystander (PID 3) and its own threads' IDs, and its
+//!   SIGKILL round at `--kill-after` kills lockctl itself (exit 137); a job member in a session of
+//!   its own at a PID no kernel thread has is never signalled, by lockctl or by the watcher, and
+//!   runs on after the loss (5 of 5). And the check at the grant says "child" of the watcher,
+//!   bash's child: the parent's `/proc/7` is a kernel thread whose parent is 2 (it then spares 7,
+//!   the right outcome by coincidence). docs/guarantees.md states this `/proc` only for a PID 1.
+
+mod support;
+
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use support::watchers::{self, children_of, inner_pid, Started};
+use support::*;
+
+fn read(d: &std::path::Path, f: &str) -> Option<String> {
+    std::fs::read_to_string(d.join(f))
+        .ok()
+        .filter(|s| s.ends_with('\n'))
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no namespace of the test's own; skipped");
+        return false;
+    }
+    need_tool("unshare", "--version");
+    true
+}
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// The job of the subreaper scenes: it writes the names of lockctl's children (`$PPID`'s) to
+/// `$D/kids`, and exits 7.
+const KIDS_JOB: &str = r#"
+D=$(dirname "$0")
+for c in $(cat /proc/$PPID/task/*/children); do cat /proc/$c/comm; done > $D/kids.tmp
+mv $D/kids.tmp $D/kids
+exit 7
+"#;
+
+/// A lockctl whose parent made it a child subreaper before its exec (a supervisor that sets
+/// `PR_SET_CHILD_SUBREAPER` and execs its service, which keeps the attribute across `execve`):
+/// the watcher's middle process exits under it, so the watcher is lockctl's own child, as under a
+/// PID 1 (the job sees `lockctl-guard` among lockctl's children). The check at the grant must see
+/// it: lockctl exits with the command's code at once (7, within 10 s; it would wait for its
+/// watcher for good otherwise), the lock released, no watcher left.
+#[test]
+fn a_lockctl_made_a_subreaper_before_its_exec_exits_with_its_command() {
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    std::fs::write(d.join("job.sh"), KIDS_JOB).unwrap();
+    let mut cmd = lockctl_on(&s);
+    cmd.args(["exec", "sr", "--ttl", "10s", "--", "sh"])
+        .arg(d.join("job.sh"))
+        .stdin(std::process::Stdio::null());
+    // SAFETY: prctl only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = Started(Some(cmd.spawn().unwrap()));
+    let pid = child.id();
+    let out = child.output(Duration::from_secs(10));
+    let kids = read(&d, "kids").unwrap_or_default();
+    eprintln!(
+        "lockctl's children seen by the job: {kids:?}; {}",
+        stderr(&out)
+    );
+    assert!(
+        kids.lines().any(|k| k == "lockctl-guard"),
+        "no verdict: the watcher was not lockctl's child: {kids:?}"
+    );
+    assert_eq!(code(&out), 7, "{}", stderr(&out));
+    assert_eq!(s.get("lockctl:sr"), None, "the lock was not released");
+    assert!(
+        eventually(Duration::from_secs(5), || watchers::watchers_of(pid)
+            .is_empty()),
+        "a watcher was left behind"
+    );
+}
+
+/// The namespace's script for [`a_subreaper_lockctl_waits_for_a_job_process_that_took_its_stopped_then_killed_watchers_pid`]
+/// (`$1` the directory, then lockctl's command line): bash is the namespace's first process;
+/// lockctl is started through python3, which makes itself a child subreaper and execs lockctl.
+const SUBREAPER_NS: &str = r#"
+D=$1; shift
+python3 -c 'import ctypes, os, sys
+assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
+os.execv(sys.argv[1], sys.argv[1:])' "$@" 2>"$D/lockctl.err" &
+LP=$!
+wait $LP
+echo $? > "$D/status.tmp"; mv "$D/status.tmp" "$D/status"
+for i in $(seq 1 600); do [ -e "$D/end" ] && break; sleep 0.05; done
+"#;
+
+/// The job's first process (atk8's): it starts the rest of the job in a session of its own and
+/// exits at once.
+const JOB: &str = r#"
+D=$(dirname "$0")
+setsid sh $D/rest.sh &
+exit 0
+"#;
+
+/// The rest of the job: it ignores SIGTERM; once `$D/go` exists it starts a process with the
+/// PID in `$D/reuse` (`ns_last_pid`) in a session of its own and exits, so that process, an
+/// orphan, comes to lockctl, its subreaper.
+const REST: &str = r#"
+D=$(dirname "$0")
+trap '' TERM
+echo $$ > $D/job.tmp; mv $D/job.tmp $D/job
+while [ ! -e $D/go ]; do sleep 0.05; done
+W=$(cat $D/reuse)
+[ "$W" -gt 0 ] && echo $((W-1)) > /proc/sys/kernel/ns_last_pid
+setsid sh $D/orphan.sh &
+exit 0
+"#;
+
+/// The orphan: runs until `$D/end` exists (30 s at most).
+const ORPHAN: &str = r#"
+D=$(dirname "$0")
+echo $$ > $D/orphan.tmp; mv $D/orphan.tmp $D/orphan
+for i in $(seq 1 600); do [ -e $D/end ] && exit 0; sleep 0.05; done
+"#;
+
+/// atk8's stopped-then-killed watcher, with lockctl a child subreaper from its exec (not the
+/// first process of the PID namespace of the test's own: bash is): the watcher is lockctl's
+/// child and spared. It is stopped (lockctl says "is stopped"; its monitor thread ends), then
+/// killed; lockctl reaps it itself (`Supervisor::reap` marks it gone first), so its PID is not
+/// spared once free. The rest of the job starts a process with that PID and exits; that process,
+/// lockctl's child, must be waited for (lockctl still runs 2 s later, the process alive), and
+/// lockctl exits 76 once it ends, the lock released.
+#[test]
+fn a_subreaper_lockctl_waits_for_a_job_process_that_took_its_stopped_then_killed_watchers_pid() {
+    if !root() {
+        return;
+    }
+    need_tool("python3", "--version");
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let at = |f: &str| d.join(f);
+    std::fs::write(at("job.sh"), JOB).unwrap();
+    std::fs::write(at("rest.sh"), REST).unwrap();
+    std::fs::write(at("orphan.sh"), ORPHAN).unwrap();
+    let mut ns = std::process::Command::new("unshare")
+        .args([
+            "-pf",
+            "--kill-child",
+            "--mount-proc",
+            "bash",
+            "-c",
+            SUBREAPER_NS,
+        ])
+        .arg("ns")
+        .arg(&d)
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "srk", "--ttl", "60s", "--kill-after", "1h", "--"])
+        .arg("sh")
+        .arg(at("job.sh"))
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(at("ns.err")).unwrap())
+        .spawn()
+        .map(|c| Started(Some(c)))
+        .unwrap();
+    let errs = || std::fs::read_to_string(at("lockctl.err")).unwrap_or_default();
+    let unshare = ns.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let bash = children_of(unshare).first().copied().unwrap_or(0);
+            lockctl = children_of(bash).first().copied().unwrap_or(0);
+            lockctl > 0 && comm(lockctl) == "lockctl" && read(&d, "job").is_some()
+        }),
+        "the job did not start: {}",
+        errs()
+    );
+    let mut watcher = 0;
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            watcher = children_of(lockctl)
+                .into_iter()
+                .find(|&p| comm(p) == "lockctl-guard")
+                .unwrap_or(0);
+            watcher > 0
+        }),
+        "no verdict: no watcher among lockctl's children: {}",
+        errs()
+    );
+    let inner = inner_pid(watcher).unwrap();
+    kill(watcher, libc::SIGSTOP);
+    assert!(
+        eventually(Duration::from_secs(10), || errs().contains("is stopped")),
+        "lockctl did not see its watcher stopped: {}",
+        errs()
+    );
+    kill(watcher, libc::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(10), || !std::path::Path::new(&format!(
+            "/proc/{watcher}"
+        ))
+        .exists()),
+        "lockctl did not reap its killed watcher"
+    );
+    std::fs::write(at("reuse"), format!("{inner}\n")).unwrap();
+    std::fs::write(at("go"), "").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || read(&d, "orphan").is_some()),
+        "no orphan started: {}",
+        errs()
+    );
+    let orphan: i32 = read(&d, "orphan").unwrap().trim().parse().unwrap();
+    let mut outer = 0;
+    let adopted = eventually(Duration::from_secs(10), || {
+        outer = children_of(lockctl)
+            .into_iter()
+            .find(|&p| inner_pid(p) == Some(orphan))
+            .unwrap_or(0);
+        outer > 0
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let early = read(&d, "status");
+    let orphan_alive = outer > 0 && alive(outer);
+    std::fs::write(at("end"), "").unwrap();
+    let done = eventually(Duration::from_secs(20), || read(&d, "status").is_some());
+    let status = read(&d, "status");
+    let _ = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(10));
+    eprintln!(
+        "watcher {inner}, orphan {orphan} (adopted {adopted}, alive {orphan_alive}); early \
+         {early:?}, status {status:?} ({done}); key {:?}: {}",
+        s.get("lockctl:srk"),
+        errs()
+    );
+    assert_eq!(orphan, inner, "no verdict: the orphan did not take the PID");
+    assert!(adopted, "no verdict: the orphan was not lockctl's child");
+    assert_eq!(
+        early,
+        None,
+        "lockctl exited with a process of its job (the dead watcher's PID) running: {}",
+        errs()
+    );
+    assert!(orphan_alive, "the job's process was signalled: {}", errs());
+    assert_eq!(status.as_deref(), Some("76\n"), "{}", errs());
+    assert_eq!(s.get("lockctl:srk"), None, "the lock was not released");
+}
+
+/// A lockctl nested as the job of a PID 1 lockctl (`unshare -pf --mount-proc lockctl exec outer
+/// -- lockctl exec inner -- sh -c 'exit 7'`): the inner lockctl's watcher is adopted by the
+/// outer (the namespace's first process), not by the inner, whose check says "not my child" and
+/// spares 0; the outer spares only its own watcher and waits for the inner's as a member of its
+/// job, which ends with the inner lockctl. The code passes through both (7, within 15 s), both
+/// locks released.
+#[test]
+fn a_lockctl_nested_under_a_pid1_lockctl_passes_its_code_through_both() {
+    if !root() {
+        return;
+    }
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let l = env!("CARGO_BIN_EXE_lockctl");
+    let mut ns = std::process::Command::new("unshare")
+        .args(["-pf", "--kill-child", "--mount-proc", l])
+        .args(["exec", "outer", "--ttl", "10s", "--", l])
+        .args(["exec", "inner", "--ttl", "10s", "--", "sh", "-c", "exit 7"])
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(d.join("err")).unwrap())
+        .spawn()
+        .map(|c| Started(Some(c)))
+        .unwrap();
+    let status = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(15));
+    let errs = std::fs::read_to_string(d.join("err")).unwrap_or_default();
+    eprintln!("{status:?}: {errs}");
+    assert_eq!(status.and_then(|s| s.code()), Some(7), "{errs}");
+    assert_eq!(
+        s.get("lockctl:outer"),
+        None,
+        "the outer lock was not released"
+    );
+    assert_eq!(
+        s.get("lockctl:inner"),
+        None,
+        "the inner lock was not released"
+    );
+}
+
+/// Reproduction (root, `unshare` and `umount`; about 12 s): `cargo test --test atk9_review --
+/// --ignored --exact a_pid1_lockctl_without_proc_exits_when_its_command_does`. lockctl as the
+/// first process of a PID namespace with no `/proc` at all: `unshare -pf -m --propagation
+/// private --kill-child sh -c 'umount -l /proc && exec lockctl exec noproc --ttl 10s -- sh -c
+/// "exit 7"'`. The watcher, the forked copy (no `/proc/self/exe` to exec), is lockctl's child;
+/// the check at the grant cannot read `/proc/PID/stat` and spares 0, so `has_children` takes the
+/// live watcher for the job's and lockctl waits for it after the command's exit, renewing the
+/// lock: no exit within 12 s (2 of 2 at 66ce62e; by hand 2 of 2, the lock still held when the
+/// test's bound killed it). Expected: exit 7 at once, the lock released.
+#[test]
+#[ignore = "defect: a PID 1 lockctl without /proc waits for its own live watcher as for the job (never exits)"]
+fn a_pid1_lockctl_without_proc_exits_when_its_command_does() {
+    if !root() {
+        return;
+    }
+    need_tool("umount", "--version");
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let mut ns = std::process::Command::new("unshare")
+        .args(["-pf", "-m", "--propagation", "private", "--kill-child"])
+        .args([
+            "sh",
+            "-c",
+            "umount -l /proc && exec \"$0\" exec noproc --ttl 10s -- sh -c 'exit 7'",
+        ])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(d.join("err")).unwrap())
+        .spawn()
+        .map(|c| Started(Some(c)))
+        .unwrap();
+    let unshare = ns.id() as i32;
+    let status = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(12));
+    let lockctl = children_of(unshare).first().copied().unwrap_or(0);
+    let kids: Vec<String> = children_of(lockctl).into_iter().map(comm).collect();
+    let key = s.get("lockctl:noproc");
+    let errs = std::fs::read_to_string(d.join("err")).unwrap_or_default();
+    eprintln!("exit {status:?}; lockctl {lockctl}'s children {kids:?}; key {key:?}: {errs}");
+    assert!(
+        !errs.contains("umount"),
+        "no verdict: /proc could not be unmounted: {errs}"
+    );
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(7),
+        "lockctl (PID 1, no /proc) did not exit with its command's code; its children then: \
+         {kids:?} (the watcher, a fork named after lockctl's thread), the lock {key:?}: {errs}"
+    );
+    assert_eq!(s.get("lockctl:noproc"), None, "the lock was not released");
+}
+
+/// The namespace's script for [`a_lockctl_in_a_namespace_with_its_parent_s_proc_signals_only_its_job`]
+/// (`$1` the directory, `$2` lockctl): bash, the first process, starts lockctl first (so lockctl
+/// is PID 2 there), then a bystander `sleep` of its own, outside the job; it writes lockctl's
+/// exit code to `$D/status` and waits for `$D/end` (30 s at most).
+const PARENT_PROC_NS: &str = r#"
+D=$1; L=$2
+"$L" exec pp --ttl 3s --kill-after 1s -- sh "$D/job.sh" 2>"$D/lockctl.err" &
+LP=$!
+sleep 60 &
+echo $! > "$D/bystander.tmp"; mv "$D/bystander.tmp" "$D/bystander"
+wait $LP
+echo $? > "$D/status.tmp"; mv "$D/status.tmp" "$D/status"
+for i in $(seq 1 600); do [ -e "$D/end" ] && break; sleep 0.05; done
+"#;
+
+/// The job there: a member in a session of its own with the PID in `$D/free` (`ns_last_pid`),
+/// then a loop that ignores SIGTERM.
+const PARENT_PROC_JOB: &str = r#"
+D=$(dirname "$0")
+echo $(( $(cat $D/free) - 1 )) > /proc/sys/kernel/ns_last_pid
+setsid sh -c 'echo $$ > $1/member.tmp; mv $1/member.tmp $1/member; exec sleep 30' member $D &
+trap '' TERM
+echo $$ > $D/job.tmp; mv $D/job.tmp $D/job
+while :; do sleep 0.1; done
+"#;
+
+/// Reproduction (root, `unshare`; a Linux host whose `/proc` shows `kthreadd` as PID 2 with the
+/// kernel's threads as its children, as a machine or VM's own does; about 8 s): `cargo test
+/// --test atk9_review -- --ignored --exact
+/// a_lockctl_in_a_namespace_with_its_parent_s_proc_signals_only_its_job`.
+///
+/// lockctl not the first process of a PID namespace whose `/proc` is its parent's (`unshare -pf
+/// --kill-child bash -c 'lockctl exec pp --ttl 3s --kill-after 1s -- sh job.sh & sleep 60 & wait
+/// ...'`, no `--mount-proc`): lockctl is PID 2 there, and its looks for its job's processes read
+/// the parent's `/proc/2` (kthreadd), whose children are the kernel's threads, at PIDs 3, 4, ...:
+/// `kill_job` sends its signals to the processes of the namespace with those numbers, which
+/// are also the IDs of lockctl's own threads there (a `kill` on a thread's ID signals its
+/// process). The job starts a member in a session of its own at a PID no kernel thread has
+/// (`ns_last_pid`), and loops ignoring SIGTERM; the test deletes the lock's key. On the lost
+/// lease lockctl's SIGTERM goes to bash's bystander `sleep` (PID 3, not the job's) and to
+/// lockctl itself, and its SIGKILL round at `--kill-after` kills lockctl itself (`kill(4,
+/// SIGKILL)`, a thread of its own, seen with `strace -f -p`): exit 137, not 76. The watcher,
+/// whose walker reads the same wrong `/proc`, then kills the job's group but not the member,
+/// which runs on after the lease is lost with nothing left to stop it. 5 of 5 at 66ce62e
+/// (bystander dead, lockctl 137, member alive 3 s after the loss). Promises (a), (b), (c). The
+/// known limit in docs/guarantees.md names only a PID 1 lockctl with its parent's `/proc`
+/// ("reads other processes under its PIDs and never exits"). The check at the grant says
+/// "child" there of a watcher that is bash's: the parent's `/proc/7` (the watcher's PID inside,
+/// by hand) is a kernel thread whose parent is PID 2, lockctl's PID inside, so 7 is spared (no
+/// `kill(7, ..)` among lockctl's signals under `strace`, while 3, 4, 8 and 10 got SIGTERM); the
+/// right outcome, by coincidence.
+#[test]
+#[ignore = "defect: in a PID namespace with the parent's /proc, a lockctl that is not PID 1 signals processes outside its job, kills itself, and misses its own member"]
+fn a_lockctl_in_a_namespace_with_its_parent_s_proc_signals_only_its_job() {
+    if !root() {
+        return;
+    }
+    let kthreads = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().map(str::to_string))
+            .and_then(|s| s.split_whitespace().nth(1).map(|p| p == "2"))
+            .unwrap_or(false)
+    };
+    if comm(2) != "kthreadd" || !kthreads(3) {
+        eprintln!("no verdict: this /proc does not show kthreadd as PID 2 with its threads");
+        return;
+    }
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let at = |f: &str| d.join(f);
+    let free = (20000..32000)
+        .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .unwrap();
+    std::fs::write(at("free"), format!("{free}\n")).unwrap();
+    std::fs::write(at("job.sh"), PARENT_PROC_JOB).unwrap();
+    let mut ns = std::process::Command::new("unshare")
+        .args(["-pf", "--kill-child", "bash", "-c", PARENT_PROC_NS])
+        .arg("ns")
+        .arg(&d)
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(at("ns.err")).unwrap())
+        .spawn()
+        .map(|c| Started(Some(c)))
+        .unwrap();
+    let errs = || std::fs::read_to_string(at("lockctl.err")).unwrap_or_default();
+    let unshare = ns.id() as i32;
+    let (mut bash, mut lockctl, mut watcher, mut bystander, mut member) = (0, 0, 0, 0, 0);
+    let started = eventually(Duration::from_secs(30), || {
+        bash = children_of(unshare).first().copied().unwrap_or(0);
+        let kids = children_of(bash);
+        let find = |name: &str| kids.iter().copied().find(|&p| comm(p) == name).unwrap_or(0);
+        lockctl = find("lockctl");
+        watcher = find("lockctl-guard");
+        let inner_bystander: i32 = read(&d, "bystander").map_or(0, |b| b.trim().parse().unwrap());
+        bystander = kids
+            .iter()
+            .copied()
+            .find(|&p| comm(p) == "sleep" && inner_pid(p) == Some(inner_bystander))
+            .unwrap_or(0);
+        let inner_member: i32 = read(&d, "member").map_or(0, |m| m.trim().parse().unwrap());
+        member = children_of(lockctl)
+            .into_iter()
+            .flat_map(|c| children_of(c).into_iter().chain(Some(c)))
+            .find(|&p| inner_pid(p) == Some(inner_member))
+            .unwrap_or(0);
+        lockctl > 0 && watcher > 0 && bystander > 0 && member > 0 && read(&d, "job").is_some()
+    });
+    assert!(
+        started,
+        "the scene did not start (lockctl {lockctl}, watcher {watcher}, bystander {bystander}, \
+         member {member}): {}",
+        errs()
+    );
+    let inner = |p: i32| inner_pid(p).unwrap_or(0);
+    let (lockctl_in, watcher_in, bystander_in, member_in) = (
+        inner(lockctl),
+        inner(watcher),
+        inner(bystander),
+        inner(member),
+    );
+    eprintln!(
+        "inside: lockctl {lockctl_in}, watcher {watcher_in} (a kernel thread's PID outside: {}), \
+         bystander {bystander_in} ({}), member {member_in} ({})",
+        kthreads(watcher_in),
+        kthreads(bystander_in),
+        kthreads(member_in)
+    );
+    s.cmd::<i64>(&["DEL", "lockctl:pp"]);
+    let lost = eventually(Duration::from_secs(10), || errs().contains("lost"));
+    std::thread::sleep(Duration::from_secs(3));
+    let (b, w, m, l) = (
+        alive(bystander),
+        alive(watcher),
+        alive(member),
+        alive(lockctl),
+    );
+    let status = read(&d, "status");
+    std::fs::write(at("end"), "").unwrap();
+    let _ = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(10));
+    eprintln!(
+        "3 s after the loss ({lost}): bystander alive {b}, watcher alive {w}, member alive {m}, \
+         lockctl alive {l}, status {status:?}: {}",
+        errs()
+    );
+    assert_eq!(
+        lockctl_in, 2,
+        "no verdict: lockctl is not PID 2 in the namespace"
+    );
+    assert!(
+        lost,
+        "no verdict: lockctl did not see its lease lost: {}",
+        errs()
+    );
+    let mut broken = Vec::new();
+    if !b {
+        broken.push("lockctl signalled bash's bystander, outside its job");
+    }
+    if !w && l {
+        broken.push("lockctl killed its live watcher and runs on");
+    }
+    if !l && status.as_deref() != Some("76\n") {
+        broken.push("lockctl ended without its exit 76 (killed: 137, by itself)");
+    }
+    if m {
+        broken.push("the job's member runs on after the lease was lost");
+    }
+    assert!(
+        broken.is_empty(),
+        "{broken:?}; status {status:?}: {}",
+        errs()
+    );
+}
