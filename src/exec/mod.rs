@@ -61,6 +61,7 @@ enum Route {
 
 pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
     check_name(&args.name)?;
+    check_proc()?;
     // A SIGCHLD that lockctl's parent left ignored (`trap '' CHLD`) would have the kernel reap
     // every child at its exit: the watcher's start and the job's status would be lost (waits fail
     // with ECHILD). Its default action is to do nothing, which the job inherits too.
@@ -317,4 +318,29 @@ fn abandon(supervisor: &Supervisor, child: child::Spawned, watcher: watcher::Wat
     child.wait();
     watcher.done();
     child::reclaim_terminal();
+}
+
+/// lockctl finds its command's processes, and tells its watcher from them, in `/proc`: a `/proc`
+/// of another PID namespace would have it signal other processes under the PIDs of the job's (its
+/// own threads among them) and miss the job's own, and a first process of a PID namespace without
+/// any `/proc` cannot tell its watcher, its own child there, from the job's processes and would
+/// wait for it. Both are refused before the lock is asked for. Without `/proc` elsewhere, lockctl
+/// runs as documented (the watcher is the forked copy, the parent-death signal stops the job).
+fn check_proc() -> anyhow::Result<()> {
+    match procs::proc_mount() {
+        procs::ProcMount::Own => Ok(()),
+        procs::ProcMount::Foreign => Err(anyhow::anyhow!(
+            "exec: /proc here belongs to another PID namespace (/proc/self is not this process), \
+             so lockctl cannot find its command's processes there; mount this namespace's own \
+             (`unshare --pid --fork --mount-proc`, or `mount -t proc proc /proc` in a mount \
+             namespace of its own); the lock was not asked for"
+        )),
+        // SAFETY: getpid has no preconditions.
+        procs::ProcMount::Missing if unsafe { libc::getpid() } == 1 => Err(anyhow::anyhow!(
+            "exec: lockctl is the first process of a PID namespace without /proc, so it cannot tell \
+             its watcher from its command's processes; mount /proc there, or run lockctl under an \
+             init (`docker run --init`, tini); the lock was not asked for"
+        )),
+        procs::ProcMount::Missing => Ok(()),
+    }
 }

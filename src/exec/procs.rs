@@ -16,6 +16,40 @@
 
 use std::collections::{HashMap, HashSet};
 
+/// What `/proc` is to this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcMount {
+    /// This PID namespace's own: `/proc/self` names this process.
+    Own,
+    /// Another PID namespace's (a namespace made without mounting its own, `unshare -pf` without
+    /// `--mount-proc`): its PIDs are not this namespace's, and a walk there finds other processes,
+    /// lockctl's own threads among them, under the PIDs of the job's.
+    Foreign,
+    /// No procfs mounted at `/proc`.
+    Missing,
+}
+
+/// Whether `/proc` is a procfs, and this PID namespace's (see [`ProcMount`]).
+pub fn proc_mount() -> ProcMount {
+    // SAFETY: statfs into a zeroed struct, on a path that lives through the call.
+    let procfs = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c"/proc".as_ptr(), &mut st) == 0 && st.f_type == libc::PROC_SUPER_MAGIC
+    };
+    if !procfs {
+        return ProcMount::Missing;
+    }
+    let own = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|l| l.to_str()?.parse::<u32>().ok())
+        == Some(std::process::id());
+    if own {
+        ProcMount::Own
+    } else {
+        ProcMount::Foreign
+    }
+}
+
 /// One process, as `/proc/PID/stat` describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Proc {
