@@ -1,0 +1,219 @@
+//! A review of 085a259 (`check_proc`: exec refuses a procfs at `/proc` whose `/proc/self` is not
+//! lockctl, and, as a PID namespace's first process, no procfs at `/proc`).
+//!
+//! The check asks one question of the procfs at `/proc`: does `/proc/self` read as lockctl's own
+//! PID? A procfs of an ancestor PID namespace answers yes whenever lockctl's PID there happens to
+//! be the same number as its PID in its own namespace. Root can arrange that (`ns_last_pid` in both
+//! namespaces), and it can happen by chance. Then the check passes, and lockctl finds and signals
+//! processes through the wrong numbering.
+
+mod support;
+
+use std::time::Duration;
+
+use support::watchers::{self, children_of, inner_pid, Started};
+use support::*;
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no namespace of the test's own; skipped");
+        return false;
+    }
+    need_tool("unshare", "--version");
+    true
+}
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn read(d: &std::path::Path, f: &str) -> Option<String> {
+    std::fs::read_to_string(d.join(f))
+        .ok()
+        .filter(|s| s.ends_with('\n'))
+}
+
+/// The `NSpid:` line of `/proc/PID/status`, outer to inner.
+fn nspid(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The namespace's first process (`$1` N, `$2` the directory, `$3` lockctl): sets this
+/// namespace's `ns_last_pid` to N - 1 and starts lockctl, so that it is N here; the test has set
+/// the parent namespace's to N - 3 before `unshare`, so that (unshare N - 2, this shell N - 1)
+/// lockctl is N there too, unless another process of the machine took a PID meanwhile.
+const COINCIDE_NS: &str = r#"
+N=$1; D=$2; L=$3
+echo $((N - 1)) > /proc/sys/kernel/ns_last_pid
+"$L" exec co --ttl 3s --kill-after 1s -- sh "$D/job.sh" 2>"$D/lockctl.err" &
+wait $!
+echo $? > "$D/status.tmp"; mv "$D/status.tmp" "$D/status"
+"#;
+
+/// The job: a member in a session of its own, at a PID of this namespace far from the parent's
+/// numbering (`$D/free`, by `ns_last_pid`), then a loop that ignores SIGTERM.
+const COINCIDE_JOB: &str = r#"
+D=$(dirname "$0")
+echo $(( $(cat $D/free) - 1 )) > /proc/sys/kernel/ns_last_pid
+setsid sh -c 'echo $$ > $1/member.tmp; mv $1/member.tmp $1/member; exec sleep 30' member $D &
+trap '' TERM
+echo $$ > $D/job.tmp; mv $D/job.tmp $D/job
+while :; do sleep 0.1; done
+"#;
+
+/// Reproduction (root, `unshare`; about 10 s): `cargo test --test atk10_review -- --ignored
+/// --exact a_parent_proc_where_lockctl_s_pid_coincides_is_refused_or_signals_only_its_job`.
+///
+/// `unshare -pf --kill-child sh -c COINCIDE_NS` without `--mount-proc`, so `/proc` is the
+/// parent namespace's, with the parent's `ns_last_pid` set to N - 3 just before and the
+/// namespace's set to N - 1 inside: lockctl (not PID 1) is PID N in both namespaces (checked from
+/// outside in `NSpid`; retried up to 10 times with a new N if another process took a PID in
+/// between). `/proc/self` then reads N, `check_proc` says `Own`, and exec asks for the lock and
+/// runs the job. The job starts a member in a session of its own at a PID of the namespace
+/// (`ns_last_pid`) that is not its PID in the parent's numbering, and loops ignoring SIGTERM; the
+/// test deletes the lock's key. Promise (1): either the check refuses (exit 1, nothing in
+/// Redis), or lockctl (and its watcher) stops the member on the lost lease. Seen at 085a259, 3 of
+/// 3 (each on the first try, e.g. lockctl `NSpid 28714 28714`, member `NSpid 28727 300`): the
+/// check passed, lockctl said "lease on 'co' lost ... stopping the command", and the member was
+/// alive 3 s later (lockctl had not exited by then either). Its walk reads the parent's
+/// numbering (the member is 28727 there) and signals those numbers in its own namespace, where
+/// 28727 is not the member (300). A check that the procfs is this namespace's: `/proc/self/status`
+/// has one PID on its `NSpid:` line only in the namespace's own procfs.
+#[test]
+#[ignore = "defect: a parent namespace's /proc where lockctl's PID happens to be the same number passes check_proc"]
+fn a_parent_proc_where_lockctl_s_pid_coincides_is_refused_or_signals_only_its_job() {
+    if !root() {
+        return;
+    }
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let at = |f: &str| d.join(f);
+    std::fs::write(at("job.sh"), COINCIDE_JOB).unwrap();
+    let pid_max: i32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let free_range = |from: i32, len: i32| {
+        (from..from + len).all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+    };
+    let errs = || std::fs::read_to_string(at("lockctl.err")).unwrap_or_default();
+    let mut scene = None;
+    for attempt in 0..10 {
+        let _ = std::fs::remove_file(at("lockctl.err"));
+        let last: i32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let mut n = last + 400 + attempt * 300;
+        if n + 300 >= pid_max {
+            n = 400 + attempt * 300;
+        }
+        while !free_range(n - 3, 300) {
+            n += 300;
+            assert!(n + 300 < pid_max, "no free range of PIDs");
+        }
+        // The member's PID in the namespace: free in the parent too, and far from its numbering.
+        let member_in = (n + 5000..pid_max - 1)
+            .chain(300..n - 3)
+            .find(|&p| free_range(p, 1))
+            .unwrap();
+        std::fs::write(at("free"), format!("{member_in}\n")).unwrap();
+        std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", n - 3)).unwrap();
+        let ns = std::process::Command::new("unshare")
+            .args(["-pf", "--kill-child", "sh", "-c", COINCIDE_NS, "ns"])
+            .arg(n.to_string())
+            .arg(&d)
+            .arg(env!("CARGO_BIN_EXE_lockctl"))
+            .env("LOCKCTL_REDIS", s.url())
+            .env("LOCKCTL_QUARANTINE", "0")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(|c| Started(Some(c)))
+            .unwrap();
+        let unshare = ns.id() as i32;
+        let mut lockctl = 0;
+        let seen = eventually(Duration::from_secs(10), || {
+            let sh = children_of(unshare).first().copied().unwrap_or(0);
+            lockctl = children_of(sh)
+                .into_iter()
+                .find(|&p| comm(p) == "lockctl")
+                .unwrap_or(0);
+            lockctl > 0 || read(&d, "status").is_some()
+        });
+        let ids = nspid(lockctl);
+        eprintln!("attempt {attempt}: N {n}, lockctl {lockctl}, NSpid {ids:?}");
+        if seen && lockctl > 0 && ids == [n, n] {
+            scene = Some((ns, lockctl, member_in));
+            break;
+        }
+        drop(ns);
+        let _ = std::fs::remove_file(at("status"));
+    }
+    let Some((mut ns, lockctl, member_in)) = scene else {
+        eprintln!("no verdict: lockctl's PIDs never coincided in 10 tries");
+        return;
+    };
+    // Either the refusal, or the job with its member.
+    let mut member = 0;
+    let decided = eventually(Duration::from_secs(20), || {
+        if read(&d, "status").is_some() {
+            return true;
+        }
+        member = children_of(lockctl)
+            .into_iter()
+            .flat_map(|c| children_of(c).into_iter().chain(Some(c)))
+            .find(|&p| inner_pid(p) == Some(member_in))
+            .unwrap_or(0);
+        member > 0 && read(&d, "job").is_some()
+    });
+    assert!(decided, "neither a refusal nor the job: {}", errs());
+    if let Some(status) = read(&d, "status") {
+        assert_eq!(status.trim(), "1", "{}", errs());
+        assert!(
+            s.keys().is_empty(),
+            "a refusal wrote to Redis: {:?}",
+            s.keys()
+        );
+        eprintln!("refused: {}", errs());
+        return;
+    }
+    eprintln!(
+        "the check passed: lockctl {lockctl} (NSpid {:?}), member {member} (NSpid {:?})",
+        nspid(lockctl),
+        nspid(member)
+    );
+    s.cmd::<i64>(&["DEL", "lockctl:co"]);
+    let lost = eventually(Duration::from_secs(10), || errs().contains("lost"));
+    std::thread::sleep(Duration::from_secs(3));
+    let member_alive = alive(member);
+    let status = read(&d, "status");
+    let _ = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(10));
+    if member_alive {
+        // SAFETY: kill of a process this test started.
+        unsafe { libc::kill(member, libc::SIGKILL) };
+    }
+    eprintln!("lost {lost}, lockctl's status {status:?}, {}", errs());
+    assert!(lost, "no loss seen: {}", errs());
+    assert!(
+        !member_alive,
+        "the job's member ran on 3 s after the lost lease (lockctl's status {status:?}): {}",
+        errs()
+    );
+}
