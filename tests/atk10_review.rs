@@ -217,3 +217,192 @@ fn a_parent_proc_where_lockctl_s_pid_coincides_is_refused_or_signals_only_its_jo
         errs()
     );
 }
+
+/// Runs `sh -c SCRIPT ns LOCKCTL` as the first process of a new PID and mount namespace with its
+/// own `/proc` (`unshare -pf --mount-proc`); SCRIPT ends with `exec "$1" exec ...`, so lockctl is
+/// PID 1 there. Returns its output within `limit`.
+fn pid1_script(s: &Server, script: &str, limit: Duration) -> std::process::Output {
+    let child = std::process::Command::new("unshare")
+        .args([
+            "-pf",
+            "--kill-child",
+            "--mount-proc",
+            "sh",
+            "-c",
+            script,
+            "ns",
+        ])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    Started(Some(child)).output(limit)
+}
+
+/// Promise (3): a namespace's own procfs mounted with `subset=pid,hidepid=invisible` (a
+/// container's hardened `/proc`) is this namespace's, and a PID 1 lockctl there runs its command
+/// and exits with its code at once, the lock released.
+#[test]
+fn a_pid1_lockctl_with_a_subset_pid_hidepid_proc_runs_its_command() {
+    if !root() {
+        return;
+    }
+    let s = Server::start();
+    let out = pid1_script(
+        &s,
+        r#"mount -t proc -o subset=pid,hidepid=invisible proc /proc || exit 99
+exec "$1" exec sp --ttl 10s -- sh -c 'exit 7'"#,
+        Duration::from_secs(15),
+    );
+    assert_ne!(
+        code(&out),
+        99,
+        "this kernel has no subset=pid: {}",
+        stderr(&out)
+    );
+    assert_eq!(code(&out), 7, "{}", stderr(&out));
+    assert_eq!(s.get("lockctl:sp"), None, "the lock was not released");
+}
+
+/// Promise (2): a tmpfs over `/proc` holding a `self` link to `1` (and a `1/stat` that reads
+/// like lockctl's) is not a procfs: a PID 1 lockctl there is refused before the lock, exit 1,
+/// nothing in Redis, the command not run.
+#[test]
+fn a_pid1_lockctl_on_a_tmpfs_proc_with_a_fake_self_is_refused() {
+    if !root() {
+        return;
+    }
+    let s = Server::start();
+    let ran = s.dir().join("ran");
+    let out = pid1_script(
+        &s,
+        &format!(
+            r#"umount -l /proc && mount -t tmpfs fake /proc || exit 99
+ln -s 1 /proc/self && mkdir /proc/1 && echo '1 (lockctl) S 0 1 1 0 -1' > /proc/1/stat || exit 98
+exec "$1" exec fk --ttl 10s -- touch {}"#,
+            ran.display()
+        ),
+        Duration::from_secs(15),
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("without /proc"), "{}", stderr(&out));
+    assert!(!ran.exists(), "the command ran");
+    assert!(
+        s.keys().is_empty(),
+        "a refusal wrote to Redis: {:?}",
+        s.keys()
+    );
+}
+
+/// The scene of the two tests below: a PID 1 lockctl (`unshare -pf --mount-proc`, `exec lockctl
+/// exec um --ttl 10s -- sh -c 'touch D/ran; exit 7'`) waits for a lock another lockctl holds;
+/// with `umount`, its namespace's `/proc` is then lazily unmounted in its mount namespace
+/// (`nsenter -t PID -m -p umount -l /proc`, root, from outside), which uncovers the `/proc` it
+/// was mounted over, the parent's; then the holder ends. Returns lockctl's exit code (None: not
+/// within 20 s of the holder's end), whether the command ran, and lockctl's stderr.
+fn unmounted_while_waiting(umount: bool) -> (Option<i32>, bool, String) {
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let go = d.join("go");
+    let ran = d.join("ran");
+    let mut holder = lockctl_on(&s);
+    holder
+        .args(["exec", "um", "--ttl", "10s", "--", "sh", "-c"])
+        .arg(format!(
+            "while [ ! -e {} ]; do sleep 0.05; done",
+            go.display()
+        ))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let holder = Started(Some(holder.spawn().unwrap()));
+    assert!(
+        eventually(Duration::from_secs(10), || s.get("lockctl:um").is_some()),
+        "the holder did not take the lock"
+    );
+    let err = d.join("pid1.err");
+    let job = format!("touch {}; exit 7", ran.display());
+    let (mut ns, lockctl) = watchers::pid1_lockctl(
+        &s,
+        &["exec", "um", "--ttl", "10s", "--", "sh", "-c", &job],
+        &err,
+    );
+    let errs = || std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(
+        eventually(Duration::from_secs(10), || errs()
+            .contains("waiting for lock")),
+        "lockctl does not wait: {}",
+        errs()
+    );
+    if umount {
+        let um = std::process::Command::new("nsenter")
+            .args([
+                "-t",
+                &lockctl.to_string(),
+                "-m",
+                "-p",
+                "umount",
+                "-l",
+                "/proc",
+            ])
+            .status()
+            .unwrap();
+        assert!(um.success(), "umount in lockctl's mount namespace failed");
+    }
+    std::fs::write(&go, "").unwrap();
+    let _ = holder.output(Duration::from_secs(10));
+    let status = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(20));
+    let ran = eventually(Duration::from_secs(1), || ran.exists());
+    eprintln!(
+        "umount {umount}: lockctl's status {status:?}, command ran {ran}, key {:?}: {}",
+        s.get("lockctl:um"),
+        errs()
+    );
+    (status.and_then(|st| st.code()), ran, errs())
+}
+
+/// The control of the scene: without the unmount, the PID 1 lockctl takes the lock after the
+/// holder, runs its command and exits with its code.
+#[test]
+fn a_pid1_lockctl_that_waits_with_its_own_proc_exits_with_its_command() {
+    if !root() {
+        return;
+    }
+    let (code, ran, errs) = unmounted_while_waiting(false);
+    assert!(ran, "the command did not run: {errs}");
+    assert_eq!(code, Some(7), "{errs}");
+}
+
+/// Reproduction (root, `unshare`, `nsenter`; about 25 s): `cargo test --test atk10_review --
+/// --ignored --exact
+/// a_pid1_lockctl_whose_proc_is_unmounted_while_it_waits_exits_with_its_command`.
+///
+/// The scene of [`unmounted_while_waiting`] with the unmount: `check_proc` ran at the start only,
+/// so lockctl takes the lock and runs the command with the parent's `/proc` under it, the state
+/// it refuses at the start. Promise (1): it exits with 7 within 20 s of the holder's end (or
+/// docs/guarantees.md names `/proc` changed after the start as outside the check). Seen at
+/// 085a259, 3 of 3: the command ran (`ran` written, `exit 7`), and 20 s after the holder's end
+/// lockctl had not exited and the lock's key was still there, with lockctl's token (renewed);
+/// its stderr said nothing after "waiting for lock". The control
+/// (`a_pid1_lockctl_that_waits_with_its_own_proc_exits_with_its_command`) exits 7 at once. The
+/// unmount is root's (or the container's own) act in lockctl's mount namespace; a lazily
+/// unmounted `/proc` uncovering the parent's is the state refused at the start.
+#[test]
+#[ignore = "defect or limit to name: /proc unmounted while a PID 1 lockctl waits for the lock gets past check_proc, and lockctl does not exit after its command"]
+fn a_pid1_lockctl_whose_proc_is_unmounted_while_it_waits_exits_with_its_command() {
+    if !root() {
+        return;
+    }
+    need_tool("nsenter", "--version");
+    let (code, ran, errs) = unmounted_while_waiting(true);
+    assert!(ran, "the command did not run: {errs}");
+    assert_eq!(
+        code,
+        Some(7),
+        "lockctl did not exit with its command's code within 20 s of the holder's end: {errs}"
+    );
+}
