@@ -322,24 +322,31 @@ fn abandon(supervisor: &Supervisor, child: child::Spawned, watcher: watcher::Wat
 
 /// lockctl finds its command's processes, and tells its watcher from them, in `/proc`: a `/proc`
 /// of another PID namespace would have it signal other processes under the PIDs of the job's (its
-/// own threads among them) and miss the job's own, and a first process of a PID namespace without
-/// any `/proc` cannot tell its watcher, its own child there, from the job's processes and would
+/// own threads among them) and miss the job's own, and a lockctl that adopts orphans (the first
+/// process of a PID namespace, or a child subreaper already: the flag survives `execve`) without
+/// any `/proc` cannot tell its watcher, then its own child, from the job's processes and would
 /// wait for it. Both are refused before the lock is asked for. Without `/proc` elsewhere, lockctl
 /// runs as documented (the watcher is the forked copy, the parent-death signal stops the job).
 fn check_proc() -> anyhow::Result<()> {
+    let mut subreaper: libc::c_int = 0;
+    // SAFETY: getpid has no preconditions; PR_GET_CHILD_SUBREAPER writes a live integer.
+    let adopts = unsafe {
+        libc::getpid() == 1
+            || (libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut subreaper) == 0 && subreaper != 0)
+    };
     match procs::proc_mount() {
         procs::ProcMount::Own => Ok(()),
         procs::ProcMount::Foreign => Err(anyhow::anyhow!(
-            "exec: /proc here belongs to another PID namespace (/proc/self is not this process), \
-             so lockctl cannot find its command's processes there; mount this namespace's own \
+            "exec: /proc here belongs to another PID namespace than lockctl's, so lockctl \
+             cannot find its command's processes there; mount this namespace's own \
              (`unshare --pid --fork --mount-proc`, or `mount -t proc proc /proc` in a mount \
              namespace of its own); the lock was not asked for"
         )),
-        // SAFETY: getpid has no preconditions.
-        procs::ProcMount::Missing if unsafe { libc::getpid() } == 1 => Err(anyhow::anyhow!(
-            "exec: lockctl is the first process of a PID namespace without /proc, so it cannot tell \
-             its watcher from its command's processes; mount /proc there, or run lockctl under an \
-             init (`docker run --init`, tini); the lock was not asked for"
+        procs::ProcMount::Missing if adopts => Err(anyhow::anyhow!(
+            "exec: lockctl adopts orphans here (the first process of a PID namespace, or a child \
+             subreaper) and there is no /proc, so it cannot tell its watcher from its command's \
+             processes; mount /proc, or run lockctl under an init (`docker run --init`, tini); the \
+             lock was not asked for"
         )),
         procs::ProcMount::Missing => Ok(()),
     }

@@ -30,6 +30,11 @@ pub enum ProcMount {
 }
 
 /// Whether `/proc` is a procfs, and this PID namespace's (see [`ProcMount`]).
+///
+/// `/proc/self/status`'s `NSpid` line lists this process's PID in every PID namespace from the
+/// procfs's down to its own: one PID, this process's, only in its own namespace's procfs. The PID
+/// alone would not do: in a parent namespace's procfs it may be the same number by chance (or by
+/// `ns_last_pid`); it is what kernels without `NSpid` (before 4.1) are judged by.
 pub fn proc_mount() -> ProcMount {
     // SAFETY: statfs into a zeroed struct, on a path that lives through the call.
     let procfs = unsafe {
@@ -39,10 +44,15 @@ pub fn proc_mount() -> ProcMount {
     if !procfs {
         return ProcMount::Missing;
     }
-    let own = std::fs::read_link("/proc/self")
-        .ok()
-        .and_then(|l| l.to_str()?.parse::<u32>().ok())
-        == Some(std::process::id());
+    let me = std::process::id().to_string();
+    let nspid = read_proc("/proc/self/status").ok().and_then(|status| {
+        let ids = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+        Some(ids.split_whitespace().eq([me.as_str()]))
+    });
+    // Kernels before 4.1 have no `NSpid`: the PID that `/proc/self` names must do there.
+    let own = nspid.unwrap_or_else(|| {
+        std::fs::read_link("/proc/self").is_ok_and(|l| l.to_str() == Some(me.as_str()))
+    });
     if own {
         ProcMount::Own
     } else {
