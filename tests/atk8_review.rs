@@ -456,52 +456,8 @@ fn a_pid1_lockctl_waits_for_a_job_process_that_took_its_stopped_then_killed_watc
         "the job did not start: {}",
         errs()
     );
-    let mut watcher = 0;
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            watcher = children_of(lockctl)
-                .into_iter()
-                .find(|&p| {
-                    std::fs::read_to_string(format!("/proc/{p}/comm"))
-                        .is_ok_and(|c| c.trim() == "lockctl-guard")
-                })
-                .unwrap_or(0);
-            watcher > 0
-        }),
-        "no watcher among lockctl's children: {}",
-        errs()
-    );
-    let inner = inner_pid(watcher).unwrap();
-    kill(watcher, libc::SIGSTOP);
-    assert!(
-        eventually(Duration::from_secs(10), || errs().contains("is stopped")),
-        "lockctl did not see its watcher stopped: {}",
-        errs()
-    );
-    kill(watcher, libc::SIGKILL);
-    assert!(
-        eventually(Duration::from_secs(10), || !std::path::Path::new(&format!(
-            "/proc/{watcher}"
-        ))
-        .exists()),
-        "lockctl did not reap its killed watcher"
-    );
-    std::fs::write(at("reuse"), format!("{inner}\n")).unwrap();
-    std::fs::write(at("go"), "").unwrap();
-    assert!(
-        eventually(Duration::from_secs(10), || read(&d, "orphan").is_some()),
-        "no orphan started: {}",
-        errs()
-    );
-    let orphan: i32 = read(&d, "orphan").unwrap().trim().parse().unwrap();
-    let mut outer = 0;
-    let adopted = eventually(Duration::from_secs(10), || {
-        outer = children_of(lockctl)
-            .into_iter()
-            .find(|&p| inner_pid(p) == Some(orphan))
-            .unwrap_or(0);
-        outer > 0
-    });
+    let (inner, orphan, outer) = watchers::stop_kill_and_reuse(lockctl, &d, errs);
+    let adopted = outer > 0;
     let early = watchers::exit_within(ns.0.as_mut().unwrap(), Duration::from_secs(2));
     let orphan_alive = outer > 0 && alive(outer);
     std::fs::write(at("end"), "").unwrap();

@@ -801,3 +801,68 @@ pub fn inner_pid(pid: i32) -> Option<i32> {
         .parse()
         .ok()
 }
+
+/// The watcher among the children of `lockctl` (its own child: lockctl adopts orphans), stopped
+/// until lockctl says "is stopped", then killed and reaped by lockctl. The job (in `d`) is then told
+/// the dead watcher's PID in its namespace (`d/reuse`) and let go on (`d/go`): it starts a process
+/// with that PID and writes it to `d/orphan`. Returns the watcher's PID in the namespace, that
+/// process's, and its outer PID once lockctl has adopted it (0 if it has not within 10 s).
+pub fn stop_kill_and_reuse(
+    lockctl: i32,
+    d: &std::path::Path,
+    errs: impl Fn() -> String,
+) -> (i32, i32, i32) {
+    use super::kill;
+    let read = |f: &str| {
+        std::fs::read_to_string(d.join(f))
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+    };
+    let mut watcher = 0;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            watcher = children_of(lockctl)
+                .into_iter()
+                .find(|&p| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| c.trim() == "lockctl-guard")
+                })
+                .unwrap_or(0);
+            watcher > 0
+        }),
+        "no verdict: no watcher among lockctl's children: {}",
+        errs()
+    );
+    let inner = inner_pid(watcher).unwrap();
+    kill(watcher, libc::SIGSTOP);
+    assert!(
+        eventually(Duration::from_secs(10), || errs().contains("is stopped")),
+        "lockctl did not see its watcher stopped: {}",
+        errs()
+    );
+    kill(watcher, libc::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(10), || !std::path::Path::new(&format!(
+            "/proc/{watcher}"
+        ))
+        .exists()),
+        "lockctl did not reap its killed watcher"
+    );
+    std::fs::write(d.join("reuse"), format!("{inner}\n")).unwrap();
+    std::fs::write(d.join("go"), "").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || read("orphan").is_some()),
+        "no orphan started: {}",
+        errs()
+    );
+    let orphan: i32 = read("orphan").unwrap().trim().parse().unwrap();
+    let mut outer = 0;
+    eventually(Duration::from_secs(10), || {
+        outer = children_of(lockctl)
+            .into_iter()
+            .find(|&p| inner_pid(p) == Some(orphan))
+            .unwrap_or(0);
+        outer > 0
+    });
+    (inner, orphan, outer)
+}
