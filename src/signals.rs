@@ -109,9 +109,28 @@ pub fn listen(mut on_signal: impl FnMut(i32) + Send + 'static) -> std::io::Resul
         });
     if let Err(e) = spawned {
         unblock(&ours);
-        return Err(e);
+        return Err(explain_thread_error(e));
     }
     Ok(())
+}
+
+/// A thread refused with EINVAL to a process whose children go to another PID namespace than its
+/// own (it called `unshare(CLONE_NEWPID)` and did not fork, as `unshare --pid` without `--fork`
+/// does to the program it runs): Linux starts no thread there, and the bare error says nothing.
+pub fn explain_thread_error(e: std::io::Error) -> std::io::Error {
+    let moved = || {
+        let ns = |p| std::fs::read_link(p).ok();
+        ns("/proc/self/ns/pid") != ns("/proc/self/ns/pid_for_children")
+    };
+    if e.raw_os_error() == Some(libc::EINVAL) && moved() {
+        return std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "cannot start a thread: lockctl runs in a process whose children go to a new PID \
+             namespace (`unshare --pid` without `--fork`), where Linux starts none; run it with \
+             `unshare --pid --fork`",
+        );
+    }
+    e
 }
 
 /// The handled signals held pending, without a thread: see [`Caught::first`].

@@ -437,6 +437,8 @@ fn a_pid1_lockctl_reaps_a_dead_watcher_hidden_by_a_held_write_end() {
     need_tool("unshare", "--version");
     let s = Server::start();
     let err = s.dir().join("lockctl.err");
+    let started = s.dir().join("started");
+    let job = format!("touch {}; sleep 2; exit 3", started.display());
     let (mut ns, lockctl) = watchers::pid1_lockctl(
         &s,
         &[
@@ -449,7 +451,7 @@ fn a_pid1_lockctl_reaps_a_dead_watcher_hidden_by_a_held_write_end() {
             "--",
             "sh",
             "-c",
-            "sleep 2; exit 3",
+            &job,
         ],
         &err,
     );
@@ -463,6 +465,12 @@ fn a_pid1_lockctl_reaps_a_dead_watcher_hidden_by_a_held_write_end() {
         "the watcher not found: {found:?}"
     );
     let watcher = found[0];
+    // The job runs: a watcher killed before its start stops the start instead (exit 1, see
+    // watcher_start.rs), which a CI run's timing once made here.
+    assert!(
+        eventually(Duration::from_secs(20), || started.exists()),
+        "the job did not start"
+    );
     let held = back_pipe_end(watcher, true);
     kill(watcher, libc::SIGKILL);
     let killed = std::time::Instant::now();

@@ -459,3 +459,75 @@ fn replaced_at_the_grant(
     assert_eq!(second.len(), 1, "one new watcher: {second:?}");
     assert!(no_watcher_left(lockctl), "a watcher outlived its lockctl");
 }
+
+/// A watcher killed after lockctl found it ready and before the command's exec (the OOM killer,
+/// a `pkill` in that moment): the command's first process learns it when it tells the watcher
+/// its group (the pipe has no reader), so the command does not run unguarded. lockctl must say
+/// so plainly, exit 1, and give the lock back. The moment is held open by `strace -f`, which
+/// delays the command's first process by 2 s in `getppid` (its check that lockctl still lives,
+/// just before it tells the watcher its group; nothing else of lockctl's calls it), in which the
+/// test kills the watcher. Before: "cannot run sh: Broken pipe (os error
+/// 32)", exit 126 (seen in a CI run, where the test's own timing made the same moment).
+#[test]
+fn a_watcher_killed_just_before_the_command_s_exec_stops_the_start() {
+    let s = Server::start();
+    let ran = s.dir().join("ran");
+    let err = s.dir().join("err");
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-f", "-o", "/dev/null", "-e", "trace=getppid"])
+        .args(["-e", "inject=getppid:delay_enter=2000000:when=1"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "late-guard", "--ttl", "20s", "--", "touch"])
+        .arg(&ran)
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap());
+    let child = Started(Some(
+        cmd.spawn().expect("strace (./scripts/test installs it)"),
+    ));
+    let strace = child.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            lockctl = support::watchers::children_of(strace)
+                .first()
+                .copied()
+                .unwrap_or(0);
+            lockctl > 0
+        }),
+        "lockctl did not start under strace"
+    );
+    let watcher = watcher_of(lockctl as u32);
+    // The command's first process: lockctl's child that is not the watcher, held in getppid.
+    let mut first = 0;
+    let held = eventually(Duration::from_secs(20), || {
+        first = support::watchers::children_of(lockctl)
+            .into_iter()
+            .find(|&p| p != watcher)
+            .unwrap_or(0);
+        first > 0
+            && std::fs::read_to_string(format!("/proc/{first}/syscall"))
+                .is_ok_and(|s| s.split_whitespace().next() == Some(&libc::SYS_getppid.to_string()))
+    });
+    assert!(held, "the command's first process was not seen in getppid");
+    kill(watcher, libc::SIGKILL);
+    let out = child.output(Duration::from_secs(30));
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(code(&out), 1, "{errs}");
+    assert!(!ran.exists(), "the command ran without its watcher: {errs}");
+    assert!(
+        errs.contains("watcher process (lockctl-guard) is gone") && errs.contains("did not run"),
+        "{errs}"
+    );
+    assert_eq!(
+        s.get("lockctl:late-guard"),
+        None,
+        "the lock was kept: {errs}"
+    );
+    assert!(
+        no_watcher_left(lockctl as u32),
+        "a watcher outlived its lockctl"
+    );
+}

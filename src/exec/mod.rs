@@ -202,6 +202,17 @@ pub fn run(settings: &Settings, args: &ExecArgs) -> anyhow::Result<Exit> {
             watcher.done();
             return late(&mut engine, "the lease ran out before the command's exec");
         }
+        // The watcher died after it was found ready (the OOM killer, a `pkill` in that moment):
+        // the command would run unguarded, so it does not run, as when the watcher cannot start.
+        Err(e) if e.raw_os_error() == Some(child::WATCHER_GONE) => {
+            watcher.done();
+            let _ = engine.release(&keys, &grant.token);
+            return Err(anyhow::anyhow!(
+                "its watcher process (lockctl-guard) is gone, so the command could outlive \
+                 lockctl; the command did not run and the lock was released"
+            ))
+            .context(format!("cannot run {}", program.to_string_lossy()));
+        }
         Err(e) => {
             watcher.done();
             let _ = engine.release(&keys, &grant.token);

@@ -15,6 +15,7 @@
 //! that moment makes that possible.
 
 use std::collections::{HashMap, HashSet};
+use std::os::fd::AsRawFd;
 
 /// What `/proc` is to this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,12 @@ pub enum ProcMount {
 /// procfs's down to its own: one PID, this process's, only in its own namespace's procfs. The PID
 /// alone would not do: in a parent namespace's procfs it may be the same number by chance (or by
 /// `ns_last_pid`); it is what kernels without `NSpid` (before 4.1) are judged by.
+///
+/// The file read must be `/proc`'s own: root can bind a status file (or a whole `/proc/PID`) from
+/// a procfs of lockctl's namespace over the entry that `/proc/self` names in a parent's `/proc`,
+/// and that file's `NSpid` is the right one. A bind is a mount of its own: the file is judged only
+/// if it is on `/proc`'s mount (the same mount ID, kernels from 5.8 on, and the same device, which
+/// another procfs instance never shares).
 pub fn proc_mount() -> ProcMount {
     // SAFETY: statfs into a zeroed struct, on a path that lives through the call.
     let procfs = unsafe {
@@ -44,8 +51,18 @@ pub fn proc_mount() -> ProcMount {
     if !procfs {
         return ProcMount::Missing;
     }
+    let Ok(status) = std::fs::File::open("/proc/self/status") else {
+        return ProcMount::Foreign;
+    };
+    match (
+        mount_of(libc::AT_FDCWD, c"/proc"),
+        mount_of(status.as_raw_fd(), c""),
+    ) {
+        (Some(proc), Some(file)) if proc == file => {}
+        _ => return ProcMount::Foreign,
+    }
     let me = std::process::id().to_string();
-    let nspid = read_proc("/proc/self/status").ok().and_then(|status| {
+    let nspid = read_all(status).ok().and_then(|status| {
         let ids = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
         Some(ids.split_whitespace().eq([me.as_str()]))
     });
@@ -57,6 +74,36 @@ pub fn proc_mount() -> ProcMount {
         ProcMount::Own
     } else {
         ProcMount::Foreign
+    }
+}
+
+/// The device and mount ID of `path` under `dir` (the file `dir` itself for an empty path): the
+/// mount ID is 0 where the kernel does not tell it (before 5.8), `None` if neither can be had.
+fn mount_of(dir: i32, path: &std::ffi::CStr) -> Option<(u32, u32, u64)> {
+    let flags = if path.is_empty() {
+        libc::AT_EMPTY_PATH
+    } else {
+        0
+    };
+    // SAFETY: statx into a zeroed struct, on a path that lives through the call.
+    unsafe {
+        let mut st: libc::statx = std::mem::zeroed();
+        if libc::statx(dir, path.as_ptr(), flags, libc::STATX_MNT_ID, &mut st) == 0 {
+            let id = if st.stx_mask & libc::STATX_MNT_ID != 0 {
+                st.stx_mnt_id
+            } else {
+                0
+            };
+            return Some((st.stx_dev_major, st.stx_dev_minor, id));
+        }
+        // No statx (kernels before 4.11): the device alone.
+        let mut st: libc::stat = std::mem::zeroed();
+        let done = if path.is_empty() {
+            libc::fstat(dir, &mut st)
+        } else {
+            libc::stat(path.as_ptr(), &mut st)
+        };
+        (done == 0).then(|| (libc::major(st.st_dev), libc::minor(st.st_dev), 0))
     }
 }
 
@@ -108,8 +155,12 @@ fn after_name(stat: &str) -> Option<Vec<&str>> {
 /// the path between a grant and its command, and at each of the watcher's looks. Bytes that are
 /// not UTF-8 are replaced, not refused.
 pub fn read_proc(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    read_all(std::fs::File::open(path)?)
+}
+
+/// All of an open `/proc` file, read as [`read_proc`] does.
+fn read_all(mut file: std::fs::File) -> std::io::Result<String> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
     let mut buf = vec![0u8; 1024];
     let mut len = 0;
     loop {
