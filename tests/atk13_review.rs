@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::watchers::Started;
+use support::watchers::{children_of, watcher_of, watchers_of, Started};
 use support::*;
 
 fn root() -> bool {
@@ -283,4 +283,236 @@ fn a_pid1_lockctl_on_a_procfs_stacked_on_its_procfs_runs_its_command() {
         "exec",
         "st1",
     );
+}
+
+/// lockctl under `strace -f -b execve -o /dev/null STRACE...` running `exec NAME --ttl 20s -- PROGRAM`
+/// against `s`, its stderr in `err`, up to the moment its command's first process (lockctl's child
+/// that is not its watcher) is held in the system call numbered `syscall`. Returns strace (whose
+/// exit is lockctl's), lockctl's PID, its watcher's and the first process's.
+fn held_start(
+    s: &Server,
+    strace: &[&str],
+    name: &str,
+    program: &[&std::ffi::OsStr],
+    syscall: libc::c_long,
+    err: &std::path::Path,
+) -> (Started, i32, i32, i32) {
+    need_tool("strace", "-V");
+    let mut cmd = std::process::Command::new("strace");
+    // `-b execve`: each process is let go at its exec, the watcher (`lockctl-guard`) included, so
+    // that a SIGSTOP stops it as it would outside strace (traced, it sits at a tracer's stop that
+    // only strace ends, and strace waits for it).
+    cmd.args(["-f", "-b", "execve", "-o", "/dev/null"])
+        .args(strace)
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", name, "--ttl", "20s", "--"])
+        .args(program)
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(err).unwrap());
+    let child = Started(Some(cmd.spawn().expect("strace")));
+    let strace = child.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            lockctl = children_of(strace).first().copied().unwrap_or(0);
+            lockctl > 0
+        }),
+        "lockctl did not start under strace"
+    );
+    let watcher = watcher_of(lockctl as u32);
+    let mut first = 0;
+    let held = eventually(Duration::from_secs(20), || {
+        first = children_of(lockctl)
+            .into_iter()
+            .find(|&p| p != watcher)
+            .unwrap_or(0);
+        first > 0
+            && std::fs::read_to_string(format!("/proc/{first}/syscall"))
+                .is_ok_and(|s| s.split_whitespace().next() == Some(&syscall.to_string()))
+    });
+    assert!(
+        held,
+        "the command's first process was not seen in syscall {syscall}"
+    );
+    (child, lockctl, watcher, first)
+}
+
+/// `D/job`: a script that touches `D/ran` and then sleeps 30 s (`exec sleep 30`, the same PID).
+fn job_script(d: &std::path::Path) -> std::path::PathBuf {
+    let job = d.join("job");
+    std::fs::write(
+        &job,
+        format!("#!/bin/sh\ntouch {}/ran\nexec sleep 30\n", d.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&job, std::fs::Permissions::from_mode(0o755)).unwrap();
+    job
+}
+
+/// The scene of the tests below: the command's first process is held (strace `HOW`, `syscall`)
+/// after or before it announced its group, the watcher gets `signal` then, and lockctl is let
+/// run. Promise (2): either the command did not run (exit 1 or 76), or it ran and was stopped
+/// because its watcher is gone or stopped (exit 76); either way the lock is released, the job's
+/// process is gone, and no watcher is left.
+fn watcher_hit_in_the_start(how: &str, syscall: libc::c_long, signal: i32) {
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let job = job_script(&d);
+    let err = d.join("err");
+    let strace: Vec<String> = match how {
+        "execve" => [
+            "-P",
+            job.to_str().unwrap(),
+            "-e",
+            "trace=execve",
+            "-e",
+            "inject=execve:delay_enter=3000000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        _ => [
+            "-e",
+            "trace=getppid",
+            "-e",
+            "inject=getppid:delay_enter=3000000:when=1",
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    let strace: Vec<&str> = strace.iter().map(String::as_str).collect();
+    let (child, lockctl, watcher, first) =
+        held_start(&s, &strace, "hit", &[job.as_os_str()], syscall, &err);
+    kill(watcher, signal);
+    let out = child.output(Duration::from_secs(30));
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    let ran = d.join("ran").exists();
+    let job_alive = alive(first);
+    if job_alive {
+        kill(first, libc::SIGKILL);
+    }
+    let status = out.status.code();
+    eprintln!("status {status:?}, ran {ran}: {errs}");
+    assert!(
+        !job_alive,
+        "the job's process outlived lockctl ({status:?}): {errs}"
+    );
+    assert!(
+        status == Some(76) || (status == Some(1) && !ran),
+        "lockctl: {status:?}, the command ran: {ran}: {errs}"
+    );
+    assert!(errs.contains("watcher process (lockctl-guard)"), "{errs}");
+    assert_eq!(s.get("lockctl:hit"), None, "the lock was kept: {errs}");
+    // A stopped watcher is lockctl's to resume before it exits (docs/guarantees.md); the test
+    // resumes it only if it is left, and fails then.
+    let gone = eventually(Duration::from_secs(20), || {
+        watchers_of(lockctl as u32).is_empty()
+    });
+    if !gone {
+        kill(watcher, libc::SIGCONT);
+    }
+    assert!(gone, "a watcher outlived its lockctl");
+}
+
+/// Promise (2): the watcher killed after the command's first process told it its group, while
+/// that process is held at the entry of its `execve` (strace `-P JOB -e
+/// inject=execve:delay_enter=3s`).
+#[test]
+fn a_watcher_killed_while_the_command_s_exec_is_held_stops_the_job() {
+    watcher_hit_in_the_start("execve", libc::SYS_execve, libc::SIGKILL);
+}
+
+/// Promise (2): the watcher stopped (SIGSTOP) at the same moment.
+#[test]
+fn a_watcher_stopped_while_the_command_s_exec_is_held_stops_the_job() {
+    watcher_hit_in_the_start("execve", libc::SYS_execve, libc::SIGSTOP);
+}
+
+/// Promise (2): the watcher stopped (SIGSTOP) before the command's first process told it its
+/// group (held in `getppid`, its check that lockctl lives): the announcement fits in the pipe, the
+/// command runs, and lockctl sees the stopped watcher.
+#[test]
+fn a_watcher_stopped_before_the_announcement_stops_the_job() {
+    watcher_hit_in_the_start("getppid", libc::SYS_getppid, libc::SIGSTOP);
+}
+
+/// Promise (3): a command that cannot be found, its watcher killed while the first process is
+/// held before it told the watcher its group: the start stops at the announcement (the watcher's
+/// message, exit 1, the lock released), before any exec; the same command with the watcher alive
+/// still gives 127 (`exec.rs`).
+#[test]
+fn a_missing_command_whose_watcher_was_killed_before_the_announcement_says_so() {
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let err = d.join("err");
+    let missing = d.join("no-such-command");
+    let (child, lockctl, watcher, _) = held_start(
+        &s,
+        &[
+            "-e",
+            "trace=getppid",
+            "-e",
+            "inject=getppid:delay_enter=2000000:when=1",
+        ],
+        "nf",
+        &[missing.as_os_str()],
+        libc::SYS_getppid,
+        &err,
+    );
+    kill(watcher, libc::SIGKILL);
+    let out = child.output(Duration::from_secs(30));
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(code(&out), 1, "{errs}");
+    assert!(
+        errs.contains("watcher process (lockctl-guard) is gone") && errs.contains("did not run"),
+        "{errs}"
+    );
+    assert_eq!(s.get("lockctl:nf"), None, "the lock was kept: {errs}");
+    assert!(
+        eventually(Duration::from_secs(20), || watchers_of(lockctl as u32)
+            .is_empty()),
+        "a watcher outlived its lockctl"
+    );
+}
+
+/// Promise (3): a command whose exec fails with EPIPE while its watcher is alive must be reported
+/// as that failure (126, "cannot run ...: Broken pipe"), not as a watcher that is gone: `EPIPE`
+/// is not only the announcement's. An exec can return it: a file on a FUSE file system whose
+/// server answers the open with `EPIPE` (FUSE passes any errno below 512 through); here strace
+/// makes the command's `execve` fail so (`-P JOB -e inject=execve:error=EPIPE`).
+///
+/// Reproduction (2558c95): `cargo test --test atk13_review -- --ignored
+/// an_exec_failing_with_epipe_is_not_taken_for_a_gone_watcher`. Seen (3 of 3): exit 1 and
+/// "cannot run JOB: its watcher process (lockctl-guard) is gone, so the command could outlive
+/// lockctl; the command did not run and the lock was released", with no signal to the watcher;
+/// expected: 126 and the exec's error. The lock is released and the command does not run either
+/// way: only the message and the code are wrong. The child could tell the two apart (a flag in
+/// its plan set when the announcement fails) instead of reading one errno as the other.
+#[test]
+#[ignore = "defect at 2558c95 (minor): an exec that fails with EPIPE (strace-injected; a FUSE file can) is reported as a gone watcher, exit 1, not 126 (3 of 3)"]
+fn an_exec_failing_with_epipe_is_not_taken_for_a_gone_watcher() {
+    need_tool("strace", "-V");
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let job = job_script(&d);
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-f", "-b", "execve", "-o", "/dev/null", "-P"])
+        .arg(&job)
+        .args(["-e", "trace=execve", "-e", "inject=execve:error=EPIPE"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "ep", "--ttl", "20s", "--"])
+        .arg(&job)
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null());
+    let out = run(&mut cmd);
+    let errs = stderr(&out);
+    assert!(!d.join("ran").exists(), "the command ran: {errs}");
+    assert_eq!(s.get("lockctl:ep"), None, "the lock was kept: {errs}");
+    assert!(!errs.contains("is gone"), "{errs}");
+    assert_eq!(code(&out), 126, "{errs}");
+    assert!(errs.contains("Broken pipe"), "{errs}");
 }
