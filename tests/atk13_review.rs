@@ -81,6 +81,26 @@ fn a_symlink_mounted_over_proc_self_is_refused() {
     ));
 }
 
+/// The same defect with the symlink mounted over the status file instead of over `/proc/self`:
+/// `/proc/$O/status` (the shell's entry in the parent's `/proc`; lockctl takes the shell's PID)
+/// covered by a symlink `../1/status`, resolved from `/proc/$O` on `/proc`'s own mount. A fix that
+/// only looks at the `self` link (`statx` with `AT_SYMLINK_NOFOLLOW`) would not see this one;
+/// `openat2(RESOLVE_NO_XDEV)` on `self/status` would.
+///
+/// Reproduction (2558c95): `cargo test --test atk13_review -- --ignored
+/// a_symlink_mounted_over_the_parent_s_status_is_refused`; the scene as above with `O=$(awk
+/// '/^PPid/{print $2}' /proc/self/status)` and `python3 -c MOUNT_LINK ../1/status
+/// /proc/$O/status D`. Seen: 3 of 3, the command ran and lockctl was still running at the 15 s
+/// bound, the key held.
+#[test]
+#[ignore = "defect at 2558c95: a symlink '../1/status' mounted over the parent's /proc/PID/status passes check_proc; the command ran and lockctl did not exit (3 of 3)"]
+fn a_symlink_mounted_over_the_parent_s_status_is_refused() {
+    over_the_parent_proc(&format!(
+        "O=$(awk '/^PPid/{{print $2}}' /proc/self/status)\npython3 -c '{MOUNT_LINK}' ../1/status \
+         /proc/$O/status \"$D\" || exit 99"
+    ));
+}
+
 /// The control of the scene above: the same namespace and command, nothing mounted, is refused
 /// (exit 1, nothing in Redis, the command not run).
 #[test]
@@ -267,6 +287,30 @@ fn a_pid1_lockctl_on_a_read_only_bind_of_its_procfs_runs_its_command() {
         "exec",
         "bp2",
     );
+}
+
+/// Promise (4): a build chroot, `/` bound recursively (`mount --rbind / R`, `/proc` with it) and
+/// lockctl run in `chroot R`, in a mount namespace of its own.
+#[test]
+fn a_chrooted_lockctl_on_an_rbind_of_proc_runs_its_command() {
+    if !root() {
+        return;
+    }
+    let s = Server::start_tcp();
+    let r = s.dir().join("root");
+    std::fs::create_dir_all(&r).unwrap();
+    let out = ns_script(
+        &s.url(),
+        &["unshare", "-m", "--propagation", "private"],
+        &format!(
+            "mount --rbind / {r} || exit 99\nexec chroot {r} \"$1\" exec cr --ttl 10s -- sh -c \
+             'exit 7'",
+            r = r.display()
+        ),
+        Duration::from_secs(20),
+    );
+    assert_eq!(code(&out), 7, "{}", stderr(&out));
+    assert_eq!(s.get("lockctl:cr"), None, "the lock was not released");
 }
 
 /// Promise (4): a second procfs of lockctl's namespace mounted on top of the first at `/proc`
