@@ -15,6 +15,12 @@
 //!   being a process of that namespace, `NSpid: 2`) passed too and ran its command (exit 7).
 //!   `openat2(dirfd of /proc, "self/status", RESOLVE_NO_XDEV)` refuses the `self` case with
 //!   EXDEV and opens the file on a Docker-masked procfs (tried by hand with python).
+//! - The device-only fallback: with `statx` failing (a seccomp filter returning ENOSYS, as on
+//!   kernels before 4.11; before 5.8 there is no mount ID either), atk11's bind of the parent's
+//!   own `/proc/1/status` over lockctl's entry (same device, `NSpid: 1`) passes again, the command
+//!   runs and a PID 1 lockctl does not exit (3 of 3,
+//!   `a_parent_status_bound_over_a_parent_proc_without_statx_is_refused`). Held: the fallback
+//!   refuses the parent's `/proc` without the bind, and runs on a Docker-masked own procfs.
 //! - Minor: an exec that fails with `EPIPE` is reported as a gone watcher (exit 1 and the
 //!   watcher's message, not 126), 3 of 3 with strace injecting the error
 //!   (`an_exec_failing_with_epipe_is_not_taken_for_a_gone_watcher`).
@@ -133,6 +139,81 @@ fn a_symlink_mounted_over_the_parent_s_status_is_refused() {
     ));
 }
 
+/// `python3 NOSTATX PROGRAM ARGS...`: execs PROGRAM (the same PID) under a seccomp filter that
+/// fails `statx` with ENOSYS, as on a kernel before 4.11 or under a seccomp profile without
+/// `statx` (Docker's before 18.04). lockctl's check then compares the device alone.
+const NOSTATX: &str = r#"
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+nr = int(os.environ.pop("NOSTATX_NR"))
+prog = b"".join(struct.pack("HBBI", *i) for i in [
+    (0x20, 0, 0, 0),               # A = seccomp_data.nr
+    (0x15, 0, 1, nr),              # A == statx ?
+    (0x06, 0, 0, 0x00050000 | 38), # ERRNO(ENOSYS)
+    (0x06, 0, 0, 0x7fff0000),      # ALLOW
+])
+buf = ctypes.create_string_buffer(prog)
+fprog = struct.pack("HxxxxxxQ", 4, ctypes.addressof(buf))
+fbuf = ctypes.create_string_buffer(fprog)
+if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, fbuf, 0, 0) != 0:
+    sys.exit("seccomp: " + os.strerror(ctypes.get_errno()))
+os.execv(sys.argv[1], sys.argv[1:])
+"#;
+
+/// The scene's preparation that makes `$W` run lockctl under [`NOSTATX`].
+fn without_statx() -> String {
+    format!(
+        "cat > \"$D/nostatx.py\" <<'PY'\n{NOSTATX}\nPY\nexport NOSTATX_NR={}\nW=\"python3 $D/nostatx.py\"",
+        libc::SYS_statx
+    )
+}
+
+/// Promise (1), where the kernel tells no mount ID (before 5.8) or `statx` is denied: atk11's
+/// bind of the parent's own `/proc/1/status` (the same device, `NSpid: 1`) over the shell's entry
+/// in the parent's `/proc`, lockctl then PID 1 under a seccomp filter that fails `statx` with
+/// ENOSYS. The device alone cannot tell the bind from `/proc`'s own file; root in the namespace
+/// can install the filter on any kernel.
+///
+/// Reproduction (2558c95): `cargo test --test atk13_review -- --ignored
+/// a_parent_status_bound_over_a_parent_proc_without_statx_is_refused`. Scene: as
+/// `atk11_review::a_parent_status_naming_the_same_pid_bound_over_a_parent_proc_is_refused`, with
+/// lockctl exec'd through `python3 NOSTATX` (strace shows its `statx` failing with ENOSYS).
+/// Seen (3 of 3): the command ran and lockctl was still running at the 15 s bound, the key held;
+/// the same bind with `statx` allowed is refused (atk11's test passes at 2558c95). A check that
+/// cannot have a mount ID could refuse a bound file by other means only (`openat2` with
+/// `RESOLVE_NO_XDEV`, itself deniable; or refuse outright when neither can be had).
+#[test]
+#[ignore = "defect at 2558c95: without statx (seccomp ENOSYS, or a kernel before 4.11/5.8) the parent's /proc/1/status bound over lockctl's entry passes check_proc"]
+fn a_parent_status_bound_over_a_parent_proc_without_statx_is_refused() {
+    over_the_parent_proc(&format!(
+        "O=$(awk '/^PPid/{{print $2}}' /proc/self/status)\nmount --bind /proc/1/status \
+         /proc/$O/status || exit 99\n{}",
+        without_statx()
+    ));
+}
+
+/// The control: the same filter without the bind is refused.
+#[test]
+fn without_statx_the_parent_s_proc_is_refused() {
+    over_the_parent_proc(&without_statx());
+}
+
+/// Promise (4) without `statx` (the device-only fallback): a PID 1 lockctl on its own procfs,
+/// masked as Docker masks it, under the same filter, runs its command (exit 7, released).
+#[test]
+fn without_statx_a_pid1_lockctl_on_a_docker_masked_proc_runs_its_command() {
+    if !root() {
+        return;
+    }
+    need_tool("python3", "--version");
+    runs_there(
+        &["unshare", "-pfm", "--kill-child", "--mount-proc"],
+        |_| format!("D=$(mktemp -d)\n{DOCKER_MASKS}\n{}", without_statx()),
+        "exec $W",
+        "ns1",
+    );
+}
+
 /// The control of the scene above: the same namespace and command, nothing mounted, is refused
 /// (exit 1, nothing in Redis, the command not run).
 #[test]
@@ -141,8 +222,9 @@ fn the_bypass_s_control_is_refused() {
 }
 
 /// Root in a new PID and mount namespace without its own `/proc` (`unshare -pfm --propagation
-/// private`) runs `prep` (`$D` is a scratch directory), then execs `lockctl exec sl --ttl 5s --
-/// touch $D/ran` as the namespace's PID 1. lockctl must refuse: exit 1, nothing in Redis, the
+/// private`) runs `prep` (`$D` is a scratch directory), then execs `$W lockctl exec sl --ttl 5s
+/// -- touch $D/ran` as the namespace's PID 1 (`$W`, empty unless `prep` sets it, a wrapper that
+/// execs its arguments). lockctl must refuse: exit 1, nothing in Redis, the
 /// command not run.
 fn over_the_parent_proc(prep: &str) {
     if !root() {
@@ -164,8 +246,9 @@ fn over_the_parent_proc(prep: &str) {
         ],
         &format!(
             r#"D={d}
+W=
 {prep}
-exec "$1" exec sl --ttl 5s -- touch "$D/ran""#,
+exec $W "$1" exec sl --ttl 5s -- touch "$D/ran""#,
             d = d.display()
         ),
         Duration::from_secs(15),
