@@ -31,8 +31,11 @@
 //! read-only); a procfs stacked over the namespace's own; a chroot into an rbind of `/`. The
 //! watcher SIGKILLed or SIGSTOPped while the command's first process is held at its `execve`,
 //! and SIGSTOPped while it is held before the announcement: exit 76, the job gone, the lock
-//! released, the stopped watcher resumed by lockctl and gone. A missing command whose watcher
-//! was killed before the announcement: exit 1 and the watcher's message.
+//! released, the stopped watcher resumed by lockctl and gone. lockctl itself held after the
+//! watcher was found ready, in `prctl(PR_SET_CHILD_SUBREAPER)`: the watcher killed there gives
+//! exit 1 and the watcher's message, the command not run; stopped there, exit 76, the job
+//! stopped. A missing command whose watcher was killed before the announcement: exit 1 and the
+//! watcher's message.
 //!
 //! Tried by hand, no test: the watcher's start held in its `setpgid` (strace, which also holds
 //! the command's first process there): the watcher is seen at a tracer's stop and replaced, the
@@ -208,7 +211,7 @@ fn without_statx_a_pid1_lockctl_on_a_docker_masked_proc_runs_its_command() {
     need_tool("python3", "--version");
     runs_there(
         &["unshare", "-pfm", "--kill-child", "--mount-proc"],
-        |_| format!("D=$(mktemp -d)\n{DOCKER_MASKS}\n{}", without_statx()),
+        |d| format!("D={}\n{DOCKER_MASKS}\n{}", d.display(), without_statx()),
         "exec $W",
         "ns1",
     );
@@ -673,4 +676,85 @@ fn an_exec_failing_with_epipe_is_not_taken_for_a_gone_watcher() {
     assert!(!errs.contains("is gone"), "{errs}");
     assert_eq!(code(&out), 126, "{errs}");
     assert!(errs.contains("Broken pipe"), "{errs}");
+}
+
+/// The scene of the two tests below: lockctl itself is held after its watcher was found ready and
+/// before the command's spawn, in `prctl(PR_SET_CHILD_SUBREAPER)` (its second `prctl`; strace
+/// `-e inject=prctl:delay_enter=3s:when=2`, which its other threads, with one `prctl` each, do not
+/// reach), and its watcher gets `signal`. Promise (2): the command does not run (exit 1), or it
+/// runs and is stopped (exit 76); the lock is released, no job process or watcher is left.
+fn watcher_hit_while_lockctl_becomes_a_subreaper(signal: i32) {
+    need_tool("strace", "-V");
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let job = job_script(&d);
+    let err = d.join("err");
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-f", "-b", "execve", "-o", "/dev/null"])
+        .args([
+            "-e",
+            "trace=prctl",
+            "-e",
+            "inject=prctl:delay_enter=3000000:when=2",
+        ])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exec", "sr", "--ttl", "20s", "--"])
+        .arg(&job)
+        .env("LOCKCTL_REDIS", s.url())
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap());
+    let child = Started(Some(cmd.spawn().expect("strace")));
+    let strace = child.id() as i32;
+    let mut lockctl = 0;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            lockctl = children_of(strace).first().copied().unwrap_or(0);
+            lockctl > 0
+        }),
+        "lockctl did not start under strace"
+    );
+    let held = eventually(Duration::from_secs(20), || {
+        std::fs::read_to_string(format!("/proc/{lockctl}/syscall")).is_ok_and(|s| {
+            let mut f = s.split_whitespace();
+            f.next() == Some(&libc::SYS_prctl.to_string()) && f.next() == Some("0x24")
+        })
+    });
+    assert!(
+        held,
+        "lockctl was not seen in prctl(PR_SET_CHILD_SUBREAPER)"
+    );
+    let watcher = watcher_of(lockctl as u32);
+    kill(watcher, signal);
+    let out = child.output(Duration::from_secs(30));
+    let errs = std::fs::read_to_string(&err).unwrap_or_default();
+    let ran = d.join("ran").exists();
+    let status = out.status.code();
+    eprintln!("status {status:?}, ran {ran}: {errs}");
+    assert!(
+        status == Some(76) || (status == Some(1) && !ran),
+        "lockctl: {status:?}, the command ran: {ran}: {errs}"
+    );
+    assert!(errs.contains("watcher process (lockctl-guard)"), "{errs}");
+    assert_eq!(s.get("lockctl:sr"), None, "the lock was kept: {errs}");
+    let gone = eventually(Duration::from_secs(20), || {
+        watchers_of(lockctl as u32).is_empty()
+    });
+    if !gone {
+        kill(watcher, libc::SIGCONT);
+    }
+    assert!(gone, "a watcher outlived its lockctl");
+}
+
+/// Promise (2): the watcher killed while lockctl is held before the spawn.
+#[test]
+fn a_watcher_killed_while_lockctl_becomes_a_subreaper_stops_the_start() {
+    watcher_hit_while_lockctl_becomes_a_subreaper(libc::SIGKILL);
+}
+
+/// Promise (2): the watcher stopped while lockctl is held before the spawn.
+#[test]
+fn a_watcher_stopped_while_lockctl_becomes_a_subreaper_stops_the_job() {
+    watcher_hit_while_lockctl_becomes_a_subreaper(libc::SIGSTOP);
 }
