@@ -35,7 +35,8 @@
 //! watcher was found ready, in `prctl(PR_SET_CHILD_SUBREAPER)`: the watcher killed there gives
 //! exit 1 and the watcher's message, the command not run; stopped there, exit 76, the job
 //! stopped. A missing command whose watcher was killed before the announcement: exit 1 and the
-//! watcher's message.
+//! watcher's message. A PID 1 lockctl (its watcher its own child), strace attached from outside,
+//! its watcher killed before the announcement: exit 1, the watcher's message, released.
 //!
 //! Tried by hand, no test: the watcher's start held in its `setpgid` (strace, which also holds
 //! the command's first process there): the watcher is seen at a tracer's stop and replaced, the
@@ -49,7 +50,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::watchers::{children_of, watcher_of, watchers_of, Started};
+use support::watchers::{children_of, pid1_lockctl, watcher_of, watchers_of, Started};
 use support::*;
 
 fn root() -> bool {
@@ -757,4 +758,98 @@ fn a_watcher_killed_while_lockctl_becomes_a_subreaper_stops_the_start() {
 #[test]
 fn a_watcher_stopped_while_lockctl_becomes_a_subreaper_stops_the_job() {
     watcher_hit_while_lockctl_becomes_a_subreaper(libc::SIGSTOP);
+}
+
+/// Promise (2) for a PID 1 lockctl, whose watcher is its own child: lockctl waits for a lock
+/// another client holds, strace attaches to it from outside (`strace -f -b execve -p PID -e
+/// inject=getppid:delay_enter=3s:when=1`), the lock is released, the command's first process is
+/// held in `getppid` before its announcement, and the watcher is killed. Expected: exit 1, the
+/// watcher's message, the command not run, the lock released.
+#[test]
+fn a_pid1_lockctl_whose_watcher_was_killed_before_the_announcement_stops_the_start() {
+    if !root() {
+        return;
+    }
+    need_tool("strace", "-V");
+    let s = Server::start();
+    let d = s.dir().to_path_buf();
+    let job = job_script(&d);
+    let err = d.join("err");
+    let held = acquire_json(&mut lockctl_on(&s), "p1", &["--ttl", "60s"]);
+    let token = held["token"].as_str().unwrap().to_string();
+    let job_arg = job.to_str().unwrap();
+    let (ns, lockctl) = pid1_lockctl(&s, &["exec", "p1", "--ttl", "20s", "--", job_arg], &err);
+    let errs = || std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(
+        eventually(Duration::from_secs(20), || errs()
+            .contains("waiting for lock")),
+        "{}",
+        errs()
+    );
+    let trace_err = d.join("strace-err");
+    let mut strace = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-b",
+            "execve",
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=getppid",
+        ])
+        .args(["-e", "inject=getppid:delay_enter=3000000:when=1", "-p"])
+        .arg(lockctl.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&trace_err).unwrap())
+        .spawn()
+        .map(|c| Started(Some(c)))
+        .unwrap();
+    // Every thread of lockctl attached (strace -p attaches each), the spawning one included.
+    let traced = |status: &str| {
+        status
+            .lines()
+            .any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0"))
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            std::fs::read_dir(format!("/proc/{lockctl}/task")).is_ok_and(|tasks| {
+                tasks.flatten().all(|t| {
+                    std::fs::read_to_string(t.path().join("status")).is_ok_and(|st| traced(&st))
+                })
+            })
+        }),
+        "strace did not attach: {}",
+        std::fs::read_to_string(&trace_err).unwrap_or_default()
+    );
+    let o = run(lockctl_on(&s).args(["release", "p1", "--token", &token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut watcher = 0;
+    let mut first = 0;
+    let seen = eventually(Duration::from_secs(20), || {
+        for c in children_of(lockctl) {
+            let comm = std::fs::read_to_string(format!("/proc/{c}/comm")).unwrap_or_default();
+            if comm.trim() == "lockctl-guard" {
+                watcher = c;
+            } else if std::fs::read_to_string(format!("/proc/{c}/syscall"))
+                .is_ok_and(|s| s.split_whitespace().next() == Some(&libc::SYS_getppid.to_string()))
+            {
+                first = c;
+            }
+        }
+        watcher > 0 && first > 0
+    });
+    assert!(seen, "watcher {watcher}, first process {first}: {}", errs());
+    kill(watcher, libc::SIGKILL);
+    let out = ns.output(Duration::from_secs(30));
+    strace.stop();
+    let ran = d.join("ran").exists();
+    assert!(!ran, "the command ran: {:?} {}", out.status, errs());
+    assert_eq!(out.status.code(), Some(1), "{}", errs());
+    assert!(
+        errs().contains("watcher process (lockctl-guard) is gone"),
+        "{}",
+        errs()
+    );
+    assert_eq!(s.get("lockctl:p1"), None, "the lock was kept: {}", errs());
 }
