@@ -13,8 +13,10 @@
 //!   `a_symlink_mounted_over_the_parent_s_status_is_refused`). By hand, no test: a lockctl that is
 //!   not PID 1 (PID 2 of its namespace, a symlink `2` over `/proc/self`, the parent's `/proc/2`
 //!   being a process of that namespace, `NSpid: 2`) passed too and ran its command (exit 7).
-//!   `openat2(dirfd of /proc, "self/status", RESOLVE_NO_XDEV)` refuses the `self` case with
-//!   EXDEV and opens the file on a Docker-masked procfs (tried by hand with python).
+//!   `openat2(dirfd of /proc, "self/status", RESOLVE_NO_XDEV)` fails with EXDEV for the symlink
+//!   over `self`, the symlink over the status file and atk11's bind of `/proc/1/status`, and
+//!   opens the file on a Docker-masked procfs, on a `/proc` that is a bind of a procfs and on a
+//!   `hidepid=2` procfs (tried by hand with python, 1 run each).
 //! - The device-only fallback: with `statx` failing (a seccomp filter returning ENOSYS, as on
 //!   kernels before 4.11; before 5.8 there is no mount ID either), atk11's bind of the parent's
 //!   own `/proc/1/status` over lockctl's entry (same device, `NSpid: 1`) passes again, the command
