@@ -58,9 +58,10 @@ pub fn become_subreaper() -> io::Result<()> {
 /// no exec returns).
 pub const LATE: i32 = libc::ETIME;
 
-/// The error a spawn fails with when the watcher was gone as the child told it its group: the
-/// pipe had no reader left (`EPIPE`, which neither `setpgid`, `prctl` nor an exec returns).
-pub const WATCHER_GONE: i32 = libc::EPIPE;
+/// The error a spawn fails with when the watcher was gone as the child told it its group (the
+/// pipe had no reader left, EPIPE). Not an errno: an exec that fails with EPIPE (a file on a FUSE
+/// filesystem can) stays that, and is not taken for a gone watcher.
+pub const WATCHER_GONE: i32 = 1 << 20;
 
 /// The job's first process, as [`spawn`] started it. Dropping it reaps nothing.
 pub struct Spawned(u32);
@@ -235,8 +236,10 @@ extern "C" fn job(arg: *mut libc::c_void) -> libc::c_int {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
         if let Err(e) = super::watcher::announce((*plan).watcher) {
-            // EPIPE, the watcher gone, is [`WATCHER_GONE`] as it is.
-            fail(e.raw_os_error().unwrap_or(libc::EIO));
+            fail(match e.raw_os_error() {
+                Some(libc::EPIPE) => WATCHER_GONE,
+                other => other.unwrap_or(libc::EIO),
+            });
         }
         // After the announcement: a stop from here on is the watcher's to cover, which has the
         // deadline and now the group.

@@ -39,23 +39,39 @@ pub enum ProcMount {
 ///
 /// The file read must be `/proc`'s own: root can bind a status file (or a whole `/proc/PID`) from
 /// a procfs of lockctl's namespace over the entry that `/proc/self` names in a parent's `/proc`,
-/// and that file's `NSpid` is the right one. A bind is a mount of its own: the file is judged only
-/// if it is on `/proc`'s mount (the same mount ID, kernels from 5.8 on, and the same device, which
-/// another procfs instance never shares).
+/// or mount a symlink over `/proc/self` or over that status file that leads to another process's
+/// (`open_tree` and `move_mount` mount a symlink itself), and that file's `NSpid` is the right one.
+/// Each is a mount of its own on the way: `self/status` is opened under `/proc` with `openat2`'s
+/// `RESOLVE_NO_XDEV`, which refuses to cross one. Where `openat2` is missing (kernels before 5.6,
+/// or a seccomp filter that refuses it), the file must at least be on `/proc`'s mount: the same
+/// device, which another procfs never shares, and the same mount ID where the kernel tells it
+/// (5.8 on); a symlink mounted over the way, or a bind of the same procfs on a kernel without
+/// mount IDs, passes there (docs/guarantees.md).
 pub fn proc_mount() -> ProcMount {
-    // SAFETY: statfs into a zeroed struct, on a path that lives through the call.
+    let Ok(proc) = std::fs::File::open("/proc") else {
+        return ProcMount::Missing;
+    };
+    // SAFETY: fstatfs into a zeroed struct, on a descriptor that lives through the call.
     let procfs = unsafe {
         let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c"/proc".as_ptr(), &mut st) == 0 && st.f_type == libc::PROC_SUPER_MAGIC
+        libc::fstatfs(proc.as_raw_fd(), &mut st) == 0 && st.f_type == libc::PROC_SUPER_MAGIC
     };
     if !procfs {
         return ProcMount::Missing;
     }
-    let Ok(status) = std::fs::File::open("/proc/self/status") else {
-        return ProcMount::Foreign;
+    let status = match open_beneath(&proc, c"self/status") {
+        Ok(file) => file,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EPERM)) => {
+            let Ok(file) = std::fs::File::open("/proc/self/status") else {
+                return ProcMount::Foreign;
+            };
+            file
+        }
+        // EXDEV: a mount on the way.
+        Err(_) => return ProcMount::Foreign,
     };
     match (
-        mount_of(libc::AT_FDCWD, c"/proc"),
+        mount_of(proc.as_raw_fd(), c""),
         mount_of(status.as_raw_fd(), c""),
     ) {
         (Some(proc), Some(file)) if proc == file => {}
@@ -75,6 +91,33 @@ pub fn proc_mount() -> ProcMount {
     } else {
         ProcMount::Foreign
     }
+}
+
+/// `path` opened for reading under the directory `dir` without crossing a mount on the way
+/// (`openat2`, `RESOLVE_NO_XDEV`): EXDEV if it would, ENOSYS (or a seccomp filter's EPERM) where
+/// the kernel has no `openat2`.
+fn open_beneath(dir: &std::fs::File, path: &std::ffi::CStr) -> std::io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a zeroed `open_how` is valid (no flags, no mode, no resolve rules).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_XDEV;
+    // SAFETY: openat2 with a live directory, a NUL-terminated path and an `open_how` of the size
+    // given; the descriptor it returns is ours alone.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor, owned by nothing else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) })
 }
 
 /// The device and mount ID of `path` under `dir` (the file `dir` itself for an empty path): the
