@@ -28,16 +28,6 @@ use std::time::Duration;
 use support::watchers::{self, children_of, inner_pid, Started};
 use support::*;
 
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: no namespace of the test's own; skipped");
-        return false;
-    }
-    need_tool("unshare", "--version");
-    true
-}
-
 fn comm(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap_or_default()
@@ -109,7 +99,7 @@ while :; do sleep 0.1; done
 #[test]
 // Fixed: check_proc reads /proc/self/status's NSpid, one PID only in the namespace's own procfs; was a defect at 085a259: a parent namespace's /proc where lockctl's PID is the same number passed the check, and lockctl missed a job member after a lost lease and did not exit (3 of 3)
 fn a_parent_proc_where_lockctl_s_pid_coincides_is_refused_or_signals_only_its_job() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();
@@ -262,7 +252,7 @@ fn pid1_script(s: &Server, script: &str, limit: Duration) -> std::process::Outpu
 /// and exits with its code at once, the lock released.
 #[test]
 fn a_pid1_lockctl_with_a_subset_pid_hidepid_proc_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();
@@ -287,7 +277,7 @@ exec "$1" exec sp --ttl 10s -- sh -c 'exit 7'"#,
 /// nothing in Redis, the command not run.
 #[test]
 fn a_pid1_lockctl_on_a_tmpfs_proc_with_a_fake_self_is_refused() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();
@@ -387,7 +377,7 @@ fn unmounted_while_waiting(umount: bool) -> (Option<i32>, bool, String) {
 /// holder, runs its command and exits with its code.
 #[test]
 fn a_pid1_lockctl_that_waits_with_its_own_proc_exits_with_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let (code, ran, errs) = unmounted_while_waiting(false);
@@ -412,7 +402,7 @@ fn a_pid1_lockctl_that_waits_with_its_own_proc_exits_with_its_command() {
 #[test]
 #[ignore = "known limit (docs/guarantees.md): /proc unmounted by root in lockctl's own mount namespace after exec checked it (here while a PID 1 lockctl waits for the lock); lockctl does not exit after its command"]
 fn a_pid1_lockctl_whose_proc_is_unmounted_while_it_waits_exits_with_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("nsenter", "--version");
@@ -482,7 +472,7 @@ fn no_proc_lockctl(subreaper: bool) -> (std::process::Output, Option<String>, bo
 /// command and exits with its code, the lock released.
 #[test]
 fn a_lockctl_without_proc_that_is_not_pid1_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let (out, key, ran) = no_proc_lockctl(false);
@@ -508,7 +498,7 @@ fn a_lockctl_without_proc_that_is_not_pid1_runs_its_command() {
 #[test]
 // Fixed: check_proc refuses a missing /proc for a child subreaper too (PR_GET_CHILD_SUBREAPER); was a defect at 085a259: only a PID 1 was refused, and a subreaper lockctl without /proc waited for its own watcher after its command (4 of 4)
 fn a_subreaper_lockctl_without_proc_exits_with_its_command_or_is_refused() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let (out, key, ran) = no_proc_lockctl(true);
@@ -527,7 +517,7 @@ fn a_subreaper_lockctl_without_proc_exits_with_its_command_or_is_refused() {
 /// command and exits with its code, the lock released.
 #[test]
 fn a_lockctl_that_is_not_pid1_with_its_namespace_s_hidepid_proc_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();

@@ -26,45 +26,19 @@ mod support;
 
 use std::time::Duration;
 
-use support::watchers::Started;
+use support::watchers;
 use support::*;
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: no namespace of the test's own; skipped");
-        return false;
-    }
-    need_tool("unshare", "--version");
-    true
-}
-
-/// Runs `unshare ARGS sh -c SCRIPT ns LOCKCTL` with the server's URL; output within `limit`.
-fn ns_script(url: &str, pre: &[&str], script: &str, limit: Duration) -> std::process::Output {
-    let child = std::process::Command::new(pre[0])
-        .args(&pre[1..])
-        .args(["sh", "-c", script, "ns"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .env("LOCKCTL_REDIS", url)
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    Started(Some(child)).output(limit)
-}
 
 /// Promise (3): two nested PID namespaces, each with its own `/proc`
 /// (`unshare -pf --mount-proc` twice); lockctl, not PID 1 of the inner one, runs its command and
 /// exits with its code, the lock released.
 #[test]
 fn two_nested_namespaces_with_their_own_proc_run_the_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();
-    let out = ns_script(
+    let out = watchers::ns_script(
         &s.url(),
         &[
             "unshare",
@@ -87,12 +61,12 @@ fn two_nested_namespaces_with_their_own_proc_run_the_command() {
 /// with its own `/proc` (`unshare -Urpf --mount-proc`) runs its command, exit 7, released.
 #[test]
 fn a_non_root_user_in_its_own_user_and_pid_namespace_runs_the_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("setpriv", "--version");
     let s = Server::start_tcp();
-    let out = ns_script(
+    let out = watchers::ns_script(
         &s.url(),
         &[
             "setpriv",
@@ -155,7 +129,7 @@ fn a_parent_status_naming_the_same_pid_bound_over_a_parent_proc_is_refused() {
 /// `lockctl exec ab --ttl 5s -- touch RAN` (same PID). lockctl must refuse: exit 1, nothing in
 /// Redis, the command not run.
 fn bound_over_the_parent_proc(bind: impl Fn(&str) -> String) {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();
@@ -163,7 +137,7 @@ fn bound_over_the_parent_proc(bind: impl Fn(&str) -> String) {
     let p = d.join("p");
     std::fs::create_dir_all(&p).unwrap();
     let ran = d.join("ran");
-    let out = ns_script(
+    let out = watchers::ns_script(
         &s.url(),
         &[
             "unshare",
@@ -204,7 +178,7 @@ exec "$1" exec ab --ttl 5s -- touch {ran}"#,
 /// error 22)".
 #[test]
 fn unshare_pid_without_fork_is_explained() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();

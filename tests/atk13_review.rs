@@ -61,34 +61,9 @@ mod support;
 
 use std::time::Duration;
 
+use support::watchers;
 use support::watchers::{children_of, pid1_lockctl, watcher_of, watchers_of, Started};
 use support::*;
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: no namespace of the test's own; skipped");
-        return false;
-    }
-    need_tool("unshare", "--version");
-    true
-}
-
-/// Runs `PRE... sh -c SCRIPT ns LOCKCTL` with the server's URL; output within `limit`.
-fn ns_script(url: &str, pre: &[&str], script: &str, limit: Duration) -> std::process::Output {
-    let child = std::process::Command::new(pre[0])
-        .args(&pre[1..])
-        .args(["sh", "-c", script, "ns"])
-        .arg(env!("CARGO_BIN_EXE_lockctl"))
-        .env("LOCKCTL_REDIS", url)
-        .env("LOCKCTL_QUARANTINE", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    Started(Some(child)).output(limit)
-}
 
 /// `python3 -c MOUNT_LINK TEXT TARGET DIR`: makes a symlink whose text is TEXT in DIR and mounts
 /// it over TARGET itself, not followed (the new mount API: `open_tree(OPEN_TREE_CLONE |
@@ -232,7 +207,7 @@ fn a_parent_status_bound_without_openat2_and_statx_is_refused() {
 /// procfs, masked as Docker masks it, runs its command (exit 7, released).
 #[test]
 fn without_openat2_a_pid1_lockctl_on_a_docker_masked_proc_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("python3", "--version");
@@ -260,7 +235,7 @@ fn without_statx_the_parent_s_proc_is_refused() {
 /// masked as Docker masks it, under the same filter, runs its command (exit 7, released).
 #[test]
 fn without_statx_a_pid1_lockctl_on_a_docker_masked_proc_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("python3", "--version");
@@ -285,7 +260,7 @@ fn the_bypass_s_control_is_refused() {
 /// execs its arguments). lockctl must refuse: exit 1, nothing in Redis, the
 /// command not run.
 fn over_the_parent_proc(prep: &str) {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("python3", "--version");
@@ -293,7 +268,7 @@ fn over_the_parent_proc(prep: &str) {
     let d = s.dir().join("scene");
     std::fs::create_dir_all(&d).unwrap();
     let ran = d.join("ran");
-    let out = ns_script(
+    let out = watchers::ns_script(
         &s.url(),
         &[
             "unshare",
@@ -336,7 +311,7 @@ fn runs_there(pre: &[&str], script: impl Fn(&std::path::Path) -> String, launch:
     let s = Server::start_tcp();
     let d = s.dir().join("scene");
     std::fs::create_dir_all(&d).unwrap();
-    let out = ns_script(
+    let out = watchers::ns_script(
         &s.url(),
         pre,
         &format!(
@@ -388,7 +363,7 @@ true"#,
 /// lxcfs's files bound over it: lockctl (PID 1) runs its command, exit 7, released.
 #[test]
 fn a_pid1_lockctl_on_a_docker_masked_lxcfs_proc_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     runs_there(
@@ -403,7 +378,7 @@ fn a_pid1_lockctl_on_a_docker_masked_lxcfs_proc_runs_its_command() {
 /// is the first process), as a non-root user (uid 65534) on a `hidepid=2` procfs.
 #[test]
 fn a_non_root_lockctl_on_a_masked_hidepid_proc_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("setpriv", "--version");
@@ -424,7 +399,7 @@ fn a_non_root_lockctl_on_a_masked_hidepid_proc_runs_its_command() {
 /// /proc` in a mount namespace of its own), lockctl not in a PID namespace of its own.
 #[test]
 fn a_lockctl_on_a_proc_that_is_a_bind_of_a_procfs_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     runs_there(
@@ -445,7 +420,7 @@ fn a_lockctl_on_a_proc_that_is_a_bind_of_a_procfs_runs_its_command() {
 /// procfs bound twice over and the bind then made read-only (`mount -o remount,bind,ro /proc`).
 #[test]
 fn a_pid1_lockctl_on_a_read_only_bind_of_its_procfs_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     runs_there(
@@ -466,13 +441,13 @@ fn a_pid1_lockctl_on_a_read_only_bind_of_its_procfs_runs_its_command() {
 /// lockctl run in `chroot R`, in a mount namespace of its own.
 #[test]
 fn a_chrooted_lockctl_on_an_rbind_of_proc_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start_tcp();
     let r = s.dir().join("root");
     std::fs::create_dir_all(&r).unwrap();
-    let out = ns_script(
+    let out = watchers::ns_script(
         &s.url(),
         &["unshare", "-m", "--propagation", "private"],
         &format!(
@@ -491,7 +466,7 @@ fn a_chrooted_lockctl_on_an_rbind_of_proc_runs_its_command() {
 /// over one file of the lower one; lockctl PID 1.
 #[test]
 fn a_pid1_lockctl_on_a_procfs_stacked_on_its_procfs_runs_its_command() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     runs_there(
@@ -519,9 +494,7 @@ fn held_start(
     // `-b execve`: each process is let go at its exec, the watcher (`lockctl-guard`) included, so
     // that a SIGSTOP stops it as it would outside strace (traced, it sits at a tracer's stop that
     // only strace ends, and strace waits for it).
-    // `--seccomp-bpf`: only the traced calls stop at strace; the rest run at full speed (a
-    // watcher slowed at every call under a loaded machine was once taken for a silent one).
-    cmd.args(["-f", "--seccomp-bpf", "-b", "execve", "-o", "/dev/null"])
+    cmd.args(["-f", "-b", "execve", "-o", "/dev/null"])
         .args(strace)
         .arg(env!("CARGO_BIN_EXE_lockctl"))
         .args(["exec", name, "--ttl", "20s", "--"])
@@ -541,7 +514,20 @@ fn held_start(
         }),
         "lockctl did not start under strace"
     );
-    let watcher = watcher_of(lockctl as u32);
+    let mut found = Vec::new();
+    let one = eventually(Duration::from_secs(30), || {
+        found = watchers_of(lockctl as u32);
+        found.len() == 1
+            && std::fs::read_to_string(format!("/proc/{}/comm", found[0]))
+                .is_ok_and(|c| c.trim() == "lockctl-guard")
+    });
+    assert!(
+        one,
+        "lockctl {lockctl} has no one watcher ({found:?}); it said: {}; tree: {}",
+        std::fs::read_to_string(err).unwrap_or_default(),
+        tree(lockctl)
+    );
+    let watcher = found[0];
     let mut first = 0;
     let held = eventually(Duration::from_secs(20), || {
         first = children_of(lockctl)
@@ -557,6 +543,24 @@ fn held_start(
         "the command's first process was not seen in syscall {syscall}"
     );
     (child, lockctl, watcher, first)
+}
+
+/// `pid` and its children, each with its state and command line, for a failure's message.
+fn tree(pid: i32) -> String {
+    let show = |p: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let wchan = std::fs::read_to_string(format!("/proc/{p}/syscall")).unwrap_or_default();
+        format!(
+            "{p} {state:?} {:?} syscall {}",
+            String::from_utf8_lossy(&cmd),
+            wchan.split_whitespace().next().unwrap_or("")
+        )
+    };
+    let mut out = vec![show(pid)];
+    out.extend(children_of(pid).into_iter().map(show));
+    out.join("; ")
 }
 
 /// `D/job`: a script that touches `D/ran` and then sleeps 30 s (`exec sleep 30`, the same PID).
@@ -746,9 +750,7 @@ fn watcher_hit_while_lockctl_becomes_a_subreaper(signal: i32) {
     let job = job_script(&d);
     let err = d.join("err");
     let mut cmd = std::process::Command::new("strace");
-    // `--seccomp-bpf`: only the traced calls stop at strace; the rest run at full speed (a
-    // watcher slowed at every call under a loaded machine was once taken for a silent one).
-    cmd.args(["-f", "--seccomp-bpf", "-b", "execve", "-o", "/dev/null"])
+    cmd.args(["-f", "-b", "execve", "-o", "/dev/null"])
         .args([
             "-e",
             "trace=prctl",
@@ -824,7 +826,7 @@ fn a_watcher_stopped_while_lockctl_becomes_a_subreaper_stops_the_job() {
 /// watcher's message, the command not run, the lock released.
 #[test]
 fn a_pid1_lockctl_whose_watcher_was_killed_before_the_announcement_stops_the_start() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("strace", "-V");

@@ -72,16 +72,6 @@ fn read(d: &std::path::Path, f: &str) -> Option<String> {
         .filter(|s| s.ends_with('\n'))
 }
 
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: no namespace of the test's own; skipped");
-        return false;
-    }
-    need_tool("unshare", "--version");
-    true
-}
-
 fn comm(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap_or_default()
@@ -195,7 +185,7 @@ for i in $(seq 1 600); do [ -e $D/end ] && exit 0; sleep 0.05; done
 /// lockctl exits 76 once it ends, the lock released.
 #[test]
 fn a_subreaper_lockctl_waits_for_a_job_process_that_took_its_stopped_then_killed_watchers_pid() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("python3", "--version");
@@ -276,7 +266,7 @@ fn a_subreaper_lockctl_waits_for_a_job_process_that_took_its_stopped_then_killed
 /// locks released.
 #[test]
 fn a_lockctl_nested_under_a_pid1_lockctl_passes_its_code_through_both() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();
@@ -320,7 +310,7 @@ fn a_lockctl_nested_under_a_pid1_lockctl_passes_its_code_through_both() {
 /// message that says to mount `/proc` or run under an init, nothing written to Redis.
 #[test]
 fn a_pid1_lockctl_without_proc_is_refused_before_the_lock() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     need_tool("umount", "--version");
@@ -380,7 +370,7 @@ for i in $(seq 1 200); do [ -e "$D/end" ] && break; sleep 0.05; done
 /// namespace's own, the command not run, the bystander untouched, nothing written to Redis.
 #[test]
 fn a_lockctl_in_a_namespace_with_its_parent_s_proc_is_refused() {
-    if !root() {
+    if !watchers::as_root() {
         return;
     }
     let s = Server::start();

@@ -866,3 +866,33 @@ pub fn stop_kill_and_reuse(
     });
     (inner, orphan, outer)
 }
+
+/// True when the test runs as root and `unshare` is there: the namespaces of the test's own need
+/// both. A test that is not root says so and does nothing (CI runs as root).
+pub fn as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no namespace of the test's own; skipped");
+        return false;
+    }
+    super::need_tool("unshare", "--version");
+    true
+}
+
+/// Runs `PRE... sh -c SCRIPT ns LOCKCTL` (PRE an `unshare` command line, say) against the server at
+/// `url`, the restart quarantine off (the test has just started that server); output within
+/// `limit`.
+pub fn ns_script(url: &str, pre: &[&str], script: &str, limit: Duration) -> std::process::Output {
+    let child = std::process::Command::new(pre[0])
+        .args(&pre[1..])
+        .args(["sh", "-c", script, "ns"])
+        .arg(env!("CARGO_BIN_EXE_lockctl"))
+        .env("LOCKCTL_REDIS", url)
+        .env("LOCKCTL_QUARANTINE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    Started(Some(child)).output(limit)
+}
