@@ -38,6 +38,12 @@ impl Stopped {
         all_closed(&self.conns)
     }
 
+    /// How many connections were accepted so far: one a client made just before it exited may
+    /// still wait in the listener's backlog when the client's exit is seen.
+    pub fn accepted(&self) -> usize {
+        self.conns.lock().unwrap().len()
+    }
+
     /// As [`Stopped::closed`], and every connection's bytes must be whole commands: a client that
     /// exited on its own has cut none.
     pub fn closed_whole(&self) -> Vec<Vec<Command>> {
