@@ -62,7 +62,9 @@ mod support;
 use std::time::Duration;
 
 use support::watchers;
-use support::watchers::{children_of, pid1_lockctl, watcher_of, watchers_of, Started};
+use support::watchers::{
+    children_of, pid1_lockctl, traced_lockctl, watcher_of, watchers_of, Started,
+};
 use support::*;
 
 /// `python3 -c MOUNT_LINK TEXT TARGET DIR`: makes a symlink whose text is TEXT in DIR and mounts
@@ -506,14 +508,8 @@ fn held_start(
         .stderr(std::fs::File::create(err).unwrap());
     let child = Started(Some(cmd.spawn().expect("strace")));
     let strace = child.id() as i32;
-    let mut lockctl = 0;
-    assert!(
-        eventually(Duration::from_secs(20), || {
-            lockctl = children_of(strace).first().copied().unwrap_or(0);
-            lockctl > 0
-        }),
-        "lockctl did not start under strace"
-    );
+    let lockctl = traced_lockctl(strace);
+    assert!(lockctl > 0, "lockctl did not start under strace");
     let mut found = Vec::new();
     let one = eventually(Duration::from_secs(30), || {
         found = watchers_of(lockctl as u32);
@@ -767,24 +763,24 @@ fn watcher_hit_while_lockctl_becomes_a_subreaper(signal: i32) {
         .stderr(std::fs::File::create(&err).unwrap());
     let child = Started(Some(cmd.spawn().expect("strace")));
     let strace = child.id() as i32;
-    let mut lockctl = 0;
-    assert!(
-        eventually(Duration::from_secs(20), || {
-            lockctl = children_of(strace).first().copied().unwrap_or(0);
-            lockctl > 0
-        }),
-        "lockctl did not start under strace"
-    );
+    let lockctl = traced_lockctl(strace);
+    assert!(lockctl > 0, "lockctl did not start under strace");
     let held = eventually(Duration::from_secs(20), || {
         std::fs::read_to_string(format!("/proc/{lockctl}/syscall")).is_ok_and(|s| {
             let mut f = s.split_whitespace();
             f.next() == Some(&libc::SYS_prctl.to_string()) && f.next() == Some("0x24")
         })
     });
-    assert!(
-        held,
-        "lockctl was not seen in prctl(PR_SET_CHILD_SUBREAPER)"
-    );
+    if !held {
+        let at = std::fs::read_to_string(format!("/proc/{lockctl}/syscall"));
+        let out = child.output(Duration::from_secs(30));
+        panic!(
+            "lockctl was not seen in prctl(PR_SET_CHILD_SUBREAPER) (its syscall at the end: \
+             {at:?}); it ended {:?}: {}",
+            out.status,
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
+    }
     let watcher = watcher_of(lockctl as u32);
     kill(watcher, signal);
     let out = child.output(Duration::from_secs(30));
