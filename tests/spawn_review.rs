@@ -116,21 +116,29 @@ fn a_job_that_exits_at_once_many_times_leaves_nothing() {
     let marker = format!("spawn-review-{}", std::process::id());
     for i in 0..400u32 {
         let want = (i * 37) % 256;
-        let o = if i % 2 == 0 {
-            run(exec_on(&s, "quick").args(["--ttl", "2s", "--", "true"]))
+        let mut cmd = exec_on(&s, "quick");
+        if i % 2 == 0 {
+            cmd.args(["--ttl", "2s", "--", "true"]);
         } else {
-            run(exec_on(&s, "quick").args([
-                "--ttl",
-                "2s",
-                "--",
-                "sh",
-                "-c",
-                &format!("exit {want}"),
-                &marker,
-            ]))
-        };
+            let exit = format!("exit {want}");
+            cmd.args(["--ttl", "2s", "--", "sh", "-c", &exit, &marker]);
+        }
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Its PID in the message: a signal from elsewhere can then be looked up by it.
+        let pid = child.id();
+        let o = wait_output(child, Duration::from_secs(60));
         let want = if i % 2 == 0 { 0 } else { want as i32 };
-        assert_eq!(code(&o), want, "run {i}: {}", stderr(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(want),
+            "run {i}, lockctl PID {pid}: {:?} {}",
+            o.status,
+            stderr(&o)
+        );
         assert_eq!(held_keys(&s, "quick"), Vec::<String>::new(), "run {i}");
     }
     assert_eq!(

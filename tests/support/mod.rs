@@ -16,6 +16,7 @@ pub mod watchers;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -615,14 +616,34 @@ pub fn run(cmd: &mut Command) -> Output {
     wait_output(child, Duration::from_secs(60))
 }
 
-/// Waits for a child's output, killing it after `limit`.
+/// Waits for a child's output, killing it after `limit`. The kill goes through a pidfd opened
+/// while the child is ours and unreaped: by PID, a timeout that fires just after the child was
+/// reaped (its exit right at `limit`) would signal whatever process has the number by then.
 pub fn wait_output(child: Child, limit: Duration) -> Output {
     let pid = child.id() as i32;
+    // SAFETY: pidfd_open(2) on our own child, not reaped yet.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    // SAFETY: a descriptor just opened, owned by nothing else.
+    let pidfd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         if rx.recv_timeout(limit).is_err() {
-            // SAFETY: kill(2) on a child we spawned and have not reaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            match &pidfd {
+                // SAFETY: pidfd_send_signal(2) on a live descriptor; no siginfo.
+                Some(fd) => unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        fd.as_raw_fd(),
+                        libc::SIGKILL,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    );
+                },
+                // SAFETY: kill(2) on a child we spawned (kernels before 5.3 only).
+                None => unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                },
+            }
             eprintln!("test support: killed pid {pid} after {limit:?}");
         }
     });
