@@ -36,6 +36,8 @@ pub fn redis_server_bin() -> String {
 /// A real redis-server, killed on drop.
 pub struct Server {
     child: Option<Child>,
+    /// The running server's, for signals: `running()` may have reaped it already.
+    pidfd: Option<PidFd>,
     dir: tempfile::TempDir,
     pub port: Option<u16>,
     extra: Vec<String>,
@@ -82,6 +84,7 @@ impl Server {
             .unwrap();
         let mut s = Server {
             child: None,
+            pidfd: None,
             dir,
             port,
             extra: extra.iter().map(|s| s.to_string()).collect(),
@@ -172,7 +175,9 @@ impl Server {
             .stdout(Stdio::null())
             // A bad directive is told here, before the log file is open.
             .stderr(std::fs::File::create(self.dir.path().join("stderr")).unwrap());
-        self.child = Some(cmd.spawn().expect("start redis-server"));
+        let child = cmd.spawn().expect("start redis-server");
+        self.pidfd = Some(PidFd::of(&child));
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(mut c) = self.try_conn() {
@@ -261,8 +266,7 @@ impl Server {
 
     /// Sends a signal to the server process.
     pub fn signal(&self, sig: i32) {
-        // SAFETY: plain kill(2) on our own child's pid.
-        unsafe { libc::kill(self.pid(), sig) };
+        self.pidfd.as_ref().expect("server running").signal(sig);
     }
 
     /// SIGSTOP: the server stops answering but keeps its sockets.
@@ -277,6 +281,7 @@ impl Server {
 
     /// kill -9 and reap.
     pub fn kill(&mut self) {
+        self.pidfd = None;
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -304,9 +309,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            // SAFETY: kill(2) on our own child; a stopped server must be continued to die promptly.
-            unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
+        // A stopped server must be continued to die promptly.
+        if let Some(p) = &self.pidfd {
+            p.signal(libc::SIGCONT);
         }
         self.kill();
     }
@@ -396,6 +401,7 @@ impl Server {
             .unwrap();
         let mut s = Server {
             child: None,
+            pidfd: None,
             dir,
             port: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
@@ -616,34 +622,56 @@ pub fn run(cmd: &mut Command) -> Output {
     wait_output(child, Duration::from_secs(60))
 }
 
+/// A pidfd of a child, opened while the child is ours and unreaped: a signal through it reaches
+/// that process or nothing, never a later process that got its PID after the reap (by
+/// `try_wait`, `wait`, or a timeout racing the child's exit). Kernels before 5.3 have no pidfd:
+/// the signal then goes by PID.
+pub struct PidFd {
+    fd: Option<OwnedFd>,
+    pid: i32,
+}
+
+impl PidFd {
+    /// Of `child`, which must not have been reaped yet.
+    pub fn of(child: &Child) -> PidFd {
+        let pid = child.id() as i32;
+        // SAFETY: pidfd_open(2) on our own child, not reaped yet.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        // SAFETY: a descriptor just opened, owned by nothing else.
+        let fd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+        PidFd { fd, pid }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        match &self.fd {
+            // SAFETY: pidfd_send_signal(2) on a live descriptor; no siginfo.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            },
+            // SAFETY: kill(2) on the child's PID (kernels before 5.3 only).
+            None => unsafe {
+                libc::kill(self.pid, sig);
+            },
+        }
+    }
+}
+
 /// Waits for a child's output, killing it after `limit`. The kill goes through a pidfd opened
 /// while the child is ours and unreaped: by PID, a timeout that fires just after the child was
 /// reaped (its exit right at `limit`) would signal whatever process has the number by then.
 pub fn wait_output(child: Child, limit: Duration) -> Output {
     let pid = child.id() as i32;
-    // SAFETY: pidfd_open(2) on our own child, not reaped yet.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    // SAFETY: a descriptor just opened, owned by nothing else.
-    let pidfd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+    let pidfd = PidFd::of(&child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         if rx.recv_timeout(limit).is_err() {
-            match &pidfd {
-                // SAFETY: pidfd_send_signal(2) on a live descriptor; no siginfo.
-                Some(fd) => unsafe {
-                    libc::syscall(
-                        libc::SYS_pidfd_send_signal,
-                        fd.as_raw_fd(),
-                        libc::SIGKILL,
-                        std::ptr::null::<libc::siginfo_t>(),
-                        0,
-                    );
-                },
-                // SAFETY: kill(2) on a child we spawned (kernels before 5.3 only).
-                None => unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                },
-            }
+            pidfd.signal(libc::SIGKILL);
             eprintln!("test support: killed pid {pid} after {limit:?}");
         }
     });

@@ -66,8 +66,11 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
+        // Only while it is unreaped (`kill` reaps): its PID is ours until then.
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on our own child, not reaped.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
+        }
         self.kill();
     }
 }
