@@ -442,10 +442,26 @@ pub struct StubbornJob {
 }
 
 impl StubbornJob {
+    /// The scene, tried again (5 times at most) when lockctl lost the lease in time before it saw
+    /// the watcher stopped (a renewal that came late on a loaded machine, with a TTL of tens of
+    /// milliseconds: lockctl then says "validity ran out" and stops the job for that reason, not
+    /// the watcher's). That is a scene lost, not a verdict: said, and tried again. Any other
+    /// silence about the stopped watcher fails.
     pub fn start(s: &Server, name: &str, ttl: &str) -> StubbornJob {
+        for _ in 0..5 {
+            if let Some(scene) = Self::try_start(s, name, ttl) {
+                return scene;
+            }
+        }
+        panic!("lockctl lost its {ttl} lease in time before it saw its watcher stopped, 5 times");
+    }
+
+    fn try_start(s: &Server, name: &str, ttl: &str) -> Option<StubbornJob> {
         let job = s.dir().join("job");
         let go = s.dir().join("go");
         let err = s.dir().join("lockctl.err");
+        let _ = std::fs::remove_file(&job);
+        let _ = std::fs::remove_file(&go);
         let script = format!(
             "trap '' TERM; echo $$ > {job}; while [ ! -e {go} ]; do sleep 0.05; done",
             job = job.display(),
@@ -458,7 +474,7 @@ impl StubbornJob {
             .stderr(std::fs::File::create(&err).unwrap())
             .spawn()
             .unwrap();
-        let child = Started(Some(child));
+        let mut child = Started(Some(child));
         assert!(
             eventually(Duration::from_secs(30), || std::fs::read_to_string(&job)
                 .is_ok_and(|j| j.ends_with('\n'))),
@@ -469,19 +485,39 @@ impl StubbornJob {
         super::kill(watcher, libc::SIGSTOP);
         let stopped = Stopped::of(watcher);
         assert!(eventually(Duration::from_secs(10), || state(watcher) == Some('T')));
-        assert!(
-            eventually(Duration::from_secs(10), || std::fs::read_to_string(&err)
-                .is_ok_and(|e| e.contains("is stopped"))),
-            "lockctl did not see its watcher stopped"
-        );
-        StubbornJob {
+        let said = || std::fs::read_to_string(&err).unwrap_or_default();
+        if !eventually(Duration::from_secs(10), || said().contains("is stopped")) {
+            let errs = said();
+            assert!(
+                errs.contains("validity ran out"),
+                "lockctl did not see its watcher stopped: {errs}"
+            );
+            eprintln!("the lease ran out before lockctl saw its watcher stopped; again: {errs}");
+            // The job ends at `go`, lockctl with it; the watcher is killed with `stopped`.
+            std::fs::write(&go, "").unwrap();
+            let ended = exit_within(child.0.as_mut().unwrap(), Duration::from_secs(30));
+            child.stop();
+            drop(stopped);
+            assert!(
+                ended.is_some(),
+                "lockctl did not end with its job: {}",
+                said()
+            );
+            let key = format!("lockctl:{name}");
+            assert!(
+                eventually(Duration::from_secs(10), || s.get(&key).is_none()),
+                "the lock was not released"
+            );
+            return None;
+        }
+        Some(StubbornJob {
             child,
             lockctl,
             watcher,
             stopped,
             go,
             err,
-        }
+        })
     }
 }
 
