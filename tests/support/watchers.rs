@@ -825,20 +825,22 @@ pub fn orphan_scene(reuse: bool, hold_back_pipe: bool) {
 }
 
 /// The lockctl that `strace` (`strace ... lockctl ...`, PID `strace`) started: its child whose
-/// executable is lockctl's, waited for up to 20 s (0 if none came). Not its first child: strace
+/// executable is lockctl's, waited for up to 20 s (the test fails if none came). Not its first
+/// child: strace
 /// forks short-lived children of its own at start-up to probe the kernel's ptrace features, and
 /// under load a look can find one of them alive (seen: the scene then watched a PID that was gone,
 /// while lockctl passed its held system call unseen).
 pub fn traced_lockctl(strace: i32) -> i32 {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lockctl"));
     let mut lockctl = 0;
-    eventually(Duration::from_secs(20), || {
+    let started = eventually(Duration::from_secs(20), || {
         lockctl = children_of(strace)
             .into_iter()
             .find(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == bin))
             .unwrap_or(0);
         lockctl > 0
     });
+    assert!(started, "lockctl did not start under strace");
     lockctl
 }
 
