@@ -55,6 +55,18 @@ impl Started {
         wait_output(self.0.take().unwrap(), limit)
     }
 
+    /// SIGTERM, and reaped; SIGKILL if it has not ended within 10 s. A waiter ended so leaves
+    /// the lock's queue at once, where a SIGKILLed one stays at its head until its heartbeat runs
+    /// out (seconds) and holds up the grant of whoever the test starts next on the same name.
+    pub fn end(mut self) {
+        let mut child = self.0.take().unwrap();
+        super::kill(child.id() as i32, libc::SIGTERM);
+        if exit_within(&mut child, Duration::from_secs(10)).is_none() {
+            let _ = child.kill();
+        }
+        child.wait().unwrap();
+    }
+
     /// SIGKILL and reaped now, if still there (a test that gave up waiting for it).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.0.take() {
@@ -376,7 +388,10 @@ pub fn catch_the_middle(mut start: impl FnMut(u32) -> Started) -> Option<(Starte
                 return Some((child, stopped));
             }
         }
-        child.kill();
+        // Not caught: ended by a signal it answers, so that it leaves the lock's queue now and
+        // the next try waits behind the holder alone (a SIGKILLed waiter there held up the
+        // grants of the tries after it past the middle process's 2 s bound).
+        child.end();
     }
     None
 }
