@@ -224,7 +224,7 @@ pub fn stopped_before_its_word(
             })
         });
         let Some(watcher) = found else {
-            child.kill();
+            child.end();
             continue;
         };
         super::kill(watcher, libc::SIGSTOP);
@@ -252,7 +252,7 @@ pub fn stopped_before_its_word(
             return (child, resume);
         }
         drop(resume);
-        child.kill();
+        child.end();
     }
     panic!("no watcher was caught before its first word in 50 tries");
 }
