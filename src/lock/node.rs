@@ -462,11 +462,24 @@ impl Node {
                         Ok(()) => f(conn, along),
                         Err(e) => (Err(e), None),
                     };
-                    if along == Along::Replication {
-                        // Unread or failed: `replicate` asks on its own and reports the failure.
-                        if let Some(Ok(v)) = &info {
-                            self.replicas = Some(Info::of(v).online_replicas);
+                    let demoted = match &info {
+                        Some(Ok(v)) if along == Along::Replication => {
+                            let read = Info::of(v);
+                            self.replicas = Some(read.online_replicas);
+                            read.role == Some(b"slave")
                         }
+                        _ => false,
+                    };
+                    if demoted {
+                        // The master this connection was checked on has become a replica (a
+                        // `REPLICAOF` by hand or a failover that kept the connection): checked
+                        // again with this reply, it is refused, or behind Sentinel the master
+                        // is found again, as on a new connection. A replica that accepts writes
+                        // ran the script; the failure says so and the grant is rolled back.
+                        self.checked = false;
+                        (result, false, info)
+                    } else if along == Along::Replication {
+                        // Unread or failed: `replicate` asks on its own and reports the failure.
                         (result, false, None)
                     } else {
                         (result, false, info)
@@ -690,7 +703,10 @@ impl Node {
             }
         };
         let info = Info::of(&reply);
-        self.run_id = info_text(info.run_id);
+        // `INFO replication` (a kept connection's check) has no run id: the one read keeps.
+        if info.run_id.is_some() {
+            self.run_id = info_text(info.run_id);
+        }
         let clustered = info.cluster_enabled == Some(b"1");
         self.replicas = Some(info.online_replicas);
         if info.role != Some(b"slave") || clustered {
