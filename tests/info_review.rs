@@ -27,7 +27,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -222,15 +221,7 @@ impl Holder {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&lines);
-        let err = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { return };
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let (lines, reader) = stderr_lines(&mut child);
         let holder = Holder {
             child,
             lines,
@@ -450,15 +441,7 @@ fn a_waiter_on_a_master_turned_replica_is_not_granted_there() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let sink = Arc::clone(&lines);
-    let err = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(err).lines() {
-            let Ok(line) = line else { return };
-            sink.lock().unwrap().push(line);
-        }
-    });
+    let (lines, reader) = stderr_lines(&mut child);
     assert!(
         eventually(Duration::from_secs(30), || lines
             .lock()

@@ -16,7 +16,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -81,15 +80,7 @@ impl Holder {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&lines);
-        let err = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { return };
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let (lines, reader) = stderr_lines(&mut child);
         Holder {
             child,
             lines,

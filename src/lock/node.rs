@@ -1247,9 +1247,9 @@ fn script_command(reason: &str, source: &str) -> Option<String> {
 }
 
 /// What lockctl reads of an `INFO` reply, found in one pass over its lines and borrowed from it.
-/// A new connection's `INFO` has every default section (about 4 KB, a hundred lines), and copying
-/// each line into a pair of owned strings was a sixth of an `acquire -n`'s instructions
-/// (callgrind); nothing but these fields is ever read. A key that shows twice counts at its first
+/// A new connection's `INFO` has every default section (about 5 KB, 200 lines), and copying
+/// each line into a pair of owned strings was about a fifth of a one-node `acquire -n`'s
+/// instructions (callgrind); nothing but these fields is ever read. A key that shows twice counts at its first
 /// line.
 #[derive(Debug, Default, PartialEq)]
 struct Info<'a> {

@@ -843,3 +843,24 @@ pub fn change_during_a_sleep(cmd: &mut Command, during: impl FnOnce()) -> Output
     out.stderr = seen.into_bytes();
     out
 }
+
+/// Collects `child`'s piped stderr line by line, on a thread of its own, as the child writes it:
+/// for tests that watch a running lockctl's `-v` trace. The lines so far, and the reader (joined
+/// once the child has exited, it has every line).
+pub fn stderr_lines(
+    child: &mut Child,
+) -> (
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    std::thread::JoinHandle<()>,
+) {
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = std::sync::Arc::clone(&lines);
+    let err = child.stderr.take().expect("stderr piped");
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { return };
+            sink.lock().unwrap().push(line);
+        }
+    });
+    (lines, reader)
+}
