@@ -441,3 +441,44 @@ fn a_replica_still_syncing_is_not_waited_for() {
         "the replica got its copy during the test"
     );
 }
+
+/// A replica that never acknowledges (stopped with SIGSTOP: still listed online) is reported by
+/// count, "only 0 of 1 replica(s) acknowledged", not as a `WAIT` that got no answer. A server
+/// answers a timed-out `WAIT` only at its next cron tick (every 1000/hz ms), so lockctl's `WAIT`
+/// must end at least that long before the node timeout for its answer to be read. Found in CI:
+/// with twelve replicas, hz 10 and the 500 ms node timeout, the answer came after lockctl's read
+/// had given up. Whether it does depends on where between two ticks the grant starts: each try
+/// here starts a chosen part of a tick after the last answer (which came at a tick), for hz 10 with
+/// the default node timeout and for hz 2 (a tick every 500 ms) with a node timeout of 2 s. Each
+/// grant fails as unavailable (69), rolled back, naming the count.
+#[test]
+fn a_replica_that_never_acknowledges_is_counted_within_the_node_timeout() {
+    for (hz, node_timeout) in [(10, "500ms"), (2, "2s")] {
+        let master = Server::tcp_with_args(&["--hz", &hz.to_string()]);
+        let replica = replica_of(&master);
+        replica.pause();
+        let tick = Duration::from_millis(1000 / hz);
+        for (n, part) in [0.0, 0.6, 0.2, 0.8, 0.45].into_iter().enumerate() {
+            std::thread::sleep(tick.mul_f64(part));
+            let name = format!("uncounted{hz}x{n}");
+            let o = run(lockctl().args([
+                "-r",
+                &master.url(),
+                "--node-timeout",
+                node_timeout,
+                "-v",
+                "acquire",
+                &name,
+                "-n",
+            ]));
+            assert_eq!(code(&o), 69, "hz {hz}: {}", stderr(&o));
+            assert!(
+                stderr(&o).contains("only 0 of 1 replica(s) acknowledged"),
+                "hz {hz}, {part} of a tick after the last answer: {}",
+                stderr(&o)
+            );
+            assert_eq!(master.get(&format!("lockctl:{name}")), None, "rolled back");
+        }
+        replica.resume();
+    }
+}

@@ -140,6 +140,9 @@ pub struct Node {
     refused: AtomicBool,
     /// The run id of the server `conn` reached.
     run_id: Option<String>,
+    /// How often that server runs its cron (`1000 / hz` ms), which is when it answers a `WAIT` that
+    /// timed out: read from its `INFO`, Redis' default (hz 10) until then.
+    tick: Duration,
     /// Connect to a replica too (`doctor`, which reports it rather than refuses it).
     accept_replica: bool,
     /// The server on `conn` was checked ([`Node::check_server`]).
@@ -231,6 +234,7 @@ impl Node {
             seen: std::collections::HashMap::new(),
             refused: AtomicBool::new(false),
             run_id: None,
+            tick: DEFAULT_TICK,
             accept_replica: false,
             checked: false,
         })
@@ -333,6 +337,7 @@ impl Node {
             seen: std::collections::HashMap::new(),
             refused: AtomicBool::new(false),
             run_id: None,
+            tick: DEFAULT_TICK,
             accept_replica: false,
             checked: false,
         })
@@ -707,6 +712,9 @@ impl Node {
         if info.run_id.is_some() {
             self.run_id = info_text(info.run_id);
         }
+        if let Some(tick) = info.tick() {
+            self.tick = tick;
+        }
         let clustered = info.cluster_enabled == Some(b"1");
         self.replicas = Some(info.online_replicas);
         if info.role != Some(b"slave") || clustered {
@@ -767,8 +775,7 @@ impl Node {
         if need == 0 {
             return Ok(());
         }
-        // The server gives up a little before our read does, so its answer is still read.
-        let wait_ms = (left(deadline).mul_f64(0.9).as_millis() as u64).max(1);
+        let wait_ms = (wait_for(left(deadline), self.tick).as_millis() as u64).max(1);
         let conn = self.conn.as_mut().expect("connection in use");
         let acked = if connected < need {
             Ok(connected as i64)
@@ -1258,6 +1265,9 @@ struct Info<'a> {
     cluster_enabled: Option<&'a [u8]>,
     master_host: Option<&'a [u8]>,
     master_port: Option<&'a [u8]>,
+    /// `hz` and `configured_hz` (Server section): how often the server runs its cron.
+    hz: Option<&'a [u8]>,
+    configured_hz: Option<&'a [u8]>,
     /// The replicas in sync (`slaveN:...state=online...`): one still loading a full copy cannot
     /// acknowledge anything yet.
     online_replicas: usize,
@@ -1284,6 +1294,8 @@ impl<'a> Info<'a> {
                 b"cluster_enabled" => &mut info.cluster_enabled,
                 b"master_host" => &mut info.master_host,
                 b"master_port" => &mut info.master_port,
+                b"hz" => &mut info.hz,
+                b"configured_hz" => &mut info.configured_hz,
                 k if k.starts_with(b"slave") && k[5..].iter().all(u8::is_ascii_digit) => {
                     if value.windows(12).any(|w| w == b"state=online") {
                         info.online_replicas += 1;
@@ -1296,6 +1308,34 @@ impl<'a> Info<'a> {
         }
         info
     }
+
+    /// The server's cron period. `configured_hz` (Redis 5 and later) rather than `hz`, which
+    /// Redis raises for a while when many clients are connected (`dynamic-hz`) and lowers again:
+    /// the longer period is the one a `WAIT` may have to outlast.
+    fn tick(&self) -> Option<Duration> {
+        let hz: u64 = std::str::from_utf8(self.configured_hz.or(self.hz)?)
+            .ok()?
+            .parse()
+            .ok()?;
+        // Redis keeps hz within 1 to 500.
+        Some(Duration::from_millis(1000 / hz.clamp(1, 500)))
+    }
+}
+
+/// Redis' cron period at its default hz (10).
+const DEFAULT_TICK: Duration = Duration::from_millis(100);
+
+/// How long a `WAIT` may last when `left` remains of the node timeout, on a server whose cron runs
+/// every `tick`. A server answers a `WAIT` that timed out only at its next cron tick, up to a tick
+/// late (Redis 7.0.15, each `WAIT` started just after a tick: 6 ms late at hz 100, 51 at hz 10, 550
+/// at hz 1). So the server gives up a tick, and a tenth more for the way back, before our read
+/// does, and the failure names how many replicas acknowledged. With the tenth alone, the answer
+/// came after the read had given up in 9 of 30 grants started at random points of a tick (default
+/// hz and node timeout, a replica that never acknowledged); none of 30 now. A `WAIT` shorter than a
+/// quarter of what is left would fail replicas that are only slow: on a server whose tick is longer
+/// than that, the read may end first, and the node fails without the count.
+fn wait_for(left: Duration, tick: Duration) -> Duration {
+    left.saturating_sub(left / 10 + tick).max(left / 4)
 }
 
 /// A field of an `INFO` reply as text (its bytes are ASCII from any server that speaks RESP).
@@ -1878,6 +1918,8 @@ mod tests {
             cluster_enabled: Some(b"0"),
             master_host: Some(b"10.0.0.1"),
             master_port: Some(b"6380"),
+            hz: None,
+            configured_hz: None,
             online_replicas: 0,
         };
         for reply in [
@@ -1897,6 +1939,33 @@ mod tests {
         assert_eq!(Info::of(&twice).run_id, Some(&b"a:b"[..]));
     }
 
+    #[test]
+    fn the_cron_period_comes_from_configured_hz_then_hz() {
+        let tick = |text: &str| Info::of(&Value::BulkString(text.as_bytes().to_vec())).tick();
+        let ms = |n| Some(Duration::from_millis(n));
+        // Redis 7 with dynamic hz raised by its clients: the configured period.
+        assert_eq!(tick("hz:40\r\nconfigured_hz:10\r\n"), ms(100));
+        // Redis 4 says only hz.
+        assert_eq!(tick("hz:2\r\n"), ms(500));
+        assert_eq!(tick("configured_hz:500\r\nhz:500\r\n"), ms(2));
+        // Out of Redis' range, or not a number: clamped, or not read.
+        assert_eq!(tick("hz:0\r\n"), ms(1000));
+        assert_eq!(tick("hz:9000\r\n"), ms(2));
+        assert_eq!(tick("hz:ten\r\n"), None);
+        assert_eq!(tick("role:master\r\n"), None);
+    }
+
+    #[test]
+    fn a_wait_ends_a_tick_and_a_tenth_before_the_read() {
+        let ms = Duration::from_millis;
+        assert_eq!(wait_for(ms(500), ms(100)), ms(350));
+        assert_eq!(wait_for(ms(2000), ms(500)), ms(1300));
+        assert_eq!(wait_for(ms(500), ms(2)), ms(448));
+        // A tick as long as what is left: a quarter of it, not nothing.
+        assert_eq!(wait_for(ms(500), ms(1000)), ms(125));
+        assert_eq!(wait_for(ms(0), ms(100)), ms(0));
+    }
+
     /// The parser before `Info` (each line copied into a pair of owned strings, looked up by the
     /// first line with the key), kept here as the reference `Info` must agree with.
     fn fields_as_before(text: &str) -> Vec<(String, String)> {
@@ -1913,7 +1982,7 @@ mod tests {
         fn info_reads_what_the_copying_parser_read(
             lines in proptest::collection::vec(
                 (
-                    "[ \t]{0,2}(run_id|role|cluster_enabled|master_host|master_port|slave|slave[0-9]{1,2}|slave_read_only|slavex|# Server|)[ \t]{0,2}",
+                    "[ \t]{0,2}(run_id|role|cluster_enabled|master_host|master_port|hz|configured_hz|slave|slave[0-9]{1,2}|slave_read_only|slavex|# Server|)[ \t]{0,2}",
                     proptest::option::of("[ \t]{0,2}[a-z0-9=,.:]{0,24}(state=online)?[a-z0-9=,]{0,6}[ \t]{0,2}"),
                     proptest::bool::ANY,
                 ),
@@ -1946,6 +2015,8 @@ mod tests {
             proptest::prop_assert_eq!(info.cluster_enabled, get("cluster_enabled"), "{:?}", text);
             proptest::prop_assert_eq!(info.master_host, get("master_host"), "{:?}", text);
             proptest::prop_assert_eq!(info.master_port, get("master_port"), "{:?}", text);
+            proptest::prop_assert_eq!(info.hz, get("hz"), "{:?}", text);
+            proptest::prop_assert_eq!(info.configured_hz, get("configured_hz"), "{:?}", text);
             proptest::prop_assert_eq!(info.online_replicas, online, "{:?}", text);
         }
     }
