@@ -19,6 +19,9 @@
 //!   again as a new connection would (refused, or the master found again behind Sentinel); with a
 //!   replica at the grant the replica count stopped the renewals already
 //!   (`a_master_with_a_replica_turned_replica_stops_the_renewals`).
+//! - the same master promoted back (`REPLICAOF NO ONE`) before its copy from the new master came:
+//!   the holder's renewals counted there again (a second review, of df046ef). Fixed: a holder's
+//!   node refused as a replica answers "not ours" from its first refusal for the rest of the run.
 //! - one limit stays, ignored: a `role:master` line put into the Server section through a setting
 //!   that takes a line break (valkey's `availability-zone`) hides a writable replica.
 //!
@@ -560,4 +563,104 @@ fn a_role_line_before_the_replication_section_does_not_hide_a_replica() {
             "{refusals:#?}"
         );
     }
+}
+
+/// The old master of `a_master_turned_replica_under_a_holder_is_not_renewed_on` promoted back
+/// (`REPLICAOF NO ONE`) right after the holder's first refused renewal, before its copy from the new
+/// master came (full sync delayed 20 s): it still has the holder's key, while a second client holds
+/// the lock on the new master. The holder must end at that first refusal (76, the child stopped),
+/// not renew again once the old master is a master again. Found by the review of df046ef: on it,
+/// 29 renewals counted after the promotion and the job ran to its end beside the second holder
+/// (Redis 7.0.15, 6.2.14 and valkey 8.1.8).
+#[test]
+fn a_master_turned_replica_and_promoted_back_between_renewals_does_not_keep_the_holder() {
+    let new_master = Server::tcp_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "20",
+    ]);
+    let old = Server::tcp_with_args(&["--replica-read-only", "no"]);
+    let holder = Holder::start(&old, "back", "3s", "30");
+
+    let port = new_master.port.unwrap().to_string();
+    let _: String = old.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    let o = run(lockctl_on(&new_master).args(["acquire", "back", "-n", "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let marker = holder.len();
+    assert!(
+        eventually(Duration::from_secs(15), || holder
+            .count_from(marker, "renewal failed")
+            + holder.count_from(marker, "lease on")
+            >= 1),
+        "no renewal was refused on the replica: {:#?}",
+        holder.lines.lock().unwrap()
+    );
+    let _: String = old.cmd(&["REPLICAOF", "NO", "ONE"]);
+    // Its copy is there unless the holder, ended, released it (on a writable replica).
+    let copy = old.get("lockctl:back").is_some();
+
+    let (code, lines) = holder.finish();
+    eprintln!("the old master's copy at its promotion: {copy}");
+    let renewed: Vec<&String> = lines[marker..]
+        .iter()
+        .filter(|l| l.contains("renewed '"))
+        .collect();
+    // One renewal may have been in flight when the old master turned replica.
+    assert!(renewed.len() < 2, "{renewed:#?}\n{lines:#?}");
+    assert_eq!(code, 76, "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("became a replica of another master")),
+        "{lines:#?}"
+    );
+}
+
+/// The same scene with Redlock: the demoted and promoted-back master is one of three. Its vote is
+/// lost for the rest of the run, and the lease goes on with the two others: every renewal after the
+/// refusal holds our token on 2 of 3 nodes, none on 3 (on df046ef they counted 3 of 3 again once
+/// it was promoted back), and the job ends as it would (0).
+#[test]
+fn a_redlock_master_promoted_back_does_not_vote_again() {
+    let new_master = Server::tcp_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "20",
+    ]);
+    let old = Server::tcp_with_args(&["--replica-read-only", "no"]);
+    let others = [Server::start_tcp(), Server::start_tcp()];
+    let urls = format!("{},{},{}", old.url(), others[0].url(), others[1].url());
+    let holder = Holder::start_on(&urls, "back3", "3s", "12");
+
+    let port = new_master.port.unwrap().to_string();
+    let _: String = old.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    let marker = holder.len();
+    assert!(
+        eventually(Duration::from_secs(15), || holder
+            .count_from(marker, "renew 'back3': 2/3")
+            >= 1),
+        "no renewal without the demoted master: {:#?}",
+        holder.lines.lock().unwrap()
+    );
+    let _: String = old.cmd(&["REPLICAOF", "NO", "ONE"]);
+    assert!(
+        old.get("lockctl:back3").is_some(),
+        "the old master lost its copy before its promotion: this scene did not happen"
+    );
+    let promoted = holder.len();
+
+    let (code, lines) = holder.finish();
+    let after = &lines[promoted..];
+    let three: Vec<&String> = after
+        .iter()
+        .filter(|l| l.contains("renew 'back3': 3/3"))
+        .collect();
+    assert!(three.is_empty(), "{three:#?}\n{lines:#?}");
+    assert!(
+        after.iter().filter(|l| l.contains("renewed '")).count() >= 1,
+        "no renewal after the promotion: {lines:#?}"
+    );
+    assert_eq!(code, 0, "{lines:#?}");
 }

@@ -1320,6 +1320,7 @@ impl Engine {
             Some((_, run_ids, _)) => run_ids.to_vec(),
             None => Vec::new(),
         };
+        let held_grant = recreate.is_some();
         let started = Stamp::now();
         // A grant knows its slot; for a token alone it is the slot where the token has a quorum.
         let (slot, limit_arg) = match slot {
@@ -1386,6 +1387,24 @@ impl Engine {
                 }
             }
         }
+        // A held grant's node that refused a call of this run as a replica of another master answers
+        // "not ours" from then on, from its first refusal: the master it followed may have granted
+        // the lock to another client meanwhile (its copy of our key kept while the full sync from
+        // it was under way), and a promotion back (`REPLICAOF NO ONE`) leaves that copy in place,
+        // which the renewals would count again. One node's lease ends there; a Redlock grant
+        // goes on while a quorum of the others holds.
+        let demoted = if held_grant {
+            let mut n = 0;
+            for (r, node) in results.iter_mut().zip(&self.nodes) {
+                if node.was_replica() {
+                    *r = Ok(Value::Int(0));
+                    n += 1;
+                }
+            }
+            n
+        } else {
+            0
+        };
         // Each node answers with the TTL it set; the shortest bounds the lease.
         let set = results
             .iter()
@@ -1404,13 +1423,21 @@ impl Engine {
         let (renewed, answered, failures) = tally(results);
         self.verdict(keys, renewed, answered, failures, "renew")
             .map_err(|e| match e {
-                LockError::Lost { name, detail } if restarted > 0 => LockError::Lost {
-                    name,
-                    detail: format!(
-                        "{detail}; {restarted} node(s) restarted without their data since and are \
-                         in restart quarantine"
-                    ),
-                },
+                LockError::Lost { name, mut detail } if restarted + demoted > 0 => {
+                    if restarted > 0 {
+                        detail += &format!(
+                            "; {restarted} node(s) restarted without their data since and are in \
+                             restart quarantine"
+                        );
+                    }
+                    if demoted > 0 {
+                        detail += &format!(
+                            "; {demoted} node(s) became a replica of another master since the \
+                             grant, and its copy of the lock is not ours to renew"
+                        );
+                    }
+                    LockError::Lost { name, detail }
+                }
                 e => e,
             })?;
         match ttl.checked_sub(elapsed + self.drift(ttl)) {

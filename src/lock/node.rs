@@ -147,6 +147,9 @@ pub struct Node {
     accept_replica: bool,
     /// The server on `conn` was checked ([`Node::check_server`]).
     checked: bool,
+    /// The server refused a call of this run as a replica of another master (see
+    /// [`Node::was_replica`]).
+    was_replica: bool,
 }
 
 /// Why a server is not the master this node wants.
@@ -237,6 +240,7 @@ impl Node {
             tick: DEFAULT_TICK,
             accept_replica: false,
             checked: false,
+            was_replica: false,
         })
     }
 
@@ -245,6 +249,14 @@ impl Node {
     /// not help. A later success (a rollback after the refusal) leaves it as it is.
     pub fn refused(&self) -> bool {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    /// True once the server refused a call of this run as a replica of another master (a plain
+    /// node's URL; behind Sentinel the master is found again instead). Whatever it holds since came
+    /// from that master, and stays another master's copy after a promotion back: a holder's renewals
+    /// do not count there again (see [`super::Engine::renew_grant`]).
+    pub fn was_replica(&self) -> bool {
+        self.was_replica
     }
 
     /// The client, for callers that need a connection of their own (pub/sub).
@@ -340,6 +352,7 @@ impl Node {
             tick: DEFAULT_TICK,
             accept_replica: false,
             checked: false,
+            was_replica: false,
         })
     }
 
@@ -738,6 +751,7 @@ impl Node {
             return Ok(());
         }
         self.refused.store(true, Ordering::Relaxed);
+        self.was_replica = true;
         Err(Check::Fail(NodeFailure {
             reason: format!(
                 "{}{}: refused: this is a replica of {master}, which cannot hold locks; use the \
