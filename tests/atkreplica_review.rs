@@ -139,12 +139,16 @@ fn a_node_demoted_and_promoted_back_while_waiting_is_disowned_after_its_own_gran
     // no expired key). The waiter's next attempts write there and are refused (`-v` does not print
     // a waiter's node failures; the waiter's final message shows the flag was set).
     assert!(
-        eventually(Duration::from_secs(20), || nodes[0].get("lockctl:wq").is_none()),
+        eventually(Duration::from_secs(20), || nodes[0]
+            .get("lockctl:wq")
+            .is_none()),
         "the first holder's copy stayed on node 1"
     );
     let marker = waiter.len();
     assert!(
-        eventually(Duration::from_secs(20), || waiter.count_from(marker, "attempt on 'wq'") >= 3),
+        eventually(Duration::from_secs(20), || waiter
+            .count_from(marker, "attempt on 'wq'")
+            >= 3),
         "the waiter made no attempt on the demoted node: {:#?}",
         waiter.lines.lock().unwrap()
     );
@@ -218,7 +222,11 @@ fn a_holder_stopped_across_a_demotion_and_promotion_renews_beside_the_new_holder
             .find(|l| l.starts_with("master_replid:"))
             .map(str::to_string)
     };
-    assert_ne!(replid(&before), replid(&after), "the replication id did not change");
+    assert_ne!(
+        replid(&before),
+        replid(&after),
+        "the replication id did not change"
+    );
 
     let (rc, lines) = holder.finish();
     let renewed = lines[marker..]
@@ -364,7 +372,11 @@ fn wait_at_hz_1_counts_a_healthy_replica_and_rolls_back_a_silent_one() {
     let o = run(lockctl_on(&master).args(["acquire", "hzs", "-n", "--node-timeout", "500ms"]));
     replica.resume();
     assert_eq!(code(&o), 69, "{}", stderr(&o));
-    assert_eq!(master.get("lockctl:hzs"), None, "a rolled-back grant left its key");
+    assert_eq!(
+        master.get("lockctl:hzs"),
+        None,
+        "a rolled-back grant left its key"
+    );
 }
 
 /// A single master turned read-only replica (`replica-read-only yes`, the default; its master a port
@@ -388,7 +400,9 @@ fn a_read_only_replica_under_a_holder_ends_it_and_its_key_expires_within_the_ttl
     let _: String = server.cmd(&["REPLICAOF", "NO", "ONE"]);
     // Left behind at most for its TTL (3 s), then free.
     assert!(
-        eventually(Duration::from_secs(10), || server.get("lockctl:ro").is_none()),
+        eventually(Duration::from_secs(10), || server
+            .get("lockctl:ro")
+            .is_none()),
         "the key outlived its TTL"
     );
     let o = run(lockctl_on(&server).args(["acquire", "ro", "-n"]));

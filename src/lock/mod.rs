@@ -1005,28 +1005,37 @@ impl Engine {
             elapsed.as_secs_f64() * 1000.0
         );
         match validity {
-            Some(validity) if wins >= quorum && !validity.is_zero() => Ok(Grant {
-                keys: keys.clone(),
-                token,
-                fence,
-                ttl,
-                validity,
-                started,
-                finished,
-                nodes: n,
-                quorum,
-                run_ids: (0..n)
-                    .map(|i| {
-                        if won[i].is_some() {
-                            std::mem::take(&mut run_ids[i])
-                        } else {
-                            String::new()
-                        }
-                    })
-                    .collect(),
-                slot,
-                limit,
-            }),
+            Some(validity) if wins >= quorum && !validity.is_zero() => {
+                // A node seen as a replica while we waited, and a master that granted us the lock
+                // now, counts for this grant's renewals.
+                for (node, w) in self.nodes.iter_mut().zip(&won) {
+                    if w.is_some() {
+                        node.granted();
+                    }
+                }
+                Ok(Grant {
+                    keys: keys.clone(),
+                    token,
+                    fence,
+                    ttl,
+                    validity,
+                    started,
+                    finished,
+                    nodes: n,
+                    quorum,
+                    run_ids: (0..n)
+                        .map(|i| {
+                            if won[i].is_some() {
+                                std::mem::take(&mut run_ids[i])
+                            } else {
+                                String::new()
+                            }
+                        })
+                        .collect(),
+                    slot,
+                    limit,
+                })
+            }
             _ => {
                 let touched: Vec<bool> = (0..n)
                     .map(|i| won[i].is_some() || maybe_applied[i])
@@ -1387,12 +1396,13 @@ impl Engine {
                 }
             }
         }
-        // A held grant's node that refused a call of this run as a replica of another master answers
-        // "not ours" from then on, from its first refusal: the master it followed may have granted
-        // the lock to another client meanwhile (its copy of our key kept while the full sync from
-        // it was under way), and a promotion back (`REPLICAOF NO ONE`) leaves that copy in place,
-        // which the renewals would count again. One node's lease ends there; a Redlock grant
-        // goes on while a quorum of the others holds.
+        // A held grant's node that was a replica of another master since the grant (it refused a
+        // call as one, or its replication id changed under the same run id: see
+        // `Node::was_replica`) answers "not ours" from then on: the master it followed may have
+        // granted the lock to another client meanwhile (its copy of our key kept while the full
+        // sync from it was under way), and a promotion back (`REPLICAOF NO ONE`) leaves that copy
+        // in place, which the renewals would count again. One node's lease ends there; a Redlock
+        // grant goes on while a quorum of the others holds.
         let demoted = if held_grant {
             let mut n = 0;
             for (r, node) in results.iter_mut().zip(&self.nodes) {

@@ -147,9 +147,11 @@ pub struct Node {
     accept_replica: bool,
     /// The server on `conn` was checked ([`Node::check_server`]).
     checked: bool,
-    /// The server refused a call of this run as a replica of another master (see
-    /// [`Node::was_replica`]).
+    /// The server refused a call as a replica of another master, or changed its replication
+    /// history under the same run id, since the last grant it voted for (see [`Node::was_replica`]).
     was_replica: bool,
+    /// The run id and `master_replid` of the last `INFO` read from a plain URL's server.
+    history: Option<(String, String)>,
 }
 
 /// Why a server is not the master this node wants.
@@ -241,6 +243,7 @@ impl Node {
             accept_replica: false,
             checked: false,
             was_replica: false,
+            history: None,
         })
     }
 
@@ -251,12 +254,49 @@ impl Node {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// True once the server refused a call of this run as a replica of another master (a plain
-    /// node's URL; behind Sentinel the master is found again instead). Whatever it holds since came
-    /// from that master, and stays another master's copy after a promotion back: a holder's renewals
-    /// do not count there again (see [`super::Engine::renew_grant`]).
+    /// True once the server was a replica of another master since the last grant it voted for
+    /// (a plain URL's server; behind Sentinel the master is found again, and a cluster's replicas
+    /// are followed). Seen two ways: it refused a call as a replica, or its `master_replid` changed
+    /// under the same run id (a `REPLICAOF` and a `REPLICAOF NO ONE` both between two renewals,
+    /// which no call saw). Whatever it holds since came from that master, and stays that master's
+    /// copy after a promotion back: a holder's renewals do not count there again (see
+    /// [`super::Engine::renew_grant`]).
     pub fn was_replica(&self) -> bool {
         self.was_replica
+    }
+
+    /// A grant this node voted for: a demotion before it (while waiting) does not concern it.
+    pub fn granted(&mut self) {
+        self.was_replica = false;
+    }
+
+    /// Keeps the server's replication history from an `INFO` that has it. The same server (run id)
+    /// with another `master_replid` than at the last read followed another master since, or was
+    /// promoted (`REPLICAOF NO ONE` gives a master a new one); a restart (a new run id) is the
+    /// restart rules' (`renew.lua`). Only a plain URL's server: behind Sentinel a failover is
+    /// followed, and a cluster node's replicas are too.
+    fn note_history(&mut self, info: &Info) {
+        let (Some(replid), Some(run_id)) = (info.master_replid, self.run_id.as_deref()) else {
+            return;
+        };
+        if !self.endpoint.is_standalone() || info.cluster_enabled == Some(b"1") {
+            return;
+        }
+        if let Some((seen_run, seen_replid)) = &self.history {
+            if seen_run == run_id && seen_replid.as_bytes() != replid {
+                trace!(
+                    "{}: the server's replication id changed ({seen_replid} to {}): it followed \
+                     another master, or was promoted, since the last read",
+                    self.display,
+                    String::from_utf8_lossy(replid)
+                );
+                self.was_replica = true;
+            }
+        }
+        self.history = Some((
+            run_id.to_string(),
+            String::from_utf8_lossy(replid).into_owned(),
+        ));
     }
 
     /// The client, for callers that need a connection of their own (pub/sub).
@@ -353,6 +393,7 @@ impl Node {
             accept_replica: false,
             checked: false,
             was_replica: false,
+            history: None,
         })
     }
 
@@ -484,6 +525,7 @@ impl Node {
                         Some(Ok(v)) if along == Along::Replication => {
                             let read = Info::of(v);
                             self.replicas = Some(read.online_replicas);
+                            self.note_history(&read);
                             read.role == Some(b"slave")
                         }
                         _ => false,
@@ -728,6 +770,7 @@ impl Node {
         if let Some(tick) = info.tick() {
             self.tick = tick;
         }
+        self.note_history(&info);
         let clustered = info.cluster_enabled == Some(b"1");
         self.replicas = Some(info.online_replicas);
         if info.role != Some(b"slave") || clustered {
@@ -1279,6 +1322,8 @@ struct Info<'a> {
     cluster_enabled: Option<&'a [u8]>,
     master_host: Option<&'a [u8]>,
     master_port: Option<&'a [u8]>,
+    /// The replication id: a master's own, a replica's master's.
+    master_replid: Option<&'a [u8]>,
     /// `hz` and `configured_hz` (Server section): how often the server runs its cron.
     hz: Option<&'a [u8]>,
     configured_hz: Option<&'a [u8]>,
@@ -1308,6 +1353,7 @@ impl<'a> Info<'a> {
                 b"cluster_enabled" => &mut info.cluster_enabled,
                 b"master_host" => &mut info.master_host,
                 b"master_port" => &mut info.master_port,
+                b"master_replid" => &mut info.master_replid,
                 b"hz" => &mut info.hz,
                 b"configured_hz" => &mut info.configured_hz,
                 k if k.starts_with(b"slave") && k[5..].iter().all(u8::is_ascii_digit) => {
@@ -1932,6 +1978,7 @@ mod tests {
             cluster_enabled: Some(b"0"),
             master_host: Some(b"10.0.0.1"),
             master_port: Some(b"6380"),
+            master_replid: None,
             hz: None,
             configured_hz: None,
             online_replicas: 0,
@@ -1996,7 +2043,7 @@ mod tests {
         fn info_reads_what_the_copying_parser_read(
             lines in proptest::collection::vec(
                 (
-                    "[ \t]{0,2}(run_id|role|cluster_enabled|master_host|master_port|hz|configured_hz|slave|slave[0-9]{1,2}|slave_read_only|slavex|# Server|)[ \t]{0,2}",
+                    "[ \t]{0,2}(run_id|role|cluster_enabled|master_host|master_port|master_replid|hz|configured_hz|slave|slave[0-9]{1,2}|slave_read_only|slavex|# Server|)[ \t]{0,2}",
                     proptest::option::of("[ \t]{0,2}[a-z0-9=,.:]{0,24}(state=online)?[a-z0-9=,]{0,6}[ \t]{0,2}"),
                     proptest::bool::ANY,
                 ),
@@ -2029,6 +2076,7 @@ mod tests {
             proptest::prop_assert_eq!(info.cluster_enabled, get("cluster_enabled"), "{:?}", text);
             proptest::prop_assert_eq!(info.master_host, get("master_host"), "{:?}", text);
             proptest::prop_assert_eq!(info.master_port, get("master_port"), "{:?}", text);
+            proptest::prop_assert_eq!(info.master_replid, get("master_replid"), "{:?}", text);
             proptest::prop_assert_eq!(info.hz, get("hz"), "{:?}", text);
             proptest::prop_assert_eq!(info.configured_hz, get("configured_hz"), "{:?}", text);
             proptest::prop_assert_eq!(info.online_replicas, online, "{:?}", text);
