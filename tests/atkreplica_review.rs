@@ -20,7 +20,9 @@
 //! - a holder stopped across a demotion alone stops at its first renewal.
 //!
 //! Results on redis 7.0.15, 6.2 and valkey 8 (REDIS_SERVER): the first two FAIL on 56554b6 (a false
-//! lease loss; a demotion between renewals not seen at all), every other test passes.
+//! lease loss; a demotion between renewals not seen at all), every other test passes. Both pass
+//! since 84c6b21: a grant clears the flag on the nodes that voted for it, and a server whose
+//! `master_replid` changed under the same run id counts as demoted since the last read.
 //!
 //! Unless a test says otherwise, every server here is started by its test and none restarts, so the
 //! restart quarantine is off (`LOCKCTL_QUARANTINE=0`, the default of `support::lockctl`). A
