@@ -740,6 +740,12 @@ impl Engine {
             .enumerate()
             .map(|(i, node)| place.displace_until(i, started, node.timeout()))
             .collect();
+        // A node seen as a replica while we waited, and a master now, counts for a grant it votes
+        // for in this attempt; one seen as a replica, or promoted, in this attempt's replies does
+        // not count for its renewals (`Node::was_replica`).
+        for node in &mut self.nodes {
+            node.begin_attempt();
+        }
         let round1 = quorum::all(&mut self.nodes, |i, node| {
             let listening = if place.listening.get(i) == Some(&true) {
                 "1"
@@ -1005,37 +1011,28 @@ impl Engine {
             elapsed.as_secs_f64() * 1000.0
         );
         match validity {
-            Some(validity) if wins >= quorum && !validity.is_zero() => {
-                // A node seen as a replica while we waited, and a master that granted us the lock
-                // now, counts for this grant's renewals.
-                for (node, w) in self.nodes.iter_mut().zip(&won) {
-                    if w.is_some() {
-                        node.granted();
-                    }
-                }
-                Ok(Grant {
-                    keys: keys.clone(),
-                    token,
-                    fence,
-                    ttl,
-                    validity,
-                    started,
-                    finished,
-                    nodes: n,
-                    quorum,
-                    run_ids: (0..n)
-                        .map(|i| {
-                            if won[i].is_some() {
-                                std::mem::take(&mut run_ids[i])
-                            } else {
-                                String::new()
-                            }
-                        })
-                        .collect(),
-                    slot,
-                    limit,
-                })
-            }
+            Some(validity) if wins >= quorum && !validity.is_zero() => Ok(Grant {
+                keys: keys.clone(),
+                token,
+                fence,
+                ttl,
+                validity,
+                started,
+                finished,
+                nodes: n,
+                quorum,
+                run_ids: (0..n)
+                    .map(|i| {
+                        if won[i].is_some() {
+                            std::mem::take(&mut run_ids[i])
+                        } else {
+                            String::new()
+                        }
+                    })
+                    .collect(),
+                slot,
+                limit,
+            }),
             _ => {
                 let touched: Vec<bool> = (0..n)
                     .map(|i| won[i].is_some() || maybe_applied[i])

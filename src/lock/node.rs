@@ -147,8 +147,8 @@ pub struct Node {
     accept_replica: bool,
     /// The server on `conn` was checked ([`Node::check_server`]).
     checked: bool,
-    /// The server refused a call as a replica of another master, or changed its replication
-    /// history under the same run id, since the last grant it voted for (see [`Node::was_replica`]).
+    /// The server refused a call as a replica of another master, or was promoted under the same run
+    /// id, since the current grant's attempt began (see [`Node::was_replica`]).
     was_replica: bool,
     /// The run id and `master_replid` of the last `INFO` read from a plain URL's server.
     history: Option<(String, String)>,
@@ -254,27 +254,35 @@ impl Node {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// True once the server was a replica of another master since the last grant it voted for
-    /// (a plain URL's server; behind Sentinel the master is found again, and a cluster's replicas
-    /// are followed). Seen two ways: it refused a call as a replica, or its `master_replid` changed
-    /// under the same run id (a `REPLICAOF` and a `REPLICAOF NO ONE` both between two renewals,
-    /// which no call saw). Whatever it holds since came from that master, and stays that master's
-    /// copy after a promotion back: a holder's renewals do not count there again (see
-    /// [`super::Engine::renew_grant`]).
+    /// True once the server was a replica of another master since the attempt that won the
+    /// current grant began (a plain URL's server; behind Sentinel the master is found again, and a
+    /// cluster's replicas are followed). Seen two ways: it refused a call as a replica, or it was
+    /// promoted under the same run id since the last read (a `REPLICAOF` and a `REPLICAOF NO ONE`
+    /// both between two renewals, which no call saw; see [`Node::note_history`]). Whatever it
+    /// holds since came from that master, and stays that master's copy after a promotion back: a
+    /// holder's renewals do not count there again (see [`super::Engine::renew_grant`]). Seen in
+    /// the winning attempt's own replies, it counts too: the flip may have come between the grant's
+    /// script and the `INFO` read with it.
     pub fn was_replica(&self) -> bool {
         self.was_replica
     }
 
-    /// A grant this node voted for: a demotion before it (while waiting) does not concern it.
-    pub fn granted(&mut self) {
+    /// An attempt at a grant begins: a demotion seen before it (while waiting, the node refused)
+    /// does not concern a grant the node votes for now.
+    pub fn begin_attempt(&mut self) {
         self.was_replica = false;
     }
 
-    /// Keeps the server's replication history from an `INFO` that has it. The same server (run id)
-    /// with another `master_replid` than at the last read followed another master since, or was
-    /// promoted (`REPLICAOF NO ONE` gives a master a new one); a restart (a new run id) is the
-    /// restart rules' (`renew.lua`). Only a plain URL's server: behind Sentinel a failover is
-    /// followed, and a cluster node's replicas are too.
+    /// Keeps the server's replication history from an `INFO` that has it, and tells a promotion
+    /// under the same run id since the last read. A master's `master_replid` changes in three
+    /// cases: it is promoted (`REPLICAOF NO ONE`; the old id becomes its `master_replid2`), it
+    /// follows another master (it takes that one's, and says `role:slave`), or it makes its backlog
+    /// for a first replica, or for one that comes after the backlog was freed (a new id, and
+    /// `master_replid2` cleared to zeros). Only the first two are a demotion; the third is a
+    /// replica attached under a holder, which must not end its lease. A restart (a new run id) is
+    /// the restart rules' (`renew.lua`), and a refusal as a replica resets the history: the
+    /// promotion that follows is known already. Only a plain URL's server: behind Sentinel a
+    /// failover is followed, and a cluster node's replicas are too.
     fn note_history(&mut self, info: &Info) {
         let (Some(replid), Some(run_id)) = (info.master_replid, self.run_id.as_deref()) else {
             return;
@@ -282,8 +290,12 @@ impl Node {
         if !self.endpoint.is_standalone() || info.cluster_enabled == Some(b"1") {
             return;
         }
+        let demoted = info.role == Some(b"slave")
+            || info
+                .master_replid2
+                .is_some_and(|id| id.iter().any(|&b| b != b'0'));
         if let Some((seen_run, seen_replid)) = &self.history {
-            if seen_run == run_id && seen_replid.as_bytes() != replid {
+            if seen_run == run_id && seen_replid.as_bytes() != replid && demoted {
                 trace!(
                     "{}: the server's replication id changed ({seen_replid} to {}): it followed \
                      another master, or was promoted, since the last read",
@@ -795,6 +807,7 @@ impl Node {
         }
         self.refused.store(true, Ordering::Relaxed);
         self.was_replica = true;
+        self.history = None;
         Err(Check::Fail(NodeFailure {
             reason: format!(
                 "{}{}: refused: this is a replica of {master}, which cannot hold locks; use the \
@@ -1324,6 +1337,8 @@ struct Info<'a> {
     master_port: Option<&'a [u8]>,
     /// The replication id: a master's own, a replica's master's.
     master_replid: Option<&'a [u8]>,
+    /// The id before the last promotion (zeros when there is none).
+    master_replid2: Option<&'a [u8]>,
     /// `hz` and `configured_hz` (Server section): how often the server runs its cron.
     hz: Option<&'a [u8]>,
     configured_hz: Option<&'a [u8]>,
@@ -1354,6 +1369,7 @@ impl<'a> Info<'a> {
                 b"master_host" => &mut info.master_host,
                 b"master_port" => &mut info.master_port,
                 b"master_replid" => &mut info.master_replid,
+                b"master_replid2" => &mut info.master_replid2,
                 b"hz" => &mut info.hz,
                 b"configured_hz" => &mut info.configured_hz,
                 k if k.starts_with(b"slave") && k[5..].iter().all(u8::is_ascii_digit) => {
@@ -1979,6 +1995,7 @@ mod tests {
             master_host: Some(b"10.0.0.1"),
             master_port: Some(b"6380"),
             master_replid: None,
+            master_replid2: None,
             hz: None,
             configured_hz: None,
             online_replicas: 0,
@@ -2043,7 +2060,7 @@ mod tests {
         fn info_reads_what_the_copying_parser_read(
             lines in proptest::collection::vec(
                 (
-                    "[ \t]{0,2}(run_id|role|cluster_enabled|master_host|master_port|master_replid|hz|configured_hz|slave|slave[0-9]{1,2}|slave_read_only|slavex|# Server|)[ \t]{0,2}",
+                    "[ \t]{0,2}(run_id|role|cluster_enabled|master_host|master_port|master_replid|master_replid2|hz|configured_hz|slave|slave[0-9]{1,2}|slave_read_only|slavex|# Server|)[ \t]{0,2}",
                     proptest::option::of("[ \t]{0,2}[a-z0-9=,.:]{0,24}(state=online)?[a-z0-9=,]{0,6}[ \t]{0,2}"),
                     proptest::bool::ANY,
                 ),
@@ -2077,6 +2094,7 @@ mod tests {
             proptest::prop_assert_eq!(info.master_host, get("master_host"), "{:?}", text);
             proptest::prop_assert_eq!(info.master_port, get("master_port"), "{:?}", text);
             proptest::prop_assert_eq!(info.master_replid, get("master_replid"), "{:?}", text);
+            proptest::prop_assert_eq!(info.master_replid2, get("master_replid2"), "{:?}", text);
             proptest::prop_assert_eq!(info.hz, get("hz"), "{:?}", text);
             proptest::prop_assert_eq!(info.configured_hz, get("configured_hz"), "{:?}", text);
             proptest::prop_assert_eq!(info.online_replicas, online, "{:?}", text);
