@@ -1,0 +1,173 @@
+//! Adversarial review of 84c6b21 ("a plain URL's server whose `master_replid` changed under the same
+//! run id counts as a replica since the last read"), against real servers (`REDIS_SERVER`).
+//!
+//! Unless a test says otherwise, every server here is started by its test and never restarts, so
+//! the restart quarantine is off (`LOCKCTL_QUARANTINE=0`, the default of `support::lockctl`). Tests
+//! that restart a server set the quarantine explicitly (`Holder::spawn_q`).
+
+mod support;
+
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::*;
+
+struct Holder {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Holder {
+    /// `lockctl -r URL exec -v NAME --ttl TTL -n -- sleep SECS` with `LOCKCTL_QUARANTINE=q`.
+    fn spawn_q(url: &str, name: &str, ttl: &str, secs: &str, q: &str) -> Holder {
+        let mut child = lockctl()
+            .env("LOCKCTL_QUARANTINE", q)
+            .args(["-r", url, "exec", name, "--ttl", ttl, "-v", "-n"])
+            .args(["--", "sleep", secs])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines, reader) = stderr_lines(&mut child);
+        let h = Holder {
+            child,
+            lines,
+            reader,
+        };
+        h.granted(name);
+        h
+    }
+
+    /// As `spawn_q` with the quarantine off (servers started by the test, never restarted).
+    fn start(url: &str, name: &str, ttl: &str, secs: &str) -> Holder {
+        Holder::spawn_q(url, name, ttl, secs, "0")
+    }
+
+    fn granted(&self, name: &str) {
+        assert!(
+            eventually(Duration::from_secs(30), || self
+                .count_from(0, &format!("acquired '{name}'"))
+                >= 1),
+            "no grant: {:#?}",
+            self.lines.lock().unwrap()
+        );
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn len(&self) -> usize {
+        self.lines.lock().unwrap().len()
+    }
+
+    fn count_from(&self, from: usize, needle: &str) -> usize {
+        self.lines.lock().unwrap()[from..]
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    fn finish(self) -> (i32, Vec<String>) {
+        let o = wait_output(self.child, Duration::from_secs(60));
+        self.reader.join().unwrap();
+        let lines = self.lines.lock().unwrap().clone();
+        (code(&o), lines)
+    }
+}
+
+fn replid(s: &Server) -> String {
+    let info: String = s.cmd(&["INFO", "replication"]);
+    info.lines()
+        .find(|l| l.starts_with("master_replid:"))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+fn online_replicas(s: &Server) -> usize {
+    let info: String = s.cmd(&["INFO", "replication"]);
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+        .count()
+}
+
+fn demotion_named(lines: &[String]) -> bool {
+    lines
+        .iter()
+        .any(|l| l.contains("became a replica of another master"))
+}
+
+/// A single plain master, no replica, under an `exec` (TTL 3 s, renewals every second). A replica
+/// is then started with `--replicaof` the master: nothing is demoted, the master stays the master
+/// and keeps the holder's key, and the replica receives it (a full sync). Redis creates the
+/// replication backlog at the first replica's sync and gives the master a NEW `master_replid`
+/// then (`changeReplicationId` in `syncCommand`), under the same run id.
+///
+/// Expected: the holder keeps its lease (0) — adding a replica is routine (docs/topologies.md) and
+/// not a demotion. Observed on 84c6b21: see the report.
+#[test]
+fn a_first_replica_attached_under_a_holder_is_not_a_demotion() {
+    let master = Server::start_tcp();
+    let before = replid(&master);
+    let holder = Holder::start(&master.url(), "att", "3s", "12");
+    let port = master.port.unwrap().to_string();
+    let _replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        "the replica never came online"
+    );
+    let after = replid(&master);
+    eprintln!("master {before} -> {after}");
+    let marker = holder.len();
+    let (rc, lines) = holder.finish();
+    eprintln!("{:#?}", &lines[marker..]);
+    assert_eq!(
+        rc, 0,
+        "a replica attached to the holder's master (master_replid {before} -> {after}, same \
+         run id, never demoted) ended the lease: {lines:#?}"
+    );
+    assert!(!demotion_named(&lines), "{lines:#?}");
+}
+
+/// The same on a master that had a replica before: the replica went away (`REPLICAOF NO ONE` on
+/// it; or down for maintenance) for longer than `repl-backlog-ttl` (default one hour; 1 s here), so
+/// the master freed its backlog. A holder is then granted (no replica connected), and the replica
+/// comes back: a new backlog, a new `master_replid` on the master, same run id, nothing demoted.
+///
+/// Expected: the holder keeps its lease (0).
+#[test]
+fn a_replica_coming_back_after_the_backlog_ttl_is_not_a_demotion() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        "the replica never came online"
+    );
+    let _: String = master.cmd(&["CONFIG", "SET", "repl-backlog-ttl", "1"]);
+    let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
+    assert!(
+        eventually(Duration::from_secs(10), || online_replicas(&master) == 0),
+        "the replica did not go"
+    );
+    // The master's replication cron frees the backlog once it had no replica for 1 s.
+    std::thread::sleep(Duration::from_secs(3));
+    let holder = Holder::start(&master.url(), "ttl", "3s", "12");
+    let before = replid(&master);
+    let _: String = replica.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        "the replica never came back"
+    );
+    let after = replid(&master);
+    eprintln!("master {before} -> {after}");
+    let (rc, lines) = holder.finish();
+    assert_eq!(
+        rc, 0,
+        "a replica's return (master_replid {before} -> {after}) ended the lease: {lines:#?}"
+    );
+    assert!(!demotion_named(&lines), "{lines:#?}");
+}
