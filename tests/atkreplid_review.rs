@@ -171,3 +171,70 @@ fn a_replica_coming_back_after_the_backlog_ttl_is_not_a_demotion() {
     );
     assert!(!demotion_named(&lines), "{lines:#?}");
 }
+
+/// A plain master with its data (`appendonly yes`, `appendfsync always`) restarted in place (kill -9
+/// and start again on its AOF) under an `exec`; no demotion. The run id changes, which 84c6b21 says
+/// only resets the replication history: the holder must behave as before the change (its key
+/// survived: it keeps its lease, 0). Quarantine ON (3 s, explicit; the grant waits it out).
+#[test]
+fn a_restart_with_data_under_a_holder_is_not_a_demotion() {
+    let mut server = Server::tcp_with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+    std::thread::sleep(Duration::from_millis(5000));
+    let holder = Holder::spawn_q(&server.url(), "rsd", "9s", "12", "3s");
+    server.restart_in_place();
+    assert!(server.get("lockctl:rsd").is_some(), "the key did not survive");
+    let (rc, lines) = holder.finish();
+    assert_eq!(rc, 0, "{lines:#?}");
+    assert!(!demotion_named(&lines), "{lines:#?}");
+}
+
+/// The scene 84c6b21 fixes (a holder stopped across a demotion, a second client granted on the
+/// master it followed, full sync delayed so the old master keeps the holder's copy), but the old
+/// master comes back as a master by a restart with its data (`appendonly yes`, kill -9 and start
+/// again on its AOF: `REPLICAOF` is not persisted, so it starts as a master) instead of
+/// `REPLICAOF NO ONE`. The run id changes, so the replication history is reset and the demotion is
+/// never seen; the holder's key survived the restart. Quarantine ON for the holder (3 s, explicit);
+/// the second client's server is never restarted (quarantine 0 there).
+///
+/// Expected (docs/guarantees.md, "A master turned replica"): the holder stops (76) rather than renew
+/// beside the second client. Observed on 84c6b21: see the report.
+#[test]
+fn a_holder_stopped_across_a_demotion_and_a_restart_with_data_renews_beside_the_new_holder() {
+    let new_master = Server::tcp_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "20",
+    ]);
+    let mut old = Server::tcp_with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+    std::thread::sleep(Duration::from_millis(5000));
+    let holder = Holder::spawn_q(&old.url(), "rgap", "9s", "12", "3s");
+
+    kill(holder.pid(), libc::SIGSTOP);
+    let port = new_master.port.unwrap().to_string();
+    let _: String = old.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    let o = run(lockctl_on(&new_master).args(["acquire", "rgap", "-n", "--ttl", "60s"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    old.restart_in_place();
+    let info: String = old.cmd(&["INFO", "replication"]);
+    let role = if info.contains("role:master") { "master" } else { "slave" };
+    assert_eq!(role, "master");
+    assert!(
+        old.get("lockctl:rgap").is_some(),
+        "the old master lost its copy: this scene did not happen"
+    );
+    let marker = holder.len();
+    kill(holder.pid(), libc::SIGCONT);
+    let (rc, lines) = holder.finish();
+    let renewed = lines[marker..]
+        .iter()
+        .filter(|l| l.contains("renewed '"))
+        .count();
+    eprintln!("{:#?}", &lines[marker..]);
+    assert!(new_master.get("lockctl:rgap").is_some(), "the second client's key is gone");
+    assert_eq!(
+        rc, 76,
+        "the holder renewed {renewed} time(s) on its old master (demoted, restarted with its data) \
+         while another client held the lock on the master it had followed: {lines:#?}"
+    );
+}
