@@ -238,3 +238,128 @@ fn a_holder_stopped_across_a_demotion_and_a_restart_with_data_renews_beside_the_
          while another client held the lock on the master it had followed: {lines:#?}"
     );
 }
+
+/// A port where nothing listens: a `REPLICAOF` to it keeps the server's data.
+fn nowhere() -> String {
+    free_port().to_string()
+}
+
+/// Redlock over three nodes; the holder's lockctl is stopped (SIGSTOP) while two nodes are flipped
+/// (`REPLICAOF` a port where nothing listens, then `REPLICAOF NO ONE`: their own copy of the key
+/// kept), then resumed within its lease. Both flips changed `master_replid` under the same run id.
+/// Expected: the first renewal after the resume counts 1 of 3 and the holder stops (76), naming the
+/// demotion, with no renewal after the resume.
+#[test]
+fn a_redlock_holder_stopped_across_two_flips_stops() {
+    let nodes = [
+        Server::start_tcp(),
+        Server::start_tcp(),
+        Server::start_tcp(),
+    ];
+    let holder = Holder::start(&urls_of(&nodes), "two", "9s", "14");
+    kill(holder.pid(), libc::SIGSTOP);
+    for n in &nodes[..2] {
+        let _: String = n.cmd(&["REPLICAOF", "127.0.0.1", &nowhere()]);
+        let _: String = n.cmd(&["REPLICAOF", "NO", "ONE"]);
+    }
+    let marker = holder.len();
+    kill(holder.pid(), libc::SIGCONT);
+    let (rc, lines) = holder.finish();
+    assert_eq!(rc, 76, "{lines:#?}");
+    assert_eq!(
+        lines[marker..]
+            .iter()
+            .filter(|l| l.contains("renewed '"))
+            .count(),
+        0,
+        "{lines:#?}"
+    );
+    assert!(demotion_named(&lines), "{lines:#?}");
+}
+
+/// The single-node flip while the holder is stopped, and the holder's connection killed too
+/// (`CLIENT KILL TYPE normal`): its next renewal opens a new connection and reads the full `INFO`.
+/// The history is the node's, not the connection's: expected 76, naming the demotion.
+#[test]
+fn a_flip_with_the_connection_dropped_is_still_seen() {
+    let server = Server::start_tcp();
+    let holder = Holder::start(&server.url(), "drop", "9s", "14");
+    kill(holder.pid(), libc::SIGSTOP);
+    let _: String = server.cmd(&["REPLICAOF", "127.0.0.1", &nowhere()]);
+    let _: String = server.cmd(&["REPLICAOF", "NO", "ONE"]);
+    let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    assert!(killed >= 1, "the holder's connection was not killed");
+    let marker = holder.len();
+    kill(holder.pid(), libc::SIGCONT);
+    let (rc, lines) = holder.finish();
+    assert_eq!(rc, 76, "{lines:#?}");
+    assert_eq!(
+        lines[marker..]
+            .iter()
+            .filter(|l| l.contains("renewed '"))
+            .count(),
+        0,
+        "{lines:#?}"
+    );
+    assert!(demotion_named(&lines), "{lines:#?}");
+}
+
+/// `FAILOVER` (Redis 6.2+) on a plain master with one replica, under an `exec` on the master's
+/// plain URL: the master becomes a replica of its promoted replica, a real demotion. Expected: the
+/// holder stops (76) naming the demotion; the promoted replica has the holder's key (its grant
+/// waited for the replica, `WAIT`), so a second client is refused there while the lease could still
+/// be running (75 with `-n`), and nothing but an expiring copy is left after the holder.
+#[test]
+fn a_failover_command_under_a_holder_ends_it_as_a_demotion() {
+    if server_major_version() < 6 {
+        return;
+    }
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        "the replica never came online"
+    );
+    let holder = Holder::start(&master.url(), "fo", "3s", "30");
+    let _: String = master.cmd(&["FAILOVER"]);
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            let info: String = replica.cmd(&["INFO", "replication"]);
+            info.contains("role:master")
+        }),
+        "the replica was never promoted"
+    );
+    let o = run(lockctl_on(&replica).args(["acquire", "fo", "-n"]));
+    assert_ne!(code(&o), 0, "a second holder on the promoted replica: {}", stderr(&o));
+    let (rc, lines) = holder.finish();
+    assert_eq!(rc, 76, "{lines:#?}");
+    assert!(demotion_named(&lines), "{lines:#?}");
+    assert!(
+        eventually(Duration::from_secs(10), || replica.get("lockctl:fo").is_none()),
+        "the holder's key outlived its TTL on the new master"
+    );
+}
+
+/// A plain master with one replica under an `exec`; the replica is promoted away (`REPLICAOF NO
+/// ONE` on it): the master is still the master, its `master_replid` unchanged, its replica gone.
+/// The replica-count rule decides (the renewal's WAIT cannot be acknowledged): whatever the exit,
+/// the demotion must not be named, since the holder's master never was a replica.
+#[test]
+fn a_replica_promoted_away_is_not_named_a_demotion_of_the_master() {
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        "the replica never came online"
+    );
+    let holder = Holder::start(&master.url(), "away", "3s", "8");
+    let before = replid(&master);
+    let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
+    let (rc, lines) = holder.finish();
+    eprintln!("exit {rc}: {lines:#?}");
+    assert_eq!(before, replid(&master));
+    assert!(rc == 0 || rc == 76, "{lines:#?}");
+    assert!(!demotion_named(&lines), "{lines:#?}");
+}
