@@ -399,3 +399,167 @@ fn a_sentinel_failover_and_failback_under_an_exec_are_followed() {
     assert_eq!(rc, 0, "{lines:#?}");
     assert!(!demotion_named(&lines), "{lines:#?}");
 }
+
+/// A loopback proxy to `127.0.0.1:upstream` that, in a client write carrying a script (`EVAL`/
+/// `EVALSHA`) followed by `INFO`, forwards the script first, waits for its reply to pass, and runs
+/// `hook` before it forwards the `INFO` (once: the first time `hook` returns true).
+fn splitting_proxy(upstream: u16, hook: Arc<dyn Fn() -> bool + Send + Sync>) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fired = Arc::new(AtomicBool::new(false));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Both);
+            });
+            let hook = Arc::clone(&hook);
+            let fired = Arc::clone(&fired);
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                loop {
+                    let n = match client.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let b = &buf[..n];
+                    let info = b.windows(10).position(|w| w == b"$4\r\nINFO\r\n");
+                    let script = b.windows(4).position(|w| w == b"EVAL");
+                    match (info, script) {
+                        (Some(i), Some(s)) if s < i && i >= 4 && !fired.load(Ordering::SeqCst) => {
+                            let cut = i - 4;
+                            if server.write_all(&b[..cut]).is_err() {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
+                            if hook() {
+                                fired.store(true, Ordering::SeqCst);
+                            }
+                            if server.write_all(&b[cut..]).is_err() {
+                                break;
+                            }
+                        }
+                        _ => {
+                            if server.write_all(b).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = server.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    port
+}
+
+/// A waiter (`exec -w`, its node a plain master M, reached through a proxy) has read M's
+/// replication history on its earlier attempts. When the first holder releases, the waiter's grant
+/// script runs on M, and only then — between the script and the `INFO` sent in the same write
+/// (the proxy holds the `INFO`) — M is made a replica of a new master N (full sync delayed 20 s:
+/// M keeps the waiter's fresh key), a second client is granted the lock on N, and M is promoted
+/// back. The `INFO` shows M's new `master_replid`: M followed another master AFTER it granted the
+/// waiter. 84c6b21 flags the node there and `granted()` clears the flag at once (a flip "while
+/// waiting"), so the waiter's renewals count M's copy beside the second client's lock on N.
+///
+/// The proxy only makes the interleaving deterministic; by hand it is a race within one round trip.
+/// Expected (the purpose of 84c6b21): the waiter does not keep a lease (76, or no grant).
+/// Observed on 84c6b21: see the report.
+#[test]
+fn a_flip_between_the_grant_script_and_its_info_is_cleared_by_the_grant() {
+    let new_master = Server::tcp_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "20",
+    ]);
+    let old = Server::start_tcp();
+    let first = acquire_json(&mut lockctl_on(&old), "g", &["-n", "--ttl", "60s"]);
+    let first_token = first["token"].as_str().unwrap().to_string();
+    let first_value = old.get("lockctl:g").unwrap();
+
+    let (m_url, n_port, n_url) = (
+        old.url(),
+        new_master.port.unwrap().to_string(),
+        new_master.url(),
+    );
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let second_granted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hook = {
+        let (armed, second_granted, first_value) =
+            (Arc::clone(&armed), Arc::clone(&second_granted), first_value.clone());
+        Arc::new(move || {
+            use std::sync::atomic::Ordering;
+            if !armed.load(Ordering::SeqCst) {
+                return false;
+            }
+            let mut m = redis::Client::open(m_url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let v: Option<String> = redis::cmd("GET").arg("lockctl:g").query(&mut m).unwrap();
+            if v.is_none() || v.as_deref() == Some(first_value.as_str()) {
+                return false; // not the waiter's grant
+            }
+            let _: String = redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(&n_port)
+                .query(&mut m)
+                .unwrap();
+            let o = run(lockctl().args(["-r", &n_url, "acquire", "g", "-n", "--ttl", "60s"]));
+            second_granted.store(code(&o) == 0, Ordering::SeqCst);
+            let _: String = redis::cmd("REPLICAOF")
+                .arg("NO")
+                .arg("ONE")
+                .query(&mut m)
+                .unwrap();
+            true
+        }) as Arc<dyn Fn() -> bool + Send + Sync>
+    };
+    let proxy = splitting_proxy(old.port.unwrap(), hook);
+    let mut child = lockctl()
+        .env("LOCKCTL_NODE_TIMEOUT", "3s")
+        .args(["-r", &format!("redis://127.0.0.1:{proxy}"), "exec", "g"])
+        .args(["--ttl", "9s", "-v", "-w", "40s", "--", "sleep", "10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, reader) = stderr_lines(&mut child);
+    let waiter = Holder {
+        child,
+        lines,
+        reader,
+    };
+    // The waiter's first attempts read M's history (and find the lock held).
+    assert!(
+        eventually(Duration::from_secs(20), || waiter.count_from(0, "attempt on 'g'") >= 1),
+        "the waiter made no attempt: {:#?}",
+        waiter.lines.lock().unwrap()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let o = run(lockctl_on(&old).args(["release", "g", "--token", &first_token]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (rc, lines) = waiter.finish();
+    eprintln!("{lines:#?}");
+    assert!(
+        second_granted.load(std::sync::atomic::Ordering::SeqCst),
+        "the hook never ran or the second client was refused: this scene did not happen"
+    );
+    assert!(new_master.get("lockctl:g").is_some(), "the second client's key is gone");
+    let renewed = lines.iter().filter(|l| l.contains("renewed '")).count();
+    assert_ne!(
+        rc, 0,
+        "the waiter was granted on M, M then followed N where a second client was granted, and \
+         the waiter renewed {renewed} time(s) on M beside it and ended 0: {lines:#?}"
+    );
+}
