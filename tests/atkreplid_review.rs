@@ -563,3 +563,26 @@ fn a_flip_between_the_grant_script_and_its_info_is_cleared_by_the_grant() {
          the waiter renewed {renewed} time(s) on M beside it and ended 0: {lines:#?}"
     );
 }
+
+/// Operations on a plain master that are not demotions and (checked here) keep its
+/// `master_replid`: `DEBUG RELOAD`, `SCRIPT FLUSH`, `CONFIG SET hz` and `repl-backlog-size`, and
+/// `REPLICAOF NO ONE` on a server that is already a master, all under an `exec`. Expected: the
+/// holder keeps its lease (0), no demotion named.
+#[test]
+fn operations_that_keep_the_replication_id_do_not_end_the_lease() {
+    let server = Server::with_debug_command();
+    let holder = Holder::start(&server.url(), "ops", "3s", "8");
+    let before = replid(&server);
+    let _: String = server.cmd(&["DEBUG", "RELOAD"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let _: String = server.cmd(&["SCRIPT", "FLUSH"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let _: String = server.cmd(&["CONFIG", "SET", "hz", "20"]);
+    let _: String = server.cmd(&["CONFIG", "SET", "repl-backlog-size", "2mb"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let _: String = server.cmd(&["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(before, replid(&server), "an operation changed the replication id");
+    let (rc, lines) = holder.finish();
+    assert_eq!(rc, 0, "{lines:#?}");
+    assert!(!demotion_named(&lines), "{lines:#?}");
+}
