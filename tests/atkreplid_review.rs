@@ -586,3 +586,112 @@ fn operations_that_keep_the_replication_id_do_not_end_the_lease() {
     assert_eq!(rc, 0, "{lines:#?}");
     assert!(!demotion_named(&lines), "{lines:#?}");
 }
+
+/// The same flip between the grant script and its `INFO`, for a first attempt (`exec -n`, a new
+/// connection: the `INFO` after the script is the node's first read, so it becomes the baseline and
+/// nothing is compared). Shows the window is the grant's own read, not only `granted()`'s clearing.
+/// Expected: the holder does not keep a lease beside the second client (not 0).
+#[test]
+fn a_flip_between_a_first_grant_script_and_its_info_is_the_baseline() {
+    let new_master = Server::tcp_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "20",
+    ]);
+    let old = Server::start_tcp();
+    // The scripts cached on M first (another name): the grant goes out as EVALSHA + INFO in one
+    // write (on a fresh server it is EVALSHA, NOSCRIPT, then EVAL alone).
+    let o = run(lockctl_on(&old).args(["exec", "warm", "-n", "--", "true"]));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (m_url, n_port, n_url) = (
+        old.url(),
+        new_master.port.unwrap().to_string(),
+        new_master.url(),
+    );
+    let second_granted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hook = {
+        let second_granted = Arc::clone(&second_granted);
+        Arc::new(move || {
+            let mut m = redis::Client::open(m_url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let v: Option<String> = redis::cmd("GET").arg("lockctl:f").query(&mut m).unwrap();
+            if v.is_none() {
+                return false;
+            }
+            let _: String = redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(&n_port)
+                .query(&mut m)
+                .unwrap();
+            let o = run(lockctl().args(["-r", &n_url, "acquire", "f", "-n", "--ttl", "60s"]));
+            second_granted.store(code(&o) == 0, std::sync::atomic::Ordering::SeqCst);
+            let _: String = redis::cmd("REPLICAOF")
+                .arg("NO")
+                .arg("ONE")
+                .query(&mut m)
+                .unwrap();
+            true
+        }) as Arc<dyn Fn() -> bool + Send + Sync>
+    };
+    let proxy = splitting_proxy(old.port.unwrap(), hook);
+    let mut child = lockctl()
+        .env("LOCKCTL_NODE_TIMEOUT", "3s")
+        .args(["-r", &format!("redis://127.0.0.1:{proxy}"), "exec", "f"])
+        .args(["--ttl", "9s", "-v", "-n", "--", "sleep", "10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, reader) = stderr_lines(&mut child);
+    let holder = Holder {
+        child,
+        lines,
+        reader,
+    };
+    let (rc, lines) = holder.finish();
+    eprintln!("{lines:#?}");
+    assert!(
+        second_granted.load(std::sync::atomic::Ordering::SeqCst),
+        "the hook never ran or the second client was refused: this scene did not happen"
+    );
+    assert!(new_master.get("lockctl:f").is_some(), "the second client's key is gone");
+    let renewed = lines.iter().filter(|l| l.contains("renewed '")).count();
+    assert_ne!(
+        rc, 0,
+        "granted on M, M then followed N where a second client was granted; the holder renewed \
+         {renewed} time(s) on M beside it and ended 0: {lines:#?}"
+    );
+}
+
+/// Redlock over three plain masters; a first replica is attached to two of them under an `exec`
+/// (each master's `master_replid` changes, nothing is demoted). Expected: the holder keeps its lease
+/// (0).
+#[test]
+fn a_redlock_holder_whose_masters_get_replicas_keeps_its_lease() {
+    let nodes = [
+        Server::start_tcp(),
+        Server::start_tcp(),
+        Server::start_tcp(),
+    ];
+    let holder = Holder::start(&urls_of(&nodes), "rr", "3s", "10");
+    let ports: Vec<String> = nodes[..2]
+        .iter()
+        .map(|n| n.port.unwrap().to_string())
+        .collect();
+    let _replicas: Vec<Server> = ports
+        .iter()
+        .map(|p| Server::tcp_with_args(&["--replicaof", "127.0.0.1", p]))
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(20), || nodes[..2]
+            .iter()
+            .all(|n| online_replicas(n) == 1)),
+        "the replicas never came online"
+    );
+    let (rc, lines) = holder.finish();
+    assert_eq!(rc, 0, "{lines:#?}");
+    assert!(!demotion_named(&lines), "{lines:#?}");
+}
