@@ -1,6 +1,27 @@
 //! Adversarial review of 84c6b21 ("a plain URL's server whose `master_replid` changed under the same
 //! run id counts as a replica since the last read"), against real servers (`REDIS_SERVER`).
 //!
+//! Results on redis 7.0.15, 6.2 and valkey 8 (`REDIS_SERVER`), the same on all three:
+//!
+//! FAIL on 84c6b21 (real defects):
+//! - false lease losses: a plain master's FIRST replica (or one back after `repl-backlog-ttl` freed
+//!   the backlog) makes the master take a new `master_replid` (Redis creates the backlog with a new
+//!   id) under the same run id: `a_first_replica_attached_under_a_holder_is_not_a_demotion`,
+//!   `a_replica_coming_back_after_the_backlog_ttl_is_not_a_demotion`,
+//!   `a_redlock_holder_whose_masters_get_replicas_keeps_its_lease` (all 76, "became a replica");
+//! - demotions not seen (two holders): a flip between the grant script and the `INFO` of the same
+//!   write is flagged and cleared by `granted()` (`a_flip_between_the_grant_script_and_its_info_is_
+//!   cleared_by_the_grant`), or becomes a first grant's baseline (`a_flip_between_a_first_grant_
+//!   script_and_its_info_is_the_baseline`); a demotion whose old master comes back as a master by a
+//!   restart with its data resets the history (`a_holder_stopped_across_a_demotion_and_a_restart_
+//!   with_data_renews_beside_the_new_holder`; not a regression: 56554b6 did the same).
+//!
+//! Pass: a restart with data keeps the lease; a Redlock holder stopped across two flips stops; a
+//! flip with the connection dropped is seen; `FAILOVER` under a holder ends it (76) with no second
+//! holder; a replica promoted away is not named a demotion; `DEBUG RELOAD`, `SCRIPT FLUSH`,
+//! `CONFIG SET`, `REPLICAOF NO ONE` on a master keep the id and the lease; a Sentinel failover and
+//! failback under one `exec` are followed (0).
+//!
 //! Unless a test says otherwise, every server here is started by its test and never restarts, so
 //! the restart quarantine is off (`LOCKCTL_QUARANTINE=0`, the default of `support::lockctl`). Tests
 //! that restart a server set the quarantine explicitly (`Holder::spawn_q`).
