@@ -169,14 +169,19 @@ fn demotion_then_hidden(
 #[test]
 fn a_demotion_hidden_by_a_first_replica_after_the_promotion_is_missed() {
     let mut replica: Option<Server> = None;
-    demotion_then_hidden("hidefirst", &[], |_| {}, |old| {
-        let port = old.port.unwrap().to_string();
-        replica = Some(Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]));
-        assert!(
-            eventually(Duration::from_secs(10), || zeros(&replid2(old))),
-            "the first replica did not clear master_replid2"
-        );
-    });
+    demotion_then_hidden(
+        "hidefirst",
+        &[],
+        |_| {},
+        |old| {
+            let port = old.port.unwrap().to_string();
+            replica = Some(Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]));
+            assert!(
+                eventually(Duration::from_secs(10), || zeros(&replid2(old))),
+                "the first replica did not clear master_replid2"
+            );
+        },
+    );
     drop(replica);
 }
 
@@ -213,4 +218,125 @@ fn a_demotion_hidden_by_the_backlog_ttl_after_the_promotion_is_missed() {
 #[test]
 fn control_the_demotion_scene_without_hiding_is_seen() {
     demotion_then_hidden("nohide", &[], |_| {}, |_| {});
+}
+
+/// False losses: a `FAILOVER` that never happens. A plain master with one replica under an `exec`;
+/// the replica is stopped (SIGSTOP) so it cannot catch up, `FAILOVER TO` it (TIMEOUT 30 s) pauses
+/// the master's writes, and `FAILOVER ABORT` ends it before anything changed; the replica is then
+/// resumed. The master never was a replica: expected, its `master_replid` unchanged and no
+/// demotion named (exit 0; the lease's 20 s TTL outlasts the pause).
+#[test]
+fn an_aborted_failover_is_not_a_demotion() {
+    if server_major_version() < 6 {
+        return;
+    }
+    let master = Server::start_tcp();
+    let port = master.port.unwrap().to_string();
+    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        "the replica never came online"
+    );
+    let holder = Holder::start(&master.url(), "abort", "20s", "10");
+    let before = (replid(&master), replid2(&master));
+    replica.pause();
+    let rport = replica.port.unwrap().to_string();
+    let _: String = master.cmd(&["FAILOVER", "TO", "127.0.0.1", &rport, "TIMEOUT", "30000"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let _: String = master.cmd(&["FAILOVER", "ABORT"]);
+    replica.resume();
+    let after = (replid(&master), replid2(&master));
+    let (rc, lines) = holder.finish();
+    eprintln!("exit {rc}; {before:?} -> {after:?}");
+    assert_eq!(before, after);
+    assert!(!demotion_named(&lines), "{lines:#?}");
+    assert_eq!(rc, 0, "{lines:#?}");
+}
+
+/// False losses: `CLIENT PAUSE WRITE` and `DEBUG CHANGE-REPL-ID` (when `enable-debug-command`
+/// allows it: a new id, `master_replid2` cleared) under a holder on a master with no replica. Not
+/// demotions: expected exit 0, no demotion named.
+#[test]
+fn a_client_pause_and_a_changed_repl_id_are_not_demotions() {
+    let master = if server_major_version() >= 7 {
+        Server::tcp_with_args(&["--enable-debug-command", "yes"])
+    } else {
+        Server::start_tcp()
+    };
+    let holder = Holder::start(&master.url(), "pause", "6s", "8");
+    let _: String = master.cmd(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    std::thread::sleep(Duration::from_millis(2000));
+    let before = replid(&master);
+    let _: String = master.cmd(&["DEBUG", "CHANGE-REPL-ID"]);
+    eprintln!("{before} -> {} / {}", replid(&master), replid2(&master));
+    let (rc, lines) = holder.finish();
+    assert!(!demotion_named(&lines), "{lines:#?}");
+    assert_eq!(rc, 0, "{lines:#?}");
+}
+
+/// False loss (documented: "one seen in the grant's own replies does" count): a single plain
+/// master; holder A (`exec`, TTL 3 s); waiter W (`exec -w 40s`, TTL 9 s) has made failed attempts
+/// (its history has the node's id). W is stopped (SIGSTOP); the node is flipped (`REPLICAOF` a port
+/// where nothing listens, then `REPLICAOF NO ONE`: its data kept); A sees the flip and stops (76),
+/// its key goes. W is resumed: its next attempt wins on the promoted master, after the flip, and
+/// its own INFO reply first shows the changed id. The flip preceded W's grant and cannot concern
+/// it, yet W's first renewal counts the node as not ours. Ideal: W runs to its end (0). Observed:
+/// 76 (redis 7.0.15, 6.2, valkey 8): the INFO in the same write as the script cannot tell a flip
+/// before the script from one after it. A waiter that is not stopped polls about every second
+/// and usually sees the flip in a failed attempt first (then it keeps its next grant), so this
+/// needs the flip and the release within one of its waits.
+#[test]
+#[ignore = "documented consequence (docs/guarantees.md): a flip seen first in the winning attempt's replies counts against the grant, even one that happened while the waiter was stopped before that attempt"]
+fn a_flip_while_the_waiter_was_stopped_ends_its_next_grant() {
+    let server = Server::start_tcp();
+    let a = Holder::start(&server.url(), "wflip", "3s", "20");
+    let mut child = lockctl()
+        .env("LOCKCTL_QUARANTINE", "0")
+        .args([
+            "-r",
+            &server.url(),
+            "exec",
+            "wflip",
+            "--ttl",
+            "9s",
+            "-v",
+            "-w",
+            "40s",
+        ])
+        .args(["--", "sleep", "6"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, reader) = stderr_lines(&mut child);
+    assert!(
+        eventually(Duration::from_secs(20), || lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("attempt on 'wflip'"))),
+        "{:#?}",
+        lines.lock().unwrap()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    kill(child.id() as i32, libc::SIGSTOP);
+    let _: String = server.cmd(&["REPLICAOF", "127.0.0.1", &free_port().to_string()]);
+    let _: String = server.cmd(&["REPLICAOF", "NO", "ONE"]);
+    let (rc_a, lines_a) = a.finish();
+    assert_eq!(rc_a, 76, "{lines_a:#?}");
+    assert!(
+        eventually(Duration::from_secs(10), || server
+            .get("lockctl:wflip")
+            .is_none()),
+        "A's key stayed"
+    );
+    kill(child.id() as i32, libc::SIGCONT);
+    let o = wait_output(child, Duration::from_secs(60));
+    reader.join().unwrap();
+    let lines = lines.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.contains("acquired 'wflip'")),
+        "{lines:#?}"
+    );
+    assert_eq!(code(&o), 0, "{lines:#?}");
 }
