@@ -31,81 +31,18 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::holder::Holder;
 use support::topology::{SentinelGroup, MASTER_NAME};
 use support::*;
 
-struct Holder {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
 impl Holder {
-    /// `lockctl -r URL exec -v NAME --ttl TTL EXTRA.. -- sleep SECS`, not waiting for its grant.
-    fn spawn(url: &str, name: &str, ttl: &str, extra: &[&str], secs: &str) -> Holder {
-        let mut child = lockctl()
-            .args(["-r", url, "exec", name, "--ttl", ttl, "-v"])
-            .args(extra)
-            .args(["--", "sleep", secs])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, reader) = stderr_lines(&mut child);
-        Holder {
-            child,
-            lines,
-            reader,
-        }
-    }
-
-    /// As `spawn`, once it reports its grant.
+    /// As [`Holder::exec`] with `-n`, once it reports its grant.
     fn start(url: &str, name: &str, ttl: &str, secs: &str) -> Holder {
-        let h = Holder::spawn(url, name, ttl, &["-n"], secs);
+        let h = Holder::exec(url, name, ttl, &["-n"], secs);
         h.granted(name);
         h
-    }
-
-    fn granted(&self, name: &str) {
-        assert!(
-            eventually(Duration::from_secs(30), || self
-                .count_from(0, &format!("acquired '{name}'"))
-                >= 1),
-            "no grant: {:#?}",
-            self.lines.lock().unwrap()
-        );
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn len(&self) -> usize {
-        self.lines.lock().unwrap().len()
-    }
-
-    fn count_from(&self, from: usize, needle: &str) -> usize {
-        self.lines.lock().unwrap()[from..]
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
-
-    fn finish(self) -> (i32, Vec<String>) {
-        let o = wait_output(self.child, Duration::from_secs(60));
-        self.reader.join().unwrap();
-        let lines = self.lines.lock().unwrap().clone();
-        (code(&o), lines)
-    }
-
-    fn stop(self) -> (i32, Vec<String>) {
-        let pid = PidFd::of(&self.child);
-        pid.signal(libc::SIGTERM);
-        self.finish()
     }
 }
 
@@ -134,7 +71,7 @@ fn a_node_demoted_and_promoted_back_while_waiting_is_disowned_after_its_own_gran
     ];
     let urls = urls_of(&nodes);
     let first = Holder::start(&urls, "wq", "3s", "60");
-    let waiter = Holder::spawn(&urls, "wq", "3s", &["-w", "50s"], "12");
+    let waiter = Holder::exec(&urls, "wq", "3s", &["-w", "50s"], "12");
 
     let _: String = nodes[0].cmd(&["REPLICAOF", "127.0.0.1", &nowhere()]);
     // The first holder disowns node 1 and stops renewing there: its copy expires (a replica shows

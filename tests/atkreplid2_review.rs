@@ -27,61 +27,19 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::Duration;
 
+use support::holder::Holder;
 use support::*;
 
-struct Holder {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
 impl Holder {
-    /// `lockctl -r URL exec -v NAME --ttl TTL -n -- sleep SECS`, quarantine off.
+    /// `lockctl -r URL exec -v NAME --ttl TTL -n -- sleep SECS`, quarantine off, once it reports
+    /// its grant.
     fn start(url: &str, name: &str, ttl: &str, secs: &str) -> Holder {
-        let mut child = lockctl()
-            .env("LOCKCTL_QUARANTINE", "0")
-            .args(["-r", url, "exec", name, "--ttl", ttl, "-v", "-n"])
-            .args(["--", "sleep", secs])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, reader) = stderr_lines(&mut child);
-        let h = Holder {
-            child,
-            lines,
-            reader,
-        };
-        assert!(
-            eventually(Duration::from_secs(30), || h
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|l| l.contains(&format!("acquired '{name}'")))),
-            "no grant: {:#?}",
-            h.lines.lock().unwrap()
-        );
+        let h = Holder::exec(url, name, ttl, &["-n"], secs);
+        h.granted(name);
         h
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn len(&self) -> usize {
-        self.lines.lock().unwrap().len()
-    }
-
-    fn finish(self) -> (i32, Vec<String>) {
-        let o = wait_output(self.child, Duration::from_secs(60));
-        self.reader.join().unwrap();
-        let lines = self.lines.lock().unwrap().clone();
-        (code(&o), lines)
     }
 }
 

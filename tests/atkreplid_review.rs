@@ -33,36 +33,23 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use support::holder::Holder;
 use support::topology::{SentinelGroup, MASTER_NAME};
 use support::*;
 
-struct Holder {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
 impl Holder {
-    /// `lockctl -r URL exec -v NAME --ttl TTL -n -- sleep SECS` with `LOCKCTL_QUARANTINE=q`.
+    /// `lockctl -r URL exec -v NAME --ttl TTL -n -- sleep SECS` with `LOCKCTL_QUARANTINE=q`, once
+    /// it reports its grant.
     fn spawn_q(url: &str, name: &str, ttl: &str, secs: &str, q: &str) -> Holder {
-        let mut child = lockctl()
-            .env("LOCKCTL_QUARANTINE", q)
-            .args(["-r", url, "exec", name, "--ttl", ttl, "-v", "-n"])
-            .args(["--", "sleep", secs])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, reader) = stderr_lines(&mut child);
-        let h = Holder {
-            child,
-            lines,
-            reader,
-        };
+        let h = Holder::spawn(
+            lockctl()
+                .env("LOCKCTL_QUARANTINE", q)
+                .args(["-r", url, "exec", name, "--ttl", ttl, "-v", "-n"])
+                .args(["--", "sleep", secs]),
+        );
         h.granted(name);
         h
     }
@@ -70,38 +57,6 @@ impl Holder {
     /// As `spawn_q` with the quarantine off (servers started by the test, never restarted).
     fn start(url: &str, name: &str, ttl: &str, secs: &str) -> Holder {
         Holder::spawn_q(url, name, ttl, secs, "0")
-    }
-
-    fn granted(&self, name: &str) {
-        assert!(
-            eventually(Duration::from_secs(30), || self
-                .count_from(0, &format!("acquired '{name}'"))
-                >= 1),
-            "no grant: {:#?}",
-            self.lines.lock().unwrap()
-        );
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn len(&self) -> usize {
-        self.lines.lock().unwrap().len()
-    }
-
-    fn count_from(&self, from: usize, needle: &str) -> usize {
-        self.lines.lock().unwrap()[from..]
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
-
-    fn finish(self) -> (i32, Vec<String>) {
-        let o = wait_output(self.child, Duration::from_secs(60));
-        self.reader.join().unwrap();
-        let lines = self.lines.lock().unwrap().clone();
-        (code(&o), lines)
     }
 }
 
@@ -572,20 +527,12 @@ fn a_flip_between_the_grant_script_and_its_info_is_cleared_by_the_grant() {
         }) as Arc<dyn Fn() -> bool + Send + Sync>
     };
     let proxy = splitting_proxy(old.port.unwrap(), hook);
-    let mut child = lockctl()
-        .env("LOCKCTL_NODE_TIMEOUT", "3s")
-        .args(["-r", &format!("redis://127.0.0.1:{proxy}"), "exec", "g"])
-        .args(["--ttl", "9s", "-v", "-w", "40s", "--", "sleep", "10"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines, reader) = stderr_lines(&mut child);
-    let waiter = Holder {
-        child,
-        lines,
-        reader,
-    };
+    let waiter = Holder::spawn(
+        lockctl()
+            .env("LOCKCTL_NODE_TIMEOUT", "3s")
+            .args(["-r", &format!("redis://127.0.0.1:{proxy}"), "exec", "g"])
+            .args(["--ttl", "9s", "-v", "-w", "40s", "--", "sleep", "10"]),
+    );
     // The waiter's first attempts read M's history (and find the lock held).
     assert!(
         eventually(Duration::from_secs(20), || waiter
@@ -694,20 +641,12 @@ fn a_flip_between_a_first_grant_script_and_its_info_is_the_baseline() {
         }) as Arc<dyn Fn() -> bool + Send + Sync>
     };
     let proxy = splitting_proxy(old.port.unwrap(), hook);
-    let mut child = lockctl()
-        .env("LOCKCTL_NODE_TIMEOUT", "3s")
-        .args(["-r", &format!("redis://127.0.0.1:{proxy}"), "exec", "f"])
-        .args(["--ttl", "9s", "-v", "-n", "--", "sleep", "10"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines, reader) = stderr_lines(&mut child);
-    let holder = Holder {
-        child,
-        lines,
-        reader,
-    };
+    let holder = Holder::spawn(
+        lockctl()
+            .env("LOCKCTL_NODE_TIMEOUT", "3s")
+            .args(["-r", &format!("redis://127.0.0.1:{proxy}"), "exec", "f"])
+            .args(["--ttl", "9s", "-v", "-n", "--", "sleep", "10"]),
+    );
     let (rc, lines) = holder.finish();
     eprintln!("{lines:#?}");
     assert!(

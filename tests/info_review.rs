@@ -30,10 +30,10 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::Duration;
 
+use support::holder::Holder;
 use support::*;
 
 /// The replicas in sync, as the master lists them.
@@ -202,13 +202,6 @@ fn a_huge_info_reply_is_read_like_a_small_one() {
     assert!(stderr(&o).contains("same server"), "{}", stderr(&o));
 }
 
-/// A running `exec -v` and its stderr, line by line as lockctl writes it.
-struct Holder {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
 impl Holder {
     fn start(server: &Server, name: &str, ttl: &str, secs: &str) -> Holder {
         Holder::start_on(&server.url(), name, ttl, secs)
@@ -216,58 +209,9 @@ impl Holder {
 
     /// `exec -v NAME -- sleep SECS` on `url`, once it reports its grant.
     fn start_on(url: &str, name: &str, ttl: &str, secs: &str) -> Holder {
-        let mut child = lockctl()
-            .args([
-                "-r", url, "exec", name, "--ttl", ttl, "-v", "--", "sleep", secs,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, reader) = stderr_lines(&mut child);
-        let holder = Holder {
-            child,
-            lines,
-            reader,
-        };
-        assert!(
-            eventually(Duration::from_secs(30), || holder
-                .count_from(0, &format!("acquired '{name}'"))
-                >= 1),
-            "no grant: {:#?}",
-            holder.lines.lock().unwrap()
-        );
+        let holder = Holder::exec(url, name, ttl, &[], secs);
+        holder.granted(name);
         holder
-    }
-
-    fn len(&self) -> usize {
-        self.lines.lock().unwrap().len()
-    }
-
-    /// Lines containing `needle` from line `from` on.
-    fn count_from(&self, from: usize, needle: &str) -> usize {
-        self.lines.lock().unwrap()[from..]
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
-
-    /// Waits for lockctl's own end (bounded generously); its exit code and stderr.
-    fn finish(self) -> (i32, Vec<String>) {
-        let o = wait_output(self.child, Duration::from_secs(120));
-        self.reader.join().unwrap();
-        let lines = self.lines.lock().unwrap().clone();
-        (code(&o), lines)
-    }
-
-    /// Stops lockctl (SIGTERM, bounded wait); its stderr.
-    fn stop(self) -> Vec<String> {
-        let pid = PidFd::of(&self.child);
-        pid.signal(libc::SIGTERM);
-        let _ = wait_output(self.child, Duration::from_secs(60));
-        self.reader.join().unwrap();
-        let lines = self.lines.lock().unwrap().clone();
-        lines
     }
 }
 
@@ -364,7 +308,7 @@ fn a_master_turned_replica_under_a_holder_is_not_renewed_on() {
         .cmd::<String>(&["INFO", "replication"])
         .contains("master_sync_in_progress:1")
         || old.get("lockctl:moved").is_some();
-    let lines = holder.stop();
+    let (_, lines) = holder.stop();
     let counted: Vec<&String> = lines[marker..]
         .iter()
         .filter(|l| l.contains("renewed '"))

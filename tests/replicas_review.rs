@@ -16,10 +16,10 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use support::holder::Holder;
 use support::*;
 
 /// The replicas in sync, as the master lists them.
@@ -47,54 +47,21 @@ fn info_number(server: &Server, section: &str, key: &str, sub: Option<&str>) -> 
     value.trim().parse().unwrap_or(0)
 }
 
-/// A running `exec -v` and its stderr, line by line as lockctl writes it.
-struct Holder {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
 impl Holder {
     fn start(master: &Server, name: &str, ttl: &str, secs: &str) -> Holder {
-        let holder = Holder::spawn(
+        let holder = Holder::on(
             master,
             &["exec", name, "--ttl", ttl, "-v", "--", "sleep", secs],
         );
         // The grant as lockctl reports it, not the key: an attempt whose `WAIT` a replica just in
         // sync did not answer in time sets the key too, and is rolled back.
-        assert!(
-            eventually(Duration::from_secs(30), || holder
-                .count(&format!("acquired '{name}'"))
-                >= 1),
-            "no grant: {:#?}",
-            holder.lines.lock().unwrap()
-        );
+        holder.granted(name);
         holder
     }
 
     /// `lockctl ARGS` on `master`, its stderr collected line by line.
-    fn spawn(master: &Server, args: &[&str]) -> Holder {
-        let mut child = lockctl_on(master)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, reader) = stderr_lines(&mut child);
-        Holder {
-            child,
-            lines,
-            reader,
-        }
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
+    fn on(master: &Server, args: &[&str]) -> Holder {
+        Holder::spawn(lockctl_on(master).args(args))
     }
 
     /// Waits for lockctl's end: from its `from`th line on, it counted no renewal after the first
@@ -104,14 +71,6 @@ impl Holder {
         let counted = renewed_after(&lines[from..], "renewal failed");
         assert!(counted.is_empty(), "{counted:#?}\n{lines:#?}");
         assert_eq!(code, 76, "{lines:#?}");
-    }
-
-    /// Waits for lockctl to exit (bounded generously); its exit code and stderr.
-    fn finish(self) -> (i32, Vec<String>) {
-        let o = wait_output(self.child, Duration::from_secs(120));
-        self.reader.join().unwrap();
-        let lines = self.lines.lock().unwrap().clone();
-        (code(&o), lines)
     }
 }
 
@@ -235,7 +194,7 @@ fn a_replica_that_joins_while_a_waiters_attempts_are_refused_is_waited_for() {
     let master = Server::start_tcp();
     let held = acquire_json(&mut lockctl_on(&master), "oom", &["--ttl", "60s"]);
     let token = held["token"].as_str().unwrap().to_string();
-    let waiter = Holder::spawn(&master, &["exec", "oom", "-w", "15s", "-v", "--", "true"]);
+    let waiter = Holder::on(&master, &["exec", "oom", "-w", "15s", "-v", "--", "true"]);
     assert!(
         eventually(Duration::from_secs(30), || waiter.count("attempt on 'oom'")
             >= 1),

@@ -7,6 +7,7 @@
 
 pub mod acl;
 pub mod hammer;
+pub mod holder;
 pub mod proxy;
 pub mod queue;
 pub mod stopped;
