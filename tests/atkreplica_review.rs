@@ -133,12 +133,7 @@ fn a_node_demoted_and_promoted_back_while_waiting_is_disowned_after_its_own_gran
 /// the lock meanwhile): the holder stops (76). Observed on 56554b6: it renews and ends 0.
 #[test]
 fn a_holder_stopped_across_a_demotion_and_promotion_renews_beside_the_new_holder() {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let old = Server::start_tcp();
     let holder = Holder::start(&old.url(), "gap", "9s", "12");
     let before: String = old.cmd(&["INFO", "replication"]);

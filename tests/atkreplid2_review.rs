@@ -99,12 +99,7 @@ fn demotion_then_hidden(
     prepare: impl FnOnce(&Server),
     hide: impl FnOnce(&Server),
 ) {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let old = Server::tcp_with_args(old_args);
     prepare(&old);
     let holder = Holder::start(&old.url(), name, "20s", "26");
@@ -214,8 +209,12 @@ fn an_aborted_failover_is_not_a_demotion() {
     let master = Server::start_tcp();
     let port = master.port.unwrap().to_string();
     let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    // In sync and acknowledging, or the grant's WAIT may not be answered (a replica listed online
+    // may still be loading its copy).
+    let mut conn = master.conn();
     assert!(
-        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1
+            && replicas_acknowledge(&mut conn, "probe", 1)),
         "the replica never came online"
     );
     let holder = Holder::start(&master.url(), "abort", "20s", "10");

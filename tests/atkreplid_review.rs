@@ -186,12 +186,7 @@ fn a_restart_with_data_under_a_holder_is_not_a_demotion() {
 #[test]
 #[ignore = "known limit (docs/guarantees.md): a demotion whose server comes back as a master by a restart with its data is not seen (a new run id starts a new history, and a server restarted with its data is trusted as the same master); not a regression of 84c6b21"]
 fn a_holder_stopped_across_a_demotion_and_a_restart_with_data_renews_beside_the_new_holder() {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let mut old = Server::tcp_with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
     std::thread::sleep(Duration::from_millis(5000));
     let holder = Holder::spawn_q(&old.url(), "rgap", "9s", "12", "3s");
@@ -310,8 +305,12 @@ fn a_failover_command_under_a_holder_ends_it_as_a_demotion() {
     let master = Server::start_tcp();
     let port = master.port.unwrap().to_string();
     let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    // In sync and acknowledging, or the grant's WAIT may not be answered (a replica listed online
+    // may still be loading its copy).
+    let mut conn = master.conn();
     assert!(
-        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1
+            && replicas_acknowledge(&mut conn, "probe", 1)),
         "the replica never came online"
     );
     let holder = Holder::start(&master.url(), "fo", "3s", "30");
@@ -350,8 +349,12 @@ fn a_replica_promoted_away_is_not_named_a_demotion_of_the_master() {
     let master = Server::start_tcp();
     let port = master.port.unwrap().to_string();
     let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
+    // In sync and acknowledging, or the grant's WAIT may not be answered (a replica listed online
+    // may still be loading its copy).
+    let mut conn = master.conn();
     assert!(
-        eventually(Duration::from_secs(20), || online_replicas(&master) == 1),
+        eventually(Duration::from_secs(20), || online_replicas(&master) == 1
+            && replicas_acknowledge(&mut conn, "probe", 1)),
         "the replica never came online"
     );
     let holder = Holder::start(&master.url(), "away", "3s", "8");
@@ -474,12 +477,7 @@ fn splitting_proxy(upstream: u16, hook: Arc<dyn Fn() -> bool + Send + Sync>) -> 
 /// Observed on 84c6b21: see the report.
 #[test]
 fn a_flip_between_the_grant_script_and_its_info_is_cleared_by_the_grant() {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let old = Server::start_tcp();
     let first = acquire_json(&mut lockctl_on(&old), "g", &["-n", "--ttl", "60s"]);
     let first_token = first["token"].as_str().unwrap().to_string();
@@ -597,12 +595,7 @@ fn operations_that_keep_the_replication_id_do_not_end_the_lease() {
 #[test]
 #[ignore = "known limit (docs/guarantees.md): a demotion and a promotion back, and a grant on the other master, all between a first grant's script and the INFO read in the same write, leave no earlier read to compare with; seeing it would cost a round trip before every first grant"]
 fn a_flip_between_a_first_grant_script_and_its_info_is_the_baseline() {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let old = Server::start_tcp();
     // The scripts cached on M first (another name): the grant goes out as EVALSHA + INFO in one
     // write (on a fresh server it is EVALSHA, NOSCRIPT, then EVAL alone).

@@ -276,12 +276,7 @@ fn over_resp3_replicas_that_join_an_exec_are_waited_for() {
 /// running beside the second holder's grant.
 #[test]
 fn a_master_turned_replica_under_a_holder_is_not_renewed_on() {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let old = Server::tcp_with_args(&["--replica-read-only", "no"]);
     let holder = Holder::start(&old, "moved", "3s", "60");
 
@@ -373,12 +368,7 @@ fn a_master_with_a_replica_turned_replica_stops_the_renewals() {
 /// there; why was not looked into).
 #[test]
 fn a_waiter_on_a_master_turned_replica_is_not_granted_there() {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let old = Server::tcp_with_args(&["--replica-read-only", "no"]);
     let o = run(lockctl_on(&old).args(["acquire", "turned", "--ttl", "3s"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -518,12 +508,7 @@ fn a_role_line_before_the_replication_section_does_not_hide_a_replica() {
 /// (Redis 7.0.15, 6.2.14 and valkey 8.1.8).
 #[test]
 fn a_master_turned_replica_and_promoted_back_between_renewals_does_not_keep_the_holder() {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let old = Server::tcp_with_args(&["--replica-read-only", "no"]);
     let holder = Holder::start(&old, "back", "3s", "30");
 
@@ -567,12 +552,7 @@ fn a_master_turned_replica_and_promoted_back_between_renewals_does_not_keep_the_
 /// it was promoted back), and the job ends as it would (0).
 #[test]
 fn a_redlock_master_promoted_back_does_not_vote_again() {
-    let new_master = Server::tcp_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "20",
-    ]);
+    let new_master = Server::slow_to_sync();
     let old = Server::tcp_with_args(&["--replica-read-only", "no"]);
     let others = [Server::start_tcp(), Server::start_tcp()];
     let urls = format!("{},{},{}", old.url(), others[0].url(), others[1].url());

@@ -78,6 +78,18 @@ impl Server {
         Self::build(Some(free_port()), extra)
     }
 
+    /// A TCP master whose full sync to a new replica starts only 20 s after the replica asks
+    /// (diskless, delayed): a master made its replica with `REPLICAOF` keeps its own data, the
+    /// lock keys among them, for that long. The demotion scenes of the replication reviews.
+    pub fn slow_to_sync() -> Server {
+        Self::tcp_with_args(&[
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "20",
+        ])
+    }
+
     fn build(port: Option<u16>, extra: &[&str]) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("lockctl-redis-")
