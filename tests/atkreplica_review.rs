@@ -46,11 +46,6 @@ impl Holder {
     }
 }
 
-/// A port where nothing listens: a `REPLICAOF` to it keeps the server's data.
-fn nowhere() -> String {
-    free_port().to_string()
-}
-
 /// A Redlock waiter (`exec -w`) is refused by node 1 as a replica while it waits (node 1 pointed by
 /// `REPLICAOF` at a port where nothing listens: no sync, its data is its own), node 1 is promoted
 /// back, the first holder ends and releases on all three, and the waiter is granted on 3 of 3.

@@ -30,7 +30,7 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::holder::Holder;
+use support::holder::{demotion_named, Holder};
 use support::*;
 
 impl Holder {
@@ -52,29 +52,12 @@ fn info_field(s: &Server, field: &str) -> String {
         .to_string()
 }
 
-fn replid(s: &Server) -> String {
-    info_field(s, "master_replid")
-}
-
 fn replid2(s: &Server) -> String {
     info_field(s, "master_replid2")
 }
 
 fn zeros(id: &str) -> bool {
     !id.is_empty() && id.bytes().all(|b| b == b'0')
-}
-
-fn online_replicas(s: &Server) -> usize {
-    let info: String = s.cmd(&["INFO", "replication"]);
-    info.lines()
-        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
-        .count()
-}
-
-fn demotion_named(lines: &[String]) -> bool {
-    lines
-        .iter()
-        .any(|l| l.contains("became a replica of another master"))
 }
 
 fn renewed_after(lines: &[String], marker: usize) -> usize {
@@ -207,16 +190,7 @@ fn an_aborted_failover_is_not_a_demotion() {
         return;
     }
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
-    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    // In sync and acknowledging, or the grant's WAIT may not be answered (a replica listed online
-    // may still be loading its copy).
-    let mut conn = master.conn();
-    assert!(
-        eventually(Duration::from_secs(20), || online_replicas(&master) == 1
-            && replicas_acknowledge(&mut conn, "probe", 1)),
-        "the replica never came online"
-    );
+    let replica = replicas_in_sync(&master, 1).remove(0);
     let holder = Holder::start(&master.url(), "abort", "20s", "10");
     let before = (replid(&master), replid2(&master));
     replica.pause();

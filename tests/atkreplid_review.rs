@@ -36,7 +36,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::holder::Holder;
+use support::holder::{demotion_named, Holder};
 use support::topology::{SentinelGroup, MASTER_NAME};
 use support::*;
 
@@ -58,28 +58,6 @@ impl Holder {
     fn start(url: &str, name: &str, ttl: &str, secs: &str) -> Holder {
         Holder::spawn_q(url, name, ttl, secs, "0")
     }
-}
-
-fn replid(s: &Server) -> String {
-    let info: String = s.cmd(&["INFO", "replication"]);
-    info.lines()
-        .find(|l| l.starts_with("master_replid:"))
-        .unwrap_or("")
-        .trim()
-        .to_string()
-}
-
-fn online_replicas(s: &Server) -> usize {
-    let info: String = s.cmd(&["INFO", "replication"]);
-    info.lines()
-        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
-        .count()
-}
-
-fn demotion_named(lines: &[String]) -> bool {
-    lines
-        .iter()
-        .any(|l| l.contains("became a replica of another master"))
 }
 
 /// A single plain master, no replica, under an `exec` (TTL 3 s, renewals every second). A replica
@@ -227,11 +205,6 @@ fn a_holder_stopped_across_a_demotion_and_a_restart_with_data_renews_beside_the_
     );
 }
 
-/// A port where nothing listens: a `REPLICAOF` to it keeps the server's data.
-fn nowhere() -> String {
-    free_port().to_string()
-}
-
 /// Redlock over three nodes; the holder's lockctl is stopped (SIGSTOP) while two nodes are flipped
 /// (`REPLICAOF` a port where nothing listens, then `REPLICAOF NO ONE`: their own copy of the key
 /// kept), then resumed within its lease. Both flips changed `master_replid` under the same run id.
@@ -303,16 +276,7 @@ fn a_failover_command_under_a_holder_ends_it_as_a_demotion() {
         return;
     }
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
-    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    // In sync and acknowledging, or the grant's WAIT may not be answered (a replica listed online
-    // may still be loading its copy).
-    let mut conn = master.conn();
-    assert!(
-        eventually(Duration::from_secs(20), || online_replicas(&master) == 1
-            && replicas_acknowledge(&mut conn, "probe", 1)),
-        "the replica never came online"
-    );
+    let replica = replicas_in_sync(&master, 1).remove(0);
     let holder = Holder::start(&master.url(), "fo", "3s", "30");
     let _: String = master.cmd(&["FAILOVER"]);
     assert!(
@@ -347,16 +311,7 @@ fn a_failover_command_under_a_holder_ends_it_as_a_demotion() {
 #[test]
 fn a_replica_promoted_away_is_not_named_a_demotion_of_the_master() {
     let master = Server::start_tcp();
-    let port = master.port.unwrap().to_string();
-    let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
-    // In sync and acknowledging, or the grant's WAIT may not be answered (a replica listed online
-    // may still be loading its copy).
-    let mut conn = master.conn();
-    assert!(
-        eventually(Duration::from_secs(20), || online_replicas(&master) == 1
-            && replicas_acknowledge(&mut conn, "probe", 1)),
-        "the replica never came online"
-    );
+    let replica = replicas_in_sync(&master, 1).remove(0);
     let holder = Holder::start(&master.url(), "away", "3s", "8");
     let before = replid(&master);
     let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]);

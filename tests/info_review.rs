@@ -36,30 +36,6 @@ use std::time::Duration;
 use support::holder::Holder;
 use support::*;
 
-/// The replicas in sync, as the master lists them.
-fn online(master: &Server) -> usize {
-    let info: String = master.cmd(&["INFO", "replication"]);
-    info.lines()
-        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
-        .count()
-}
-
-/// `n` replicas of `master`, once it lists them in sync and they acknowledge a write.
-fn replicas_of(master: &Server, n: usize) -> Vec<Server> {
-    let port = master.port.unwrap().to_string();
-    let replicas: Vec<Server> = (0..n)
-        .map(|_| Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]))
-        .collect();
-    let mut conn = master.conn();
-    assert!(
-        eventually(Duration::from_secs(90), || online(master) == n
-            && replicas_acknowledge(&mut conn, "probe", n)),
-        "the replicas did not come online: {}",
-        master.cmd::<String>(&["INFO", "replication"])
-    );
-    replicas
-}
-
 /// `lockctl -v acquire NAME -n` on `url`.
 fn acquire_on(url: &str, name: &str) -> std::process::Output {
     run(lockctl().args(["-r", url, "-v", "acquire", name, "-n"]))
@@ -71,7 +47,7 @@ fn acquire_on(url: &str, name: &str) -> std::process::Output {
 #[test]
 fn a_master_with_twelve_replicas_waits_for_each() {
     let master = Server::start_tcp();
-    let replicas = replicas_of(&master, 12);
+    let replicas = replicas_in_sync(&master, 12);
     let info: String = master.cmd(&["INFO", "replication"]);
     assert!(info.contains("slave11:"), "{info}");
 
@@ -101,7 +77,7 @@ fn a_master_with_twelve_replicas_waits_for_each() {
 #[test]
 fn over_resp3_a_replica_is_refused_and_replicas_are_counted() {
     let master = Server::start_tcp();
-    let replicas = replicas_of(&master, 1);
+    let replicas = replicas_in_sync(&master, 1);
     let port = master.port.unwrap();
     let replica_url = format!("redis://127.0.0.1:{}?protocol=3", replicas[0].port.unwrap());
     let o = acquire_on(&replica_url, "r3");
@@ -160,7 +136,7 @@ fn a_huge_info_reply_is_read_like_a_small_one() {
     let replica =
         Server::tcp_with_args(&["--databases", "3000", "--replicaof", "127.0.0.1", &port]);
     assert!(
-        eventually(Duration::from_secs(90), || online(&master) == 1
+        eventually(Duration::from_secs(90), || online_replicas(&master) == 1
             && replicas_acknowledge(&mut conn, "probe", 1)),
         "the replica did not come online"
     );
@@ -223,7 +199,7 @@ impl Holder {
 #[test]
 fn over_resp3_replicas_that_join_an_exec_are_waited_for() {
     let master = Server::start_tcp();
-    let _first = replicas_of(&master, 10);
+    let _first = replicas_in_sync(&master, 10);
     let url = format!("{}?protocol=3", master.url());
     // Renewals every 3 s or so, valid for 10 s: the two replicas sync well within the lease.
     let holder = Holder::start_on(&url, "joined3", "10s", "120");
@@ -233,7 +209,7 @@ fn over_resp3_replicas_that_join_an_exec_are_waited_for() {
         .collect();
     let mut conn = master.conn();
     assert!(
-        eventually(Duration::from_secs(90), || online(&master) == 12
+        eventually(Duration::from_secs(90), || online_replicas(&master) == 12
             && replicas_acknowledge(&mut conn, "probe", 12)),
         "the two replicas did not come online"
     );
@@ -332,7 +308,7 @@ fn a_master_with_a_replica_turned_replica_stops_the_renewals() {
     ]);
     let mut conn = old.conn();
     assert!(
-        eventually(Duration::from_secs(90), || online(&old) == 1
+        eventually(Duration::from_secs(90), || online_replicas(&old) == 1
             && replicas_acknowledge(&mut conn, "probe", 1)),
         "the replica did not come online"
     );
@@ -459,7 +435,7 @@ fn over_resp3_a_cluster_replica_is_followed_not_refused() {
             writable replica; the first role line wins (fails on valkey 8, cannot be set on Redis)"]
 fn a_role_line_before_the_replication_section_does_not_hide_a_replica() {
     let master = Server::start_tcp();
-    let replicas = replicas_of(&master, 1);
+    let replicas = replicas_in_sync(&master, 1);
     let replica = &replicas[0];
     let set = redis::cmd("CONFIG")
         .arg("SET")

@@ -22,14 +22,6 @@ use std::time::Duration;
 use support::holder::Holder;
 use support::*;
 
-/// The replicas in sync, as the master lists them.
-fn online(master: &Server) -> usize {
-    let info: String = master.cmd(&["INFO", "replication"]);
-    info.lines()
-        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
-        .count()
-}
-
 /// A field of `INFO section` on `server`, as a number (0 when absent).
 fn info_number(server: &Server, section: &str, key: &str, sub: Option<&str>) -> u64 {
     let info: String = server.cmd(&["INFO", section]);
@@ -77,10 +69,11 @@ impl Holder {
 /// A replica of `master`, once the master lists it in sync.
 fn replica_of(master: &Server) -> Server {
     let port = master.port.unwrap().to_string();
-    let before = online(master);
+    let before = online_replicas(master);
     let replica = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]);
     assert!(
-        eventually(Duration::from_secs(30), || online(master) == before + 1),
+        eventually(Duration::from_secs(30), || online_replicas(master)
+            == before + 1),
         "the replica did not come online"
     );
     replica
@@ -167,7 +160,9 @@ fn a_replica_detached_after_the_grant_stops_the_renewals() {
     let replica = replica_of(&master);
     let holder = Holder::start(&master, "detached", "3s", "60");
     let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 0));
+    assert!(eventually(Duration::from_secs(30), || online_replicas(
+        &master
+    ) == 0));
     let marker = holder.lines.lock().unwrap().len();
     holder.lost_without_counting_after(marker);
 }
@@ -180,7 +175,9 @@ fn a_replica_killed_after_the_grant_stops_the_renewals() {
     let mut replica = replica_of(&master);
     let holder = Holder::start(&master, "killed", "3s", "60");
     replica.kill();
-    assert!(eventually(Duration::from_secs(30), || online(&master) == 0));
+    assert!(eventually(Duration::from_secs(30), || online_replicas(
+        &master
+    ) == 0));
     let marker = holder.lines.lock().unwrap().len();
     holder.lost_without_counting_after(marker);
 }
@@ -395,7 +392,7 @@ fn a_replica_still_syncing_is_not_waited_for() {
         run(lockctl_on(&master).args(["-v", "acquire", "syncing", "-n", "--node-timeout", "2s"]));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
-        online(&master),
+        online_replicas(&master),
         0,
         "the replica got its copy during the test"
     );

@@ -295,7 +295,11 @@ impl Node {
                 .master_replid2
                 .is_some_and(|id| id.iter().any(|&b| b != b'0'));
         if let Some((seen_run, seen_replid)) = &self.history {
-            if seen_run == run_id && seen_replid.as_bytes() != replid && demoted {
+            if seen_run == run_id && seen_replid.as_bytes() == replid {
+                // Every renewal reads it: nothing to copy when nothing changed.
+                return;
+            }
+            if seen_run == run_id && demoted {
                 trace!(
                     "{}: the server's replication id changed ({seen_replid} to {}): it followed \
                      another master, or was promoted, since the last read",
@@ -1326,8 +1330,8 @@ fn script_command(reason: &str, source: &str) -> Option<String> {
 /// What lockctl reads of an `INFO` reply, found in one pass over its lines and borrowed from it.
 /// A new connection's `INFO` has every default section (about 5 KB, 200 lines), and copying
 /// each line into a pair of owned strings was about a fifth of a one-node `acquire -n`'s
-/// instructions (callgrind); nothing but these fields is ever read. A key that shows twice counts at its first
-/// line.
+/// instructions (callgrind); nothing but these fields is ever read. A key that shows twice counts
+/// at its first line.
 #[derive(Debug, Default, PartialEq)]
 struct Info<'a> {
     run_id: Option<&'a [u8]>,

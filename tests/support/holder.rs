@@ -91,3 +91,10 @@ impl Holder {
         self.finish()
     }
 }
+
+/// lockctl's words for a lease lost to a node demoted since the grant.
+pub fn demotion_named(lines: &[String]) -> bool {
+    lines
+        .iter()
+        .any(|l| l.contains("became a replica of another master"))
+}

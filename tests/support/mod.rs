@@ -877,3 +877,49 @@ pub fn stderr_lines(
     });
     (lines, reader)
 }
+
+// ---- Replication -------------------------------------------------------------------------------
+
+/// The replicas in sync, as `master` lists them (`slaveN:...state=online...`).
+pub fn online_replicas(master: &Server) -> usize {
+    let info: String = master.cmd(&["INFO", "replication"]);
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+        .count()
+}
+
+/// `n` new replicas of `master` (TCP), once it lists them in sync and they acknowledge a write:
+/// a replica listed online may still be loading its copy, and a grant's `WAIT` would go
+/// unanswered.
+pub fn replicas_in_sync(master: &Server, n: usize) -> Vec<Server> {
+    let port = master.port.expect("a TCP master").to_string();
+    let before = online_replicas(master);
+    let replicas: Vec<Server> = (0..n)
+        .map(|_| Server::tcp_with_args(&["--replicaof", "127.0.0.1", &port]))
+        .collect();
+    let mut conn = master.conn();
+    assert!(
+        eventually(Duration::from_secs(90), || online_replicas(master)
+            == before + n
+            && replicas_acknowledge(&mut conn, "probe", before + n)),
+        "the replicas did not come online: {}",
+        master.cmd::<String>(&["INFO", "replication"])
+    );
+    replicas
+}
+
+/// `master_replid` of `server`'s `INFO replication`.
+pub fn replid(server: &Server) -> String {
+    let info: String = server.cmd(&["INFO", "replication"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_replid:"))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// A loopback port where nothing listens: a `REPLICAOF` to it keeps the server's own data (no
+/// sync ever starts).
+pub fn nowhere() -> String {
+    free_port().to_string()
+}

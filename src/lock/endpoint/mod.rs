@@ -137,12 +137,12 @@ impl Endpoint {
         }
     }
 
-    /// What a replica where a master was expected means.
     /// A plain URL's server (neither a cluster nor behind Sentinel).
     pub fn is_standalone(&self) -> bool {
         matches!(self, Endpoint::Standalone(_))
     }
 
+    /// What a replica where a master was expected means.
     pub fn on_replica(&self) -> OnReplica {
         match self {
             Endpoint::Sentinel(_) => OnReplica::Rediscover,
