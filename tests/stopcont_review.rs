@@ -891,12 +891,14 @@ fn exec_stopped_in_a_renewal_past_its_lease_still_stops_its_job() {
 
 /// A proxy in front of `upstream` whose first connection passes the server's bytes only up to the
 /// reply of `INFO` (the bulk string that starts `# Server`), and holds that reply back; the other
-/// connections pass everything.
-fn hold_the_first_info(upstream: u16) -> u16 {
+/// connections pass everything. The receiver gets the client's local port of that first
+/// connection once the bytes before INFO's reply have been written to it.
+fn hold_the_first_info(upstream: u16) -> (u16, std::sync::mpsc::Receiver<u16>) {
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let (written, passed) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut first = true;
         for client in listener.incoming() {
@@ -909,6 +911,7 @@ fn hold_the_first_info(upstream: u16) -> u16 {
                 continue;
             }
             proxy::one_way(client.try_clone().unwrap(), server.try_clone().unwrap());
+            let written = written.clone();
             std::thread::spawn(move || {
                 let (mut from, mut to) = (server, client);
                 let mut seen = Vec::new();
@@ -921,6 +924,9 @@ fn hold_the_first_info(upstream: u16) -> u16 {
                     // Back to the `$<length>\r\n` that opens INFO's reply.
                     let start = seen[..at].iter().rposition(|&b| b == b'$').unwrap();
                     let _ = to.write_all(&seen[..start]);
+                    if let Ok(peer) = to.peer_addr() {
+                        let _ = written.send(peer.port());
+                    }
                     // The rest never goes: the client waits for it until its read is cut.
                     let _ = std::io::copy(&mut from, &mut std::io::sink());
                     return;
@@ -928,18 +934,58 @@ fn hold_the_first_info(upstream: u16) -> u16 {
             });
         }
     });
-    port
+    (port, passed)
+}
+
+/// True when a thread of `pid` sleeps in a socket read and its connection from local port `local`
+/// to 127.0.0.1:`remote` has no unread byte: it has read all it was sent and waits for more.
+fn sleeps_on_a_read_socket(pid: i32, local: u16, remote: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let (from, to) = (
+        format!("0100007F:{local:04X}"),
+        format!("0100007F:{remote:04X}"),
+    );
+    // The fifth field is `tx_queue:rx_queue`, in hex.
+    let unread = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 4 && f[1] == from && f[2] == to)
+            .then(|| u64::from_str_radix(f[4].split(':').nth(1)?, 16).ok())
+            .flatten()
+    });
+    let asleep = std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+        tasks.flatten().any(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+            let nr: i64 = call
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(-1);
+            comm.trim() != "signals"
+                && stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('S'))
+                && (nr == libc::SYS_read || nr == libc::SYS_recvfrom)
+        })
+    });
+    unread == Some(0) && asleep
 }
 
 /// `lockctl release`: the script's reply read, the read of the `INFO` that follows it on a new
 /// connection cut by a stop (as when INFO's reply, several TCP segments long, is still on its way).
 /// The release ran: exit 0, not 69.
+///
+/// lockctl is stopped only once it has read the script's reply and sleeps waiting for INFO's. A
+/// CI run stopped it as that reply arrived: its read returned the reply, not EINTR, and the next
+/// read, of INFO, waited out the node timeout (69).
 #[test]
 fn a_release_whose_info_read_is_cut_still_reports_the_release() {
     let s = Server::start_tcp();
     warm(&s);
     let token = queue::hold(&mut lockctl_on(&s), "info");
-    let port = hold_the_first_info(s.port.unwrap());
+    let (port, written) = hold_the_first_info(s.port.unwrap());
     // A node timeout the stop always comes within: at the default 500 ms, one CI run stopped
     // lockctl only after the INFO read had timed out (69 for a timeout, not for a cut read).
     let release = Traced::spawn(
@@ -957,9 +1003,20 @@ fn a_release_whose_info_read_is_cut_still_reports_the_release() {
         BOUND,
     );
     // The script ran (the key is gone) and its reply was passed on: lockctl waits for INFO's.
+    let local = written
+        .recv_timeout(BOUND)
+        .expect("the script's reply never reached lockctl");
     assert!(
-        eventually(BOUND, || s.get(&slot_key("info", 1)).is_none()),
+        s.get(&slot_key("info", 1)).is_none(),
         "the release never ran"
+    );
+    assert!(
+        eventually(BOUND, || sleeps_on_a_read_socket(
+            release.pid(),
+            local,
+            port
+        )),
+        "lockctl never waited for INFO's reply with the script's read"
     );
     release.interrupt(1, || {});
     let (exit, _, trace) = release.finish();
