@@ -203,10 +203,23 @@ pub struct Grant {
     /// Per node, the server's run id when it granted this lock (empty where it did not): a renewal
     /// that finds the key gone from a node whose run id changed knows the node restarted.
     pub run_ids: Vec<String>,
+    /// Per node, when the last call that found our key there was sent (the grant's attempt, then
+    /// each renewal that counted there): a server up since before then is not one that lost the key
+    /// in a restart, and puts nothing back (`renew.lua`).
+    pub confirmed: Vec<Stamp>,
     /// The slot held, 1..=limit (slot 1 is the lock key itself).
     pub slot: usize,
     /// The number of slots of the name (`--limit`).
     pub limit: usize,
+}
+
+/// What a held grant's renewal brings to put a key back on a node that lost it in a restart
+/// (`renew.lua`), and updates: the nodes' run ids and when each last had our key.
+struct Recreate<'a> {
+    fence: u64,
+    run_ids: &'a mut Vec<String>,
+    confirmed: &'a mut Vec<Stamp>,
+    holder: &'a Holder,
 }
 
 impl Grant {
@@ -1030,6 +1043,7 @@ impl Engine {
                         }
                     })
                     .collect(),
+                confirmed: vec![started; n],
                 slot,
                 limit,
             }),
@@ -1276,6 +1290,7 @@ impl Engine {
             ttl,
             fence,
             run_ids,
+            confirmed,
             slot,
             limit,
             ..
@@ -1286,7 +1301,12 @@ impl Engine {
             Some(*ttl),
             *ttl,
             Some((*slot, *limit)),
-            Some((*fence, run_ids, holder)),
+            Some(Recreate {
+                fence: *fence,
+                run_ids,
+                confirmed,
+                holder,
+            }),
         )
     }
 
@@ -1297,7 +1317,7 @@ impl Engine {
         ttl: Option<Duration>,
         fallback: Duration,
         slot: Option<(usize, usize)>,
-        recreate: Option<(u64, &mut Vec<String>, &Holder)>,
+        mut recreate: Option<Recreate>,
     ) -> Result<Duration, LockError> {
         let ttl_ms = ttl.map_or(String::new(), |t| t.as_millis().to_string());
         let fallback_ms = fallback.as_millis().to_string();
@@ -1307,7 +1327,7 @@ impl Engine {
             .as_millis()
             .to_string();
         let (fence, host, pid, cmd, note) = match &recreate {
-            Some((fence, _, holder)) => (
+            Some(Recreate { fence, holder, .. }) => (
                 fence.to_string(),
                 holder.host.clone(),
                 holder.pid.to_string(),
@@ -1323,11 +1343,25 @@ impl Engine {
             ),
         };
         let granted_by: Vec<String> = match &recreate {
-            Some((_, run_ids, _)) => run_ids.to_vec(),
+            Some(r) => r.run_ids.to_vec(),
             None => Vec::new(),
         };
         let held_grant = recreate.is_some();
         let started = Stamp::now();
+        // Per node, the uptime above which its server was up already when it last had our key.
+        let up_before: Vec<String> = match &recreate {
+            Some(r) => r
+                .confirmed
+                .iter()
+                .zip(&self.nodes)
+                .map(|(at, node)| {
+                    (started.elapsed_since(*at) + node.timeout())
+                        .as_millis()
+                        .to_string()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         // A grant knows its slot; for a token alone it is the slot where the token has a quorum.
         let (slot, limit_arg) = match slot {
             Some((slot, limit)) => (slot, limit.to_string()),
@@ -1354,6 +1388,7 @@ impl Engine {
         };
         let mut results = quorum::all(&mut self.nodes, |i, node| {
             let granted_by = granted_by.get(i).map_or("", String::as_str);
+            let up_before = up_before.get(i).map_or("", String::as_str);
             let args = [
                 token,
                 &ttl_ms,
@@ -1370,6 +1405,7 @@ impl Engine {
                 &keys.holder_base,
                 &note,
                 probe,
+                up_before,
             ];
             node.eval("renew", &RENEW, &key_list, &args)
         });
@@ -1377,7 +1413,7 @@ impl Engine {
         // A key renewed or re-created for a holder that tracks run ids ({ttl, run id}) counts as held
         // with that TTL, and the node's current run id is recorded at once: after a restart that kept
         // the key as after one that lost it, a later disappearance on that node is final.
-        if let Some((_, run_ids, _)) = recreate {
+        if let Some(Recreate { run_ids, .. }) = &mut recreate {
             for (i, r) in results.iter_mut().enumerate() {
                 if let Ok(Value::Array(items)) = r {
                     if let (Some(Value::BulkString(id)), Some(slot)) =
@@ -1412,6 +1448,14 @@ impl Engine {
         } else {
             0
         };
+        // Where the key was found (or put back) this call, that is the node's latest confirmation.
+        if let Some(Recreate { confirmed, .. }) = &mut recreate {
+            for (r, at) in results.iter().zip(confirmed.iter_mut()) {
+                if matches!(r, Ok(Value::Int(ms)) if *ms > 0) {
+                    *at = started;
+                }
+            }
+        }
         // Each node answers with the TTL it set; the shortest bounds the lease.
         let set = results
             .iter()

@@ -200,3 +200,51 @@ pub fn cut_the_scripts_reply(
         let _ = c_out.shutdown(Shutdown::Write);
     });
 }
+
+/// A loopback address that can be moved from one server to another, as a virtual IP or a DNS name
+/// is: new connections go to the server it points at now (none: they are closed at once), and a
+/// move cuts every connection made before it.
+pub struct Switch {
+    pub port: u16,
+    to: Arc<Mutex<Option<u16>>>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Switch {
+    pub fn start(upstream: u16) -> Switch {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let to = Arc::new(Mutex::new(Some(upstream)));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (target, conns) = (Arc::clone(&to), Arc::clone(&open));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                // Held while connecting, so that a move waits for a connection under way.
+                let target = target.lock().unwrap();
+                let Some(server) = target.and_then(|p| TcpStream::connect(("127.0.0.1", p)).ok())
+                else {
+                    continue;
+                };
+                let mut conns = conns.lock().unwrap();
+                conns.push(client.try_clone().unwrap());
+                conns.push(server.try_clone().unwrap());
+                pass_through(client, server);
+            }
+        });
+        Switch { port, to, open }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Points the address at `upstream` (`None`: at nothing) and cuts every connection made so far.
+    pub fn point_at(&self, upstream: Option<u16>) {
+        let mut to = self.to.lock().unwrap();
+        *to = upstream;
+        for c in self.open.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}

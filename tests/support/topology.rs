@@ -117,10 +117,21 @@ impl SentinelGroup {
 
     /// The group, with Sentinels that require `sentinel_password` (`requirepass`).
     pub fn start_with(sentinel_password: Option<&str>) -> SentinelGroup {
+        Self::start_custom(sentinel_password, 2, |port| port)
+    }
+
+    /// The group with `n` replicas, each replicating from the port `via` gives for the master's
+    /// (a proxy in front of it, to hold its writes back from them).
+    pub fn start_custom(
+        sentinel_password: Option<&str>,
+        n: usize,
+        via: impl Fn(u16) -> u16,
+    ) -> SentinelGroup {
         let master = Server::start_tcp();
         let mport = master.port.unwrap().to_string();
-        let replicas: Vec<Server> = (0..2)
-            .map(|_| Server::tcp_with_args(&["--replicaof", "127.0.0.1", &mport]))
+        let upstream = via(master.port.unwrap()).to_string();
+        let replicas: Vec<Server> = (0..n)
+            .map(|_| Server::tcp_with_args(&["--replicaof", "127.0.0.1", &upstream]))
             .collect();
         for r in &replicas {
             assert!(
@@ -149,7 +160,7 @@ impl SentinelGroup {
                         s.cmd(&["SENTINEL", "replicas", MASTER_NAME]);
                     let o: redis::RedisResult<Vec<redis::Value>> =
                         s.cmd(&["SENTINEL", "sentinels", MASTER_NAME]);
-                    matches!((r, o), (Ok(r), Ok(o)) if r.len() == 2 && o.len() == 2)
+                    matches!((r, o), (Ok(r), Ok(o)) if r.len() == n && o.len() == 2)
                 }),
                 "the Sentinels never saw the whole group"
             );

@@ -6,7 +6,9 @@
 --       when the holder record is not ours (a canonical client's key has none), quarantine ms,
 --       the grant's limit N ('' = the one recorded for the name) and slot ('' = unknown: only find
 --       it), slot key base, holder hash base (slot i >= 2 is `base .. i`), the holder's note, the
---       wake channel prefix ('' = no probe: the renewals of a grant this run made, which probed)
+--       wake channel prefix ('' = no probe: the renewals of a grant this run made, which probed),
+--       and the uptime ms above which the node was up already when it last had our key ('' = no
+--       bound: the time since that call was sent, plus the node timeout)
 -- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed or re-created for a holder that
 --         gave a run id (the node's current run id, which the holder records),
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
@@ -26,6 +28,16 @@
 -- holder that lost a majority this way loses its lease. The reply carries the new run id: the holder
 -- records it, and a later disappearance on this node (a `break`, an eviction) is final. The fencing
 -- counter, which the restart may have lost too, is raised to at least our token.
+--
+-- Only the server that lost our key in its restart may put it back: its quarantine covers the time
+-- since its start, the only time in which it could have granted the lock to another client. Another
+-- server now at the node's address (a replica promoted by Sentinel or by hand, an address moved to
+-- another machine) has a new run id too, and may have granted the lock since it took over, which its
+-- uptime does not show: a second holder that has released since leaves no key behind, and a key put
+-- back would hide that its lease ran beside ours. So nothing is put back by a server up since before
+-- the holder's last call that found our key there (ARGV[16], which the holder measures from that
+-- call's send, and so errs towards refusing), nor by one promoted since it started (a non-zero
+-- `master_replid2`), nor by a replica (`replica-read-only no`).
 --
 -- Slots: the limit key outlives every slot's lease, so a renewal that extends a slot extends it too.
 local token, ttl = ARGV[1], ARGV[2]
@@ -108,9 +120,18 @@ end
 if limit and recorded and recorded ~= limit then
   return 0
 end
+local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+local up_before = tonumber(ARGV[16] or '')
+if up_before and (not up or up * 1000 > up_before) then
+  return 0
+end
+local repl = redis.call('INFO', 'replication')
+local replid2 = string.match(repl, 'master_replid2:(%x+)')
+if string.find(repl, 'role:slave', 1, true) or (replid2 and string.find(replid2, '[^0]')) then
+  return 0
+end
 local quarantine = tonumber(ARGV[9])
 if quarantine > 0 then
-  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
   if not up or (up - 1) * 1000 < quarantine then
     return -1
   end
