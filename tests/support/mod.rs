@@ -198,12 +198,19 @@ impl Server {
                     return Ok(());
                 }
             }
-            let exited = !self.running();
-            if exited || Instant::now() >= deadline {
+            // How it ended, if it did (a signal shows here, not in its log).
+            let ended = match self.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(status))) => Some(format!("it exited: {status}\n")),
+                Some(Ok(None)) => None,
+                other => Some(format!("its state could not be read: {other:?}\n")),
+            };
+            if ended.is_some() || Instant::now() >= deadline {
                 self.kill();
                 let read = |f: &str| std::fs::read_to_string(self.dir.path().join(f));
                 let stderr = read("stderr").unwrap_or_default();
-                return Err(stderr + &read("redis.log").unwrap_or_default());
+                let how = ended.unwrap_or_else(|| "no PING answered within 20 s\n".into());
+                // Last, so that the test's message (the last lines) shows it.
+                return Err(stderr + &read("redis.log").unwrap_or_default() + &how);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
