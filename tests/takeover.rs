@@ -133,3 +133,71 @@ fn a_replica_promoted_without_the_key_puts_no_key_back() {
         "the holder's key was put back on the promoted replica"
     );
 }
+
+/// A server started after the holder's last renewal, as a replica that never synced, then promoted
+/// by hand (`REPLICAOF NO ONE`) and put at the node's address while the holder is stopped (SIGSTOP,
+/// within its lease). Its uptime is shorter than the time since that renewal, so it passes for the
+/// node restarted without its data; only its promotion (a non-zero `master_replid2`) tells it apart.
+/// A second client takes the lock there and gives it back; the holder's next renewal must not put its
+/// key back: exit 76. The quarantine stays on, shortened to 2 s (3 s for the second client) so that
+/// the new server passes it within the holder's lease of 10 s.
+#[test]
+fn a_server_promoted_since_it_started_puts_no_key_back() {
+    let servers = Servers(vec![Server::start_tcp()]);
+    servers.wait_out_quarantine(2);
+    let address = Switch::start(servers[0].port.unwrap());
+    let holder = Holder::spawn(
+        quarantined()
+            .args(["-r", &address.url(), "--quarantine", "2s", "exec", "lone"])
+            .args(["--ttl", "10s", "-v", "--", "sleep", "40"]),
+    );
+    holder.granted("lone");
+    let token = servers[0].get(&slot_key("lone", 1)).expect("the key");
+    assert!(
+        eventually(Duration::from_secs(30), || holder.count("renewed 'lone'")
+            >= 1),
+        "no renewal"
+    );
+    kill(holder.pid(), libc::SIGSTOP);
+    let promoted = Server::tcp_with_args(&["--replicaof", "127.0.0.1", &nowhere()]);
+    assert!(
+        eventually(Duration::from_secs(30), || promoted.uptime() >= 4),
+        "the new server never passed the second client's quarantine"
+    );
+    let () = promoted.cmd(&["REPLICAOF", "NO", "ONE"]);
+    let replid2 = info_field(promoted.port.unwrap(), "replication", "master_replid2").unwrap();
+    assert!(replid2.contains(|c| c != '0'), "no trace of the promotion");
+    address.point_at(promoted.port);
+    let second = run(quarantined()
+        .args([
+            "-r",
+            &promoted.url(),
+            "acquire",
+            "lone",
+            "-n",
+            "--ttl",
+            "3s",
+        ])
+        .args(["--format", "json"]));
+    assert_eq!(code(&second), 0, "{}", stderr(&second));
+    let grant: serde_json::Value = serde_json::from_str(&stdout(&second)).unwrap();
+    let other = grant["token"].as_str().unwrap().to_string();
+    let released =
+        run(quarantined().args(["-r", &promoted.url(), "release", "lone", "--token", &other]));
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    kill(holder.pid(), libc::SIGCONT);
+    let (exit, lines) = holder.finish();
+    assert_eq!(
+        exit, 76,
+        "the holder went on through another client's lease on the promoted server: {lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("taken by another holder")),
+        "the lease ended for another reason than the renewal's answer: {lines:#?}"
+    );
+    assert_ne!(
+        promoted.get(&slot_key("lone", 1)),
+        Some(token),
+        "the holder's key was put back on the promoted server"
+    );
+}
