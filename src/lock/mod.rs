@@ -1413,6 +1413,7 @@ impl Engine {
         // A key renewed or re-created for a holder that tracks run ids ({ttl, run id}) counts as held
         // with that TTL, and the node's current run id is recorded at once: after a restart that kept
         // the key as after one that lost it, a later disappearance on that node is final.
+        let mut recreated = vec![false; self.nodes.len()];
         if let Some(Recreate { run_ids, .. }) = &mut recreate {
             for (i, r) in results.iter_mut().enumerate() {
                 if let Ok(Value::Array(items)) = r {
@@ -1425,7 +1426,16 @@ impl Engine {
                             *slot = id.into_owned();
                         }
                     }
-                    *r = Ok(items.first().cloned().unwrap_or(Value::Int(0)));
+                    // A key put back counts from the next renewal on, which finds it in place
+                    // (`renew.lua`): the node was without it for a while, and may have granted the
+                    // lock meanwhile. From now on it is ours there.
+                    if items.get(2) == Some(&Value::Int(1)) {
+                        trace!("renew '{}': node {i} got our key back", keys.name);
+                        recreated[i] = true;
+                        *r = Ok(Value::Int(0));
+                    } else {
+                        *r = Ok(items.first().cloned().unwrap_or(Value::Int(0)));
+                    }
                 }
             }
         }
@@ -1450,8 +1460,8 @@ impl Engine {
         };
         // Where the key was found (or put back) this call, that is the node's latest confirmation.
         if let Some(Recreate { confirmed, .. }) = &mut recreate {
-            for (r, at) in results.iter().zip(confirmed.iter_mut()) {
-                if matches!(r, Ok(Value::Int(ms)) if *ms > 0) {
+            for ((r, at), back) in results.iter().zip(confirmed.iter_mut()).zip(&recreated) {
+                if *back || matches!(r, Ok(Value::Int(ms)) if *ms > 0) {
                     *at = started;
                 }
             }
@@ -1471,10 +1481,11 @@ impl Engine {
             .iter()
             .filter(|r| matches!(r, Ok(Value::Int(-1))))
             .count();
+        let back = recreated.iter().filter(|b| **b).count();
         let (renewed, answered, failures) = tally(results);
         self.verdict(keys, renewed, answered, failures, "renew")
             .map_err(|e| match e {
-                LockError::Lost { name, mut detail } if restarted + demoted > 0 => {
+                LockError::Lost { name, mut detail } if restarted + demoted + back > 0 => {
                     if restarted > 0 {
                         detail += &format!(
                             "; {restarted} node(s) restarted without their data since and are in \
@@ -1485,6 +1496,13 @@ impl Engine {
                         detail += &format!(
                             "; {demoted} node(s) became a replica of another master since the \
                              grant, and its copy of the lock is not ours to renew"
+                        );
+                    }
+                    if back > 0 {
+                        detail += &format!(
+                            "; {back} node(s) had lost our key (a restart without its data) and \
+                             got it back, which does not show that no one else held the lock \
+                             there meanwhile"
                         );
                     }
                     LockError::Lost { name, detail }

@@ -9,8 +9,8 @@
 --       wake channel prefix ('' = no probe: the renewals of a grant this run made, which probed),
 --       and the uptime ms above which the node was up already when it last had our key ('' = no
 --       bound: the time since that call was sent, plus the node timeout)
--- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed or re-created for a holder that
---         gave a run id (the node's current run id, which the holder records),
+-- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed for a holder that gave a run id
+--         (the node's current run id, which the holder records), {ttl ms set, run id, 1} re-created,
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
 --         With no slot given: the slots that hold the token here, as an array, and nothing renewed.
 --
@@ -23,21 +23,27 @@
 -- us the key, the node restarted since and lost our key in the restart, not to an operator, to
 -- eviction or to expiry. It is put back only once the node is past its restart quarantine (the same
 -- fail-closed rule as acquire.lua): by then every lease the node may have forgotten, another holder's
--- granted before a `break` included, has ended, so the key we put back cannot give us a quorum while
--- another grant may still be valid. Until then the node says "not ours" and counts against us, so a
+-- granted before a `break` included, has ended, so no grant the node forgot is still valid when
+-- our key is back. Until then the node says "not ours" and counts against us, so a
 -- holder that lost a majority this way loses its lease. The reply carries the new run id: the holder
 -- records it, and a later disappearance on this node (a `break`, an eviction) is final. The fencing
 -- counter, which the restart may have lost too, is raised to at least our token.
 --
--- Only the server that lost our key in its restart may put it back: its quarantine covers the time
--- since its start, the only time in which it could have granted the lock to another client. Another
--- server now at the node's address (a replica promoted by Sentinel or by hand, an address moved to
--- another machine) has a new run id too, and may have granted the lock since it took over, which its
--- uptime does not show: a second holder that has released since leaves no key behind, and a key put
--- back would hide that its lease ran beside ours. So nothing is put back by a server up since before
--- the holder's last call that found our key there (ARGV[16], which the holder measures from that
--- call's send, and so errs towards refusing), nor by one promoted since it started (a non-zero
--- `master_replid2`), nor by a replica (`replica-read-only no`).
+-- A key put back does not count in the renewal that puts it back (the holder counts that node as
+-- "not ours" this time, and as ours from the next renewal on, which finds the key there). The node
+-- was without our key from its restart (or from whatever else removed it) until now, and the
+-- quarantine covers only the first TTL of that time: past it, the node may have granted the lock to
+-- another client, who may have released it since, leaving no trace. That client needed a quorum, so
+-- the holder cannot have kept a quorum of keys all along; only the keys found in place show what it
+-- kept. Counted, the key put back hid such a grant: a Redlock node out of reach from before its
+-- restart to past its quarantine, and another node taken over by another server meanwhile, gave a
+-- second client a quorum of two while the holder, renewing later, counted two of three again.
+--
+-- Nor does another server put our key back. A server now at the node's address (a replica promoted
+-- by Sentinel or by hand, an address moved to another machine) has a new run id too, and may have
+-- granted the lock since it took over. So nothing is put back by a server up since before the
+-- holder's last call that found our key there (ARGV[16], which the holder measures from that call's
+-- send, plus the node timeout), nor by a replica (`replica-read-only no`).
 --
 -- Slots: the limit key outlives every slot's lease, so a renewal that extends a slot extends it too.
 local token, ttl = ARGV[1], ARGV[2]
@@ -122,12 +128,11 @@ if limit and recorded and recorded ~= limit then
 end
 local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
 local up_before = tonumber(ARGV[16] or '')
-if up_before and (not up or up * 1000 > up_before) then
+-- Redis' uptime can read up to a second high (whole seconds of the clock, not of the time up).
+if up_before and (not up or (up - 1) * 1000 > up_before) then
   return 0
 end
-local repl = redis.call('INFO', 'replication')
-local replid2 = string.match(repl, 'master_replid2:(%x+)')
-if string.find(repl, 'role:slave', 1, true) or (replid2 and string.find(replid2, '[^0]')) then
+if string.find(redis.call('INFO', 'replication'), 'role:slave', 1, true) then
   return 0
 end
 local quarantine = tonumber(ARGV[9])
@@ -152,4 +157,4 @@ if (ARGV[14] or '') ~= '' then
   redis.call('HSET', holder, 'note', ARGV[14])
 end
 redis.call('PEXPIRE', holder, ttl)
-return {tonumber(ttl), run_id}
+return {tonumber(ttl), run_id, 1}
