@@ -520,18 +520,21 @@ fn single_restart_without_data_under_a_holder_ends_its_lease() {
     assert_eq!(store.accepted(), vec![b.fence.unwrap()]);
 }
 
-/// After a restart without data has been repaired by the holder's renewal, a `break` still ends the
-/// holder (76). The renewal records the restarted server's new run id, so the key's disappearance
-/// after the `break` is not mistaken for another restart. (Before, the renewal put the key back after
-/// the `break`, twice, and exec exited 0.) The quarantine is off so that the renewal can put the key
-/// back at once: the server is one this test started, and the point is what happens after.
+/// A single node's holder whose key a restart lost loses its lease even with the quarantine off:
+/// its renewal puts the key back at once, but a key put back counts only once a renewal has counted without it
+/// (the node was without it, and may have granted the lock meanwhile), so the renewal holds 0 of 1:
+/// exit 76, and the key put back is released, nothing left. (Before, the renewal counted the key it
+/// put back and the lease went on; this test then showed that a `break` after it was final, which
+/// `break_after_kept_restart.rs` and Redlock's `renewal_recreates_a_key_lost_in_a_minority_restart_after_its_quarantine`
+/// still show.) The quarantine is off so that the renewal can put the key back at once: the server
+/// is one this test started.
 #[test]
-fn single_break_after_a_repaired_restart_ends_the_holder() {
+fn single_restart_without_data_ends_the_holder_with_the_quarantine_off() {
     let mut s = Server::start();
     let go = s.dir().join("go");
     let mut child = lockctl_on(&s)
         .env("GO", &go)
-        .args(["exec", "phoenix", "--ttl", "3s", "--quarantine", "0"])
+        .args(["-v", "exec", "phoenix", "--ttl", "3s", "--quarantine", "0"])
         .args(["--node-timeout", NODE_TIMEOUT, "--kill-after", "1s", "-c"])
         .arg("echo ready; while [ ! -e \"$GO\" ]; do sleep 0.05; done")
         .stdout(Stdio::piped())
@@ -543,17 +546,7 @@ fn single_break_after_a_repaired_restart_ends_the_holder() {
         "ready",
         Duration::from_secs(20),
     );
-    let token = s.get("lockctl:phoenix").unwrap();
     s.restart_empty();
-    assert!(
-        eventually(Duration::from_secs(10), || s
-            .get("lockctl:phoenix")
-            .as_deref()
-            == Some(token.as_str())),
-        "the renewal did not put the key back"
-    );
-    let o = run(lockctl_on(&s).args(["break", "phoenix", "--yes"]));
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
     // The next renewal (every second) ends the lease; the command is told to finish in any case.
     let _ = eventually(Duration::from_secs(10), || {
         matches!(child.try_wait(), Ok(Some(_)))
@@ -561,7 +554,16 @@ fn single_break_after_a_repaired_restart_ends_the_holder() {
     std::fs::write(&go, "").unwrap();
     let o = wait_output(child, Duration::from_secs(30));
     assert_eq!(code(&o), 76, "{}", stderr(&o));
-    assert_eq!(s.get("lockctl:phoenix"), None, "the break was not undone");
+    assert!(
+        stderr(&o).contains("got our key back") && stderr(&o).contains("got it back"),
+        "the lease ended for another reason than the key put back: {}",
+        stderr(&o)
+    );
+    assert_eq!(
+        s.get("lockctl:phoenix"),
+        None,
+        "the key put back was left behind"
+    );
 }
 
 /// The server is stopped (SIGSTOP) for 600 ms while a section holds a 1.5 s lease and renews it every

@@ -207,6 +207,9 @@ pub struct Grant {
     /// each renewal that counted there): a server up since before then is not one that lost the key
     /// in a restart, and puts nothing back (`renew.lua`).
     pub confirmed: Vec<Stamp>,
+    /// How many of its renewals have counted: a key put back on a node counts once a renewal has
+    /// counted without it (`renew.lua` records this number with the key).
+    pub renewals: u64,
     /// The slot held, 1..=limit (slot 1 is the lock key itself).
     pub slot: usize,
     /// The number of slots of the name (`--limit`).
@@ -219,6 +222,7 @@ struct Recreate<'a> {
     fence: u64,
     run_ids: &'a mut Vec<String>,
     confirmed: &'a mut Vec<Stamp>,
+    renewals: &'a mut u64,
     holder: &'a Holder,
 }
 
@@ -1044,6 +1048,7 @@ impl Engine {
                     })
                     .collect(),
                 confirmed: vec![started; n],
+                renewals: 0,
                 slot,
                 limit,
             }),
@@ -1291,6 +1296,7 @@ impl Engine {
             fence,
             run_ids,
             confirmed,
+            renewals,
             slot,
             limit,
             ..
@@ -1305,6 +1311,7 @@ impl Engine {
                 fence: *fence,
                 run_ids,
                 confirmed,
+                renewals,
                 holder,
             }),
         )
@@ -1347,6 +1354,9 @@ impl Engine {
             None => Vec::new(),
         };
         let held_grant = recreate.is_some();
+        let counted = recreate
+            .as_ref()
+            .map_or(String::new(), |r| r.renewals.to_string());
         let started = Stamp::now();
         // Per node, the uptime above which its server was up already when it last had our key.
         let up_before: Vec<String> = match &recreate {
@@ -1406,6 +1416,7 @@ impl Engine {
                 &note,
                 probe,
                 up_before,
+                &counted,
             ];
             node.eval("renew", &RENEW, &key_list, &args)
         });
@@ -1426,9 +1437,9 @@ impl Engine {
                             *slot = id.into_owned();
                         }
                     }
-                    // A key put back counts from the next renewal on, which finds it in place
-                    // (`renew.lua`): the node was without it for a while, and may have granted the
-                    // lock meanwhile. From now on it is ours there.
+                    // A key put back (by this run, or by one since the last renewal that counted:
+                    // a resend, a retry) counts once a renewal has counted without it (`renew.lua`):
+                    // the node was without it for a while, and may have granted the lock meanwhile.
                     if items.get(2) == Some(&Value::Int(1)) {
                         trace!("renew '{}': node {i} got our key back", keys.name);
                         recreated[i] = true;
@@ -1483,32 +1494,35 @@ impl Engine {
             .count();
         let back = recreated.iter().filter(|b| **b).count();
         let (renewed, answered, failures) = tally(results);
-        self.verdict(keys, renewed, answered, failures, "renew")
-            .map_err(|e| match e {
-                LockError::Lost { name, mut detail } if restarted + demoted + back > 0 => {
-                    if restarted > 0 {
-                        detail += &format!(
-                            "; {restarted} node(s) restarted without their data since and are in \
+        let verdict = self.verdict(keys, renewed, answered, failures, "renew");
+        if let (Ok(()), Some(r)) = (&verdict, &mut recreate) {
+            *r.renewals += 1;
+        }
+        verdict.map_err(|e| match e {
+            LockError::Lost { name, mut detail } if restarted + demoted + back > 0 => {
+                if restarted > 0 {
+                    detail += &format!(
+                        "; {restarted} node(s) restarted without their data since and are in \
                              restart quarantine"
-                        );
-                    }
-                    if demoted > 0 {
-                        detail += &format!(
-                            "; {demoted} node(s) became a replica of another master since the \
+                    );
+                }
+                if demoted > 0 {
+                    detail += &format!(
+                        "; {demoted} node(s) became a replica of another master since the \
                              grant, and its copy of the lock is not ours to renew"
-                        );
-                    }
-                    if back > 0 {
-                        detail += &format!(
-                            "; {back} node(s) had lost our key (a restart without its data) and \
+                    );
+                }
+                if back > 0 {
+                    detail += &format!(
+                        "; {back} node(s) had lost our key (a restart without its data) and \
                              got it back, which does not show that no one else held the lock \
                              there meanwhile"
-                        );
-                    }
-                    LockError::Lost { name, detail }
+                    );
                 }
-                e => e,
-            })?;
+                LockError::Lost { name, detail }
+            }
+            e => e,
+        })?;
         match ttl.checked_sub(elapsed + self.drift(ttl)) {
             Some(v) if !v.is_zero() => Ok(v),
             _ => Err(LockError::Lost {

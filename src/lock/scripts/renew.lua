@@ -7,10 +7,12 @@
 --       the grant's limit N ('' = the one recorded for the name) and slot ('' = unknown: only find
 --       it), slot key base, holder hash base (slot i >= 2 is `base .. i`), the holder's note, the
 --       wake channel prefix ('' = no probe: the renewals of a grant this run made, which probed),
---       and the uptime ms above which the node was up already when it last had our key ('' = no
---       bound: the time since that call was sent, plus the node timeout)
+--       the uptime ms above which the node was up already when it last had our key ('' = no
+--       bound: the time since that call was sent, plus the node timeout), and the number of the
+--       holder's renewals that have counted so far ('' = not a held grant's renewal)
 -- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed for a holder that gave a run id
---         (the node's current run id, which the holder records), {ttl ms set, run id, 1} re-created,
+--         (the node's current run id, which the holder records), {ttl ms set, run id, 1} put back
+--         (now, or by a run of this script since the holder's last renewal that counted),
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
 --         With no slot given: the slots that hold the token here, as an array, and nothing renewed.
 --
@@ -29,8 +31,12 @@
 -- records it, and a later disappearance on this node (a `break`, an eviction) is final. The fencing
 -- counter, which the restart may have lost too, is raised to at least our token.
 --
--- A key put back does not count in the renewal that puts it back (the holder counts that node as
--- "not ours" this time, and as ours from the next renewal on, which finds the key there). The node
+-- A key put back does not count until a renewal has counted without it (the holder counts that node
+-- as "not ours" until then). The key records, in its holder hash, the number of the holder's
+-- renewals that had counted when it was put back (`back`): a run of this script sent again (its
+-- reply lost, a read cut by a stop of lockctl) or a renewal retried (other nodes did not answer)
+-- finds the key in place but answers that it was put back, until the holder's count has moved on.
+-- The node
 -- was without our key from its restart (or from whatever else removed it) until now, and the
 -- quarantine covers only the first TTL of that time: past it, the node may have granted the lock to
 -- another client, who may have released it since, leaving no trace. That client needed a quorum, so
@@ -106,6 +112,9 @@ if current == token then
   if KEYS[5] and now_id ~= granted_by then
     redis.call('SET', KEYS[5], now_id, 'PX', ttl)
   end
+  if (ARGV[17] or '') ~= '' and redis.call('HGET', holder, 'back') == ARGV[17] then
+    return {tonumber(ttl), now_id, 1}
+  end
   return {tonumber(ttl), now_id}
 end
 if current or granted_by == '' then
@@ -152,6 +161,9 @@ local now = redis.call('TIME')
 redis.call('HSET', holder, 'token', token, 'fence', t, 'host', ARGV[5], 'pid', ARGV[6],
   'cmd', ARGV[7], 'acquired_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'ttl_ms', ttl,
   'slot', ARGV[11], 'limit', ARGV[10])
+if (ARGV[17] or '') ~= '' then
+  redis.call('HSET', holder, 'back', ARGV[17])
+end
 -- The record the grant wrote, note included (acquire.lua writes it only when there is one).
 if (ARGV[14] or '') ~= '' then
   redis.call('HSET', holder, 'note', ARGV[14])
