@@ -207,9 +207,13 @@ pub struct Grant {
     /// each renewal that counted there): a server up since before then is not one that lost the key
     /// in a restart, and puts nothing back (`renew.lua`).
     pub confirmed: Vec<Stamp>,
-    /// How many of its renewals have counted: a key put back on a node counts once a renewal has
-    /// counted without it (`renew.lua` records this number with the key).
+    /// How many of its renewals have counted, and how many renewal calls were made.
     pub renewals: u64,
+    pub calls: u64,
+    /// Per node, the mark of the last put-back of our key learned of there (`renew.lua`'s `back`),
+    /// and how many renewals had counted when it was learned: that key counts once a renewal has
+    /// counted without it since.
+    pub backs: Vec<Option<(String, u64)>>,
     /// The slot held, 1..=limit (slot 1 is the lock key itself).
     pub slot: usize,
     /// The number of slots of the name (`--limit`).
@@ -223,6 +227,8 @@ struct Recreate<'a> {
     run_ids: &'a mut Vec<String>,
     confirmed: &'a mut Vec<Stamp>,
     renewals: &'a mut u64,
+    calls: &'a mut u64,
+    backs: &'a mut Vec<Option<(String, u64)>>,
     holder: &'a Holder,
 }
 
@@ -1049,6 +1055,8 @@ impl Engine {
                     .collect(),
                 confirmed: vec![started; n],
                 renewals: 0,
+                calls: 0,
+                backs: vec![None; n],
                 slot,
                 limit,
             }),
@@ -1297,6 +1305,8 @@ impl Engine {
             run_ids,
             confirmed,
             renewals,
+            calls,
+            backs,
             slot,
             limit,
             ..
@@ -1312,6 +1322,8 @@ impl Engine {
                 run_ids,
                 confirmed,
                 renewals,
+                calls,
+                backs,
                 holder,
             }),
         )
@@ -1354,9 +1366,14 @@ impl Engine {
             None => Vec::new(),
         };
         let held_grant = recreate.is_some();
-        let counted = recreate
-            .as_ref()
-            .map_or(String::new(), |r| r.renewals.to_string());
+        // This call's number: a put-back records it, with the node's run id, as its mark.
+        let call = match &mut recreate {
+            Some(r) => {
+                *r.calls += 1;
+                r.calls.to_string()
+            }
+            None => String::new(),
+        };
         let started = Stamp::now();
         // Per node, the uptime above which its server was up already when it last had our key.
         let up_before: Vec<String> = match &recreate {
@@ -1416,7 +1433,7 @@ impl Engine {
                 &note,
                 probe,
                 up_before,
-                &counted,
+                &call,
             ];
             node.eval("renew", &RENEW, &key_list, &args)
         });
@@ -1425,7 +1442,13 @@ impl Engine {
         // with that TTL, and the node's current run id is recorded at once: after a restart that kept
         // the key as after one that lost it, a later disappearance on that node is final.
         let mut recreated = vec![false; self.nodes.len()];
-        if let Some(Recreate { run_ids, .. }) = &mut recreate {
+        if let Some(Recreate {
+            run_ids,
+            renewals,
+            backs,
+            ..
+        }) = &mut recreate
+        {
             for (i, r) in results.iter_mut().enumerate() {
                 if let Ok(Value::Array(items)) = r {
                     if let (Some(Value::BulkString(id)), Some(slot)) =
@@ -1437,10 +1460,29 @@ impl Engine {
                             *slot = id.into_owned();
                         }
                     }
-                    // A key put back (by this run, or by one since the last renewal that counted:
-                    // a resend, a retry) counts once a renewal has counted without it (`renew.lua`):
-                    // the node was without it for a while, and may have granted the lock meanwhile.
-                    if items.get(2) == Some(&Value::Int(1)) {
+                    // A key put back counts once a renewal has counted without it since we
+                    // learned of the put-back (`renew.lua`): the node was without it for a while,
+                    // and may have granted the lock meanwhile; when it was put back is not known,
+                    // only that it was before we learned of it (from this reply, or a later one
+                    // if this one was lost or the request came late).
+                    let waits = match items.get(2) {
+                        Some(Value::BulkString(mark)) => {
+                            let mark = String::from_utf8_lossy(mark);
+                            let known = backs
+                                .get(i)
+                                .and_then(Option::as_ref)
+                                .filter(|(m, _)| *m == mark)
+                                .map(|(_, at)| *at);
+                            if known.is_none() {
+                                if let Some(b) = backs.get_mut(i) {
+                                    *b = Some((mark.into_owned(), **renewals));
+                                }
+                            }
+                            known.is_none_or(|at| at >= **renewals)
+                        }
+                        _ => false,
+                    };
+                    if waits {
                         trace!("renew '{}': node {i} got our key back", keys.name);
                         recreated[i] = true;
                         *r = Ok(Value::Int(0));

@@ -8,11 +8,11 @@
 --       it), slot key base, holder hash base (slot i >= 2 is `base .. i`), the holder's note, the
 --       wake channel prefix ('' = no probe: the renewals of a grant this run made, which probed),
 --       the uptime ms above which the node was up already when it last had our key ('' = no
---       bound: the time since that call was sent, plus the node timeout), and the number of the
---       holder's renewals that have counted so far ('' = not a held grant's renewal)
+--       bound: the time since that call was sent, plus the node timeout), and the number of this
+--       call among the holder's renewal calls ('' = not a held grant's renewal)
 -- Returns the ttl ms set (renewed), {ttl ms set, run id} renewed for a holder that gave a run id
---         (the node's current run id, which the holder records), {ttl ms set, run id, 1} put back
---         (now, or by a run of this script since the holder's last renewal that counted),
+--         (the node's current run id, which the holder records), {ttl ms set, run id, mark} found
+--         or put back where a renewal put it back (`back`, which the holder compares),
 --         0 not ours, -1 not ours for now: the node restarted and is still in its restart quarantine.
 --         With no slot given: the slots that hold the token here, as an array, and nothing renewed.
 --
@@ -31,11 +31,13 @@
 -- records it, and a later disappearance on this node (a `break`, an eviction) is final. The fencing
 -- counter, which the restart may have lost too, is raised to at least our token.
 --
--- A key put back does not count until a renewal has counted without it (the holder counts that node
--- as "not ours" until then). The key records, in its holder hash, the number of the holder's
--- renewals that had counted when it was put back (`back`): a run of this script sent again (its
--- reply lost, a read cut by a stop of lockctl) or a renewal retried (other nodes did not answer)
--- finds the key in place but answers that it was put back, until the holder's count has moved on.
+-- A key put back does not count until a renewal has counted without it after the holder learned of
+-- it (the holder counts that node as "not ours" until then). The key's holder hash records which
+-- call put it back and on which run (`back`), and every renewal of a held grant that finds the key
+-- answers with that mark: the holder learns of a put-back from its reply, or from a later call that
+-- finds the key, if that reply was lost or the request reached the node late (a call sent again, a
+-- request held up in the network and delivered after later renewals had counted without the node).
+-- When the key was put back is not known, only that it was before the holder learned of it.
 -- The node
 -- was without our key from its restart (or from whatever else removed it) until now, and the
 -- quarantine covers only the first TTL of that time: past it, the node may have granted the lock to
@@ -112,8 +114,9 @@ if current == token then
   if KEYS[5] and now_id ~= granted_by then
     redis.call('SET', KEYS[5], now_id, 'PX', ttl)
   end
-  if (ARGV[17] or '') ~= '' and redis.call('HGET', holder, 'back') == ARGV[17] then
-    return {tonumber(ttl), now_id, 1}
+  local back = (ARGV[17] or '') ~= '' and redis.call('HGET', holder, 'back')
+  if back then
+    return {tonumber(ttl), now_id, back}
   end
   return {tonumber(ttl), now_id}
 end
@@ -161,12 +164,11 @@ local now = redis.call('TIME')
 redis.call('HSET', holder, 'token', token, 'fence', t, 'host', ARGV[5], 'pid', ARGV[6],
   'cmd', ARGV[7], 'acquired_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'ttl_ms', ttl,
   'slot', ARGV[11], 'limit', ARGV[10])
-if (ARGV[17] or '') ~= '' then
-  redis.call('HSET', holder, 'back', ARGV[17])
-end
+local back = (ARGV[17] or '') .. ':' .. run_id
+redis.call('HSET', holder, 'back', back)
 -- The record the grant wrote, note included (acquire.lua writes it only when there is one).
 if (ARGV[14] or '') ~= '' then
   redis.call('HSET', holder, 'note', ARGV[14])
 end
 redis.call('PEXPIRE', holder, ttl)
-return {tonumber(ttl), run_id, 1}
+return {tonumber(ttl), run_id, back}
