@@ -18,13 +18,6 @@ use support::holder::Holder;
 use support::proxy::Switch;
 use support::*;
 
-/// `lockctl` with the restart quarantine on (its default, the TTL).
-fn quarantined() -> std::process::Command {
-    let mut c = lockctl();
-    c.env_remove("LOCKCTL_QUARANTINE");
-    c
-}
-
 const PASS: u8 = 0;
 const REFUSE: u8 = 1;
 const HOLD: u8 = 2;

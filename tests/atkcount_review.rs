@@ -16,13 +16,6 @@ use support::holder::Holder;
 use support::proxy::{self, Switch};
 use support::*;
 
-/// `lockctl` with the restart quarantine on (its default, the TTL).
-fn quarantined() -> std::process::Command {
-    let mut c = lockctl();
-    c.env_remove("LOCKCTL_QUARANTINE");
-    c
-}
-
 /// A movable loopback address (as [`Switch`]) whose next connection, once armed, has the reply to
 /// its first script cut: the script runs on the server, its reply is lost with the connection.
 struct CutOnce {

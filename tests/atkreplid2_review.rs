@@ -43,17 +43,8 @@ impl Holder {
     }
 }
 
-fn info_field(s: &Server, field: &str) -> String {
-    let info: String = s.cmd(&["INFO", "replication"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or("")
-        .trim()
-        .to_string()
-}
-
 fn replid2(s: &Server) -> String {
-    info_field(s, "master_replid2")
+    replication_field(s, "master_replid2")
 }
 
 fn zeros(id: &str) -> bool {

@@ -13,22 +13,6 @@ use support::holder::Holder;
 use support::proxy::Switch;
 use support::*;
 
-/// `lockctl` with the restart quarantine on (its default, the TTL).
-fn quarantined() -> std::process::Command {
-    let mut c = lockctl();
-    c.env_remove("LOCKCTL_QUARANTINE");
-    c
-}
-
-fn replication_field(s: &Server, field: &str) -> String {
-    let info: String = s.cmd(&["INFO", "replication"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or("")
-        .trim()
-        .to_string()
-}
-
 /// Promise 1 (no two holders), Redlock over three nodes A, B, C (A and B behind movable addresses).
 ///
 /// Node A drops out of the holder's reach (its address leads nowhere) while B and C keep the lease;

@@ -16,13 +16,6 @@ use support::proxy::Switch;
 use support::topology::{info_field, SentinelGroup};
 use support::*;
 
-/// `lockctl` with the restart quarantine on (its default, the TTL).
-fn quarantined() -> std::process::Command {
-    let mut c = lockctl();
-    c.env_remove("LOCKCTL_QUARANTINE");
-    c
-}
-
 /// A holder on one node whose address moves, between two renewals, to another server that has been
 /// up for longer than the quarantine; a second client takes the lock there and gives it back before
 /// the holder's next renewal. Before, that renewal put the holder's key back (a new run id, past its

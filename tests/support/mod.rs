@@ -625,6 +625,14 @@ pub fn lockctl() -> Command {
     c
 }
 
+/// [`lockctl`] with the restart quarantine on (its default, the TTL), for scenes that restart or
+/// replace servers under a holder.
+pub fn quarantined() -> Command {
+    let mut c = lockctl();
+    c.env_remove("LOCKCTL_QUARANTINE");
+    c
+}
+
 /// A lockctl command pointed at one server.
 pub fn lockctl_on(server: &Server) -> Command {
     let mut c = lockctl();
@@ -917,9 +925,14 @@ pub fn replicas_in_sync(master: &Server, n: usize) -> Vec<Server> {
 
 /// `master_replid` of `server`'s `INFO replication`.
 pub fn replid(server: &Server) -> String {
+    replication_field(server, "master_replid")
+}
+
+/// A field of the server's `INFO replication` ("" when it has none).
+pub fn replication_field(server: &Server, field: &str) -> String {
     let info: String = server.cmd(&["INFO", "replication"]);
     info.lines()
-        .find_map(|l| l.strip_prefix("master_replid:"))
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .unwrap_or("")
         .trim()
         .to_string()
