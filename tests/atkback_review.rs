@@ -143,15 +143,6 @@ impl Delay {
     }
 }
 
-fn commandstat_calls(s: &Server, cmd: &str) -> u64 {
-    let info: String = s.cmd(&["INFO", "commandstats"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Promise 1 (no two holders), Redlock over three nodes A, B, C (B behind a path that can delay
 /// the holder's requests, C behind a movable address), TTL 6 s, node timeout 500 ms, quarantine on.
 ///

@@ -928,6 +928,16 @@ pub fn replid(server: &Server) -> String {
     replication_field(server, "master_replid")
 }
 
+/// How many times the server has run `cmd` (lower case, as `INFO commandstats` names it).
+pub fn commandstat_calls(s: &Server, cmd: &str) -> u64 {
+    let info: String = s.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A field of the server's `INFO replication` ("" when it has none).
 pub fn replication_field(server: &Server, field: &str) -> String {
     let info: String = server.cmd(&["INFO", "replication"]);

@@ -32,12 +32,13 @@
 -- counter, which the restart may have lost too, is raised to at least our token.
 --
 -- A key put back does not count until a renewal has counted without it after the holder learned of
--- it (the holder counts that node as "not ours" until then). The key's holder hash records which
--- call put it back and on which run (`back`), and every renewal of a held grant that finds the key
--- answers with that mark: the holder learns of a put-back from its reply, or from a later call that
--- finds the key, if that reply was lost or the request reached the node late (a call sent again, a
--- request held up in the network and delivered after later renewals had counted without the node).
--- When the key was put back is not known, only that it was before the holder learned of it.
+-- it (the holder counts that node as "not ours" until then). Each put-back marks the key's holder
+-- hash with a mark of its own (`back`: the call, the server's run id and time), and every renewal of
+-- a held grant that finds the key answers with that mark: the holder learns of a put-back from its
+-- reply, or from a later call that finds the key, if that reply was lost or the request reached the
+-- node late (a call sent again, a request held up in the network and delivered after later renewals
+-- had counted without the node). When the key was put back is not known, only that it was before
+-- the holder learned of it. A copy of the call that runs again later makes a new mark.
 -- The node
 -- was without our key from its restart (or from whatever else removed it) until now, and the
 -- quarantine covers only the first TTL of that time: past it, the node may have granted the lock to
@@ -111,10 +112,12 @@ if current == token then
   -- and the renewal sent again with the old run id: so the server keeps it too, for the lease's
   -- TTL. Without it, a break between the two sends was undone by the second one, which took the
   -- missing key for one lost in the restart and put it back.
-  if KEYS[5] and now_id ~= granted_by then
+  local back = (ARGV[17] or '') ~= '' and redis.call('HGET', holder, 'back')
+  -- Kept as long as a key put back is there too: a copy of the call that put it back, delayed in
+  -- the network, must not put it back again after a `break`.
+  if KEYS[5] and (now_id ~= granted_by or back) then
     redis.call('SET', KEYS[5], now_id, 'PX', ttl)
   end
-  local back = (ARGV[17] or '') ~= '' and redis.call('HGET', holder, 'back')
   if back then
     return {tonumber(ttl), now_id, back}
   end
@@ -164,8 +167,14 @@ local now = redis.call('TIME')
 redis.call('HSET', holder, 'token', token, 'fence', t, 'host', ARGV[5], 'pid', ARGV[6],
   'cmd', ARGV[7], 'acquired_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'ttl_ms', ttl,
   'slot', ARGV[11], 'limit', ARGV[10])
-local back = (ARGV[17] or '') .. ':' .. run_id
+-- The mark is this run's own (the server's time in microseconds): a copy of the same call that runs
+-- later (sent again, or delayed in the network) makes another mark, which the holder has not seen.
+local back = (ARGV[17] or '') .. ':' .. run_id .. ':' .. now[1] .. '.' .. now[2]
 redis.call('HSET', holder, 'back', back)
+-- As a renewal under a new run id does (above): once put back here, a later disappearance is final.
+if KEYS[5] then
+  redis.call('SET', KEYS[5], run_id, 'PX', ttl)
+end
 -- The record the grant wrote, note included (acquire.lua writes it only when there is one).
 if (ARGV[14] or '') ~= '' then
   redis.call('HSET', holder, 'note', ARGV[14])
