@@ -956,12 +956,7 @@ fn sleeps_on_a_read_socket(pid: i32, local: u16, remote: u16) -> bool {
         tasks.flatten().any(|t| {
             let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
             let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-            let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
-            let nr: i64 = call
-                .split_whitespace()
-                .next()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(-1);
+            let nr = support::watchers::syscall_nr(&t.path());
             comm.trim() != "signals"
                 && stat
                     .rsplit(')')

@@ -349,14 +349,19 @@ pub fn in_a_clone(pid: i32) -> bool {
         return false;
     };
     tasks.flatten().any(|t| {
-        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
-        let nr: i64 = call
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(-1);
-        [libc::SYS_clone, libc::SYS_clone3, libc::SYS_vfork].contains(&nr)
+        [libc::SYS_clone, libc::SYS_clone3, libc::SYS_vfork].contains(&syscall_nr(&t.path()))
     })
+}
+
+/// The number of the system call the thread `/proc/PID/task/TID` is in (its `syscall` file's first
+/// field), or -1 when it runs or cannot be read.
+pub fn syscall_nr(task: &std::path::Path) -> i64 {
+    std::fs::read_to_string(task.join("syscall"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1)
 }
 
 /// Starts a lockctl with `start` (given the try's number, 1 to 50) until the double fork's
