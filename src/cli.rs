@@ -541,14 +541,23 @@ pub fn command() -> clap::Command {
 }
 
 /// Parses the process's arguments and environment; exits 2 with clap's message on a usage error.
+///
+/// A start-up of lockctl is most of what a cron job or a script pays for it, and building clap's
+/// tree of every subcommand (each with the global options copied into it) was a third of an
+/// `acquire -n` (`bench/RESULTS.md`, "The argument parser"). So the command line is parsed first
+/// with a tree that holds only the subcommand it names ([`one_subcommand`]); whatever that tree
+/// does not accept as it stands (help, a version flag, an error, a conflict) is parsed again with
+/// the whole tree, which prints what it always printed.
 pub fn parse() -> Cli {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if let Some(cli) = parse_with(one_subcommand(&args), &args) {
+        return cli;
+    }
     let mut cmd = without_empty_env(command());
-    let matches = cmd.get_matches_mut();
-    let settled = Cli::from_arg_matches(&matches).and_then(|mut cli| {
-        settle_conflicts(&mut cli, &matches)?;
-        Ok(cli)
-    });
-    settled.unwrap_or_else(|e| {
+    let matches = cmd
+        .try_get_matches_from_mut(args)
+        .unwrap_or_else(|e| e.exit());
+    settled(&matches).unwrap_or_else(|e| {
         // The usage line of the command that was given, as clap's own errors show it.
         match matches
             .subcommand_name()
@@ -558,6 +567,71 @@ pub fn parse() -> Cli {
             None => e.format(&mut cmd).exit(),
         }
     })
+}
+
+/// The options of the matches, with the conflicts between the command line and the environment
+/// settled.
+fn settled(matches: &ArgMatches) -> Result<Cli, clap::Error> {
+    Cli::from_arg_matches(matches).and_then(|mut cli| {
+        settle_conflicts(&mut cli, matches)?;
+        Ok(cli)
+    })
+}
+
+/// `args` parsed with `tree`, if it accepts them without a message of any kind.
+fn parse_with(tree: Option<clap::Command>, args: &[OsString]) -> Option<Cli> {
+    let matches = without_empty_env(tree?).try_get_matches_from(args).ok()?;
+    settled(&matches).ok()
+}
+
+/// What the derive writes for a struct of arguments: it adds them to a command.
+type Augment = fn(clap::Command) -> clap::Command;
+
+/// Each subcommand's name and the derive's builder of its arguments, in the order of [`Command`].
+/// `tests` below checks the list against the derived tree.
+const SUBCOMMANDS: [(&str, Augment); 9] = [
+    ("acquire", <AcquireArgs as Args>::augment_args),
+    ("release", <ReleaseArgs as Args>::augment_args),
+    ("renew", <RenewArgs as Args>::augment_args),
+    ("exec", <ExecArgs as Args>::augment_args),
+    ("status", <StatusArgs as Args>::augment_args),
+    ("list", <ListArgs as Args>::augment_args),
+    ("break", <BreakArgs as Args>::augment_args),
+    ("doctor", <DoctorArgs as Args>::augment_args),
+    ("completions", <CompletionsArgs as Args>::augment_args),
+];
+
+/// The top of the command tree without its subcommands: the global options and the settings the
+/// derive gives [`Cli`] that change how a command line parses. Its texts (about, examples) are
+/// left out: help is always printed from the whole tree.
+fn top() -> clap::Command {
+    let cmd = clap::Command::new("lockctl")
+        .version(env!("CARGO_PKG_VERSION"))
+        .propagate_version(true)
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .group(clap::ArgGroup::new("Cli").multiple(true));
+    let cmd = <ConnectionArgs as Args>::augment_args(cmd);
+    let cmd = <TimingArgs as Args>::augment_args(cmd);
+    <OutputArgs as Args>::augment_args(cmd)
+}
+
+/// The command tree with only the subcommand that `args` name, or `None` when they name none (or
+/// clap's own `help` first).
+///
+/// It parses a command line exactly as the whole tree does, or refuses it. The words before the
+/// first one that names a subcommand name none, so both trees read them alike; both read that word
+/// alike (both have it as a subcommand); if it begins the subcommand, both read the rest with the
+/// same subcommand; if it was an option's value instead, a later word that names another
+/// subcommand is one this tree lacks, and it refuses the line (no subcommand takes free words
+/// before it: the top has no positional arguments and no inferred or external subcommands).
+fn one_subcommand(args: &[OsString]) -> Option<clap::Command> {
+    let word = args
+        .iter()
+        .skip(1)
+        .find(|a| *a == "help" || SUBCOMMANDS.iter().any(|(name, _)| *a == *name))?;
+    let (name, build) = SUBCOMMANDS.iter().find(|(name, _)| *word == **name)?;
+    Some(top().subcommand(build(clap::Command::new(*name))))
 }
 
 /// `cmd` with the variables that are set but empty forgotten, so that they count as unset.
@@ -663,5 +737,103 @@ fn winner(m: &ArgMatches, a: (&str, &str), b: (&str, &str)) -> Result<Option<Sid
             ),
         )),
         _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cmd` without what only help shows, so that two trees can be compared for how they parse.
+    fn for_parsing(cmd: clap::Command) -> clap::Command {
+        fn texts(cmd: clap::Command) -> clap::Command {
+            cmd.about(None)
+                .long_about(None)
+                .after_long_help(None)
+                .override_usage(None)
+                .max_term_width(100)
+        }
+        texts(cmd).mut_subcommands(texts)
+    }
+
+    #[test]
+    fn the_one_subcommand_trees_are_the_derived_tree_in_parts() {
+        let derived = for_parsing(command());
+        let names: Vec<&str> = derived.get_subcommands().map(|s| s.get_name()).collect();
+        let listed: Vec<&str> = SUBCOMMANDS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(
+            names, listed,
+            "SUBCOMMANDS must list every subcommand, in order"
+        );
+        let parts = for_parsing(
+            top().subcommands(
+                SUBCOMMANDS
+                    .iter()
+                    .map(|(name, build)| build(clap::Command::new(*name))),
+            ),
+        );
+        let (parts, derived) = (format!("{parts:#?}"), format!("{derived:#?}"));
+        // The trees print as some 4,000 lines: show where they part.
+        let first = parts.lines().zip(derived.lines()).position(|(a, b)| a != b);
+        let around = |text: &str, at: usize| {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[at.saturating_sub(12)..(at + 3).min(lines.len())].join("\n")
+        };
+        if let Some(at) = first {
+            panic!(
+                "the trees part at line {at}:\n--- in parts:\n{}\n--- derived:\n{}",
+                around(&parts, at),
+                around(&derived, at)
+            );
+        }
+        assert_eq!(parts.lines().count(), derived.lines().count());
+    }
+
+    fn args(line: &str) -> Vec<OsString> {
+        line.split(' ').map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_line_is_parsed_alike_by_both_trees_or_refused_by_the_small_one() {
+        let lines = [
+            "lockctl acquire deploy -n --ttl 10s",
+            "lockctl -r redis://a -r redis://b acquire deploy -w 5s --format json",
+            "lockctl acquire status -n",
+            "lockctl -r status acquire deploy",
+            "lockctl --prefix exec release x -c true",
+            "lockctl exec deploy -- status --help -r x",
+            "lockctl release deploy --token abc -q",
+            "lockctl renew deploy --ttl 1m --token t",
+            "lockctl status deploy --format json -v",
+            "lockctl list deploy-* --node-timeout 200ms",
+            "lockctl break deploy --yes",
+            "lockctl doctor --ttl 10m",
+            "lockctl acquire deploy -n -w 5s",
+            "lockctl acquire deploy --help",
+            "lockctl acquire deploy -V",
+            "lockctl help acquire",
+            "lockctl acquire",
+            "lockctl acquire x --ttl 1ms",
+            "lockctl -q -v status x",
+            "lockctl --redis-file f -r redis://a status x",
+            "lockctl exec x -n --supersede -- true",
+        ];
+        let mut fast = 0;
+        for line in lines {
+            let args = args(line);
+            let whole = command()
+                .try_get_matches_from(&args)
+                .ok()
+                .and_then(|m| settled(&m).ok());
+            if let Some(cli) = parse_with(one_subcommand(&args), &args) {
+                fast += 1;
+                assert_eq!(
+                    Some(format!("{cli:?}")),
+                    whole.map(|c| format!("{c:?}")),
+                    "{line}"
+                );
+            }
+        }
+        assert!(fast >= 10, "only {fast} lines took the small tree");
     }
 }
