@@ -634,19 +634,27 @@ fn one_subcommand(args: &[OsString]) -> Option<clap::Command> {
     Some(top().subcommand(build(clap::Command::new(*name))))
 }
 
-/// `cmd` with the variables that are set but empty forgotten, so that they count as unset.
+/// `cmd` with the variables that are set but empty forgotten, so that they count as unset. Most
+/// environments have none, and the tree is then left as it is (rebuilding every argument list
+/// costs a start-up more than its parse).
 fn without_empty_env(cmd: clap::Command) -> clap::Command {
-    fn forget_empty(arg: clap::Arg) -> clap::Arg {
-        let empty = arg
+    let empty: Vec<OsString> = std::env::vars_os()
+        .filter(|(_, value)| value.is_empty())
+        .map(|(name, _)| name)
+        .collect();
+    if empty.is_empty() {
+        return cmd;
+    }
+    let forget_empty = |arg: clap::Arg| {
+        if arg
             .get_env()
-            .and_then(std::env::var_os)
-            .is_some_and(|v| v.is_empty());
-        if empty {
+            .is_some_and(|name| empty.iter().any(|e| e == name))
+        {
             arg.env(None)
         } else {
             arg
         }
-    }
+    };
     cmd.mut_args(forget_empty)
         .mut_subcommands(|sub| sub.mut_args(forget_empty))
 }

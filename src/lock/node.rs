@@ -1522,6 +1522,7 @@ fn command_then_info(
     if let Err(e) = conn.send_packed_command(&both) {
         return (Err(e), None);
     }
+    learn_cpu_features();
     let first = conn.recv_response().and_then(Value::extract_error);
     let replied = match &first {
         Ok(_) => true,
@@ -1532,6 +1533,20 @@ fn command_then_info(
     }
     let info = conn.recv_response().and_then(Value::extract_error);
     (first, Some(info))
+}
+
+/// Asks the CPU which vector instructions it has, once per process, while a reply is awaited.
+///
+/// The first search of a reply (the Redis client's parser finds each line's end with the memchr
+/// crate) would ask then, after the reply came: `cpuid`, several times, which a virtual machine's
+/// hypervisor answers slowly (7.6 us each on the host of `bench/RESULTS.md`; the question cost
+/// about 50 us of a one-node `acquire -n`). Asked here, it overlaps the server's work. Later calls
+/// read the answer kept by the standard library (one load).
+fn learn_cpu_features() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let _ = std::arch::is_x86_feature_detected!("avx2");
+    }
 }
 
 fn timed_out(what: &str) -> RedisError {
