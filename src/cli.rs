@@ -638,23 +638,25 @@ fn one_subcommand(args: &[OsString]) -> Option<clap::Command> {
 /// environments have none, and the tree is then left as it is (rebuilding every argument list
 /// costs a start-up more than its parse).
 fn without_empty_env(cmd: clap::Command) -> clap::Command {
-    let empty: Vec<OsString> = std::env::vars_os()
-        .filter(|(_, value)| value.is_empty())
-        .map(|(name, _)| name)
-        .collect();
-    if empty.is_empty() {
-        return cmd;
+    fn empty(arg: &clap::Arg) -> bool {
+        arg.get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|v| v.is_empty())
     }
-    let forget_empty = |arg: clap::Arg| {
-        if arg
-            .get_env()
-            .is_some_and(|name| empty.iter().any(|e| e == name))
-        {
+    fn forget_empty(arg: clap::Arg) -> clap::Arg {
+        if empty(&arg) {
             arg.env(None)
         } else {
             arg
         }
-    };
+    }
+    let any = cmd.get_arguments().any(empty)
+        || cmd
+            .get_subcommands()
+            .any(|sub| sub.get_arguments().any(empty));
+    if !any {
+        return cmd;
+    }
     cmd.mut_args(forget_empty)
         .mut_subcommands(|sub| sub.mut_args(forget_empty))
 }
