@@ -34,13 +34,20 @@ use std::ffi::{c_char, c_int};
 extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     hold_standard_descriptors_open();
     ignore_sigpipe();
-    // An `exec`'s watcher, started again from this binary, never reaches the command line parser.
-    lockctl::exec::guard_mode();
-    if version_only() {
-        std::process::exit(0);
-    }
-    share_one_malloc_arena();
-    std::process::exit(lockctl::run(lockctl::cli::parse()).code().into())
+    // A panic must not unwind into the C library's frames: as after a standard `main`, it exits
+    // 101 (the release profile aborts at the panic already). The message names the thread
+    // '<unnamed>': only the standard start-up names it 'main'.
+    let code = std::panic::catch_unwind(|| {
+        // An `exec`'s watcher, started again from this binary, never reaches the command line
+        // parser.
+        lockctl::exec::guard_mode();
+        if version_only() {
+            return 0;
+        }
+        share_one_malloc_arena();
+        lockctl::run(lockctl::cli::parse()).code().into()
+    });
+    std::process::exit(code.unwrap_or(101))
 }
 
 /// Opens `/dev/null` on each of descriptors 0, 1 and 2 that is closed, as the standard library's
