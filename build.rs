@@ -29,6 +29,9 @@ const SCRIPTS: [(&str, bool, &str, bool); 7] = [
 fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lock/scripts");
     println!("cargo:rerun-if-changed={}", dir.display());
+    // scripts/build links the functions this list names first (see there); cargo does not read
+    // the linker's arguments, so a new list must make it link again.
+    println!("cargo:rerun-if-changed=scripts/hot-symbols.txt");
     let path = |file: &str| dir.join(format!("{file}.lua"));
     let read = |file: &str| {
         std::fs::read_to_string(path(file))
