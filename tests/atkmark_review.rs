@@ -17,13 +17,6 @@ use std::time::{Duration, Instant};
 use support::holder::Holder;
 use support::*;
 
-/// `lockctl` with the restart quarantine on (its default, the TTL).
-fn quarantined() -> std::process::Command {
-    let mut c = lockctl();
-    c.env_remove("LOCKCTL_QUARANTINE");
-    c
-}
-
 const PASS: u8 = 0;
 const CUT_NEXT: u8 = 1;
 

@@ -1355,12 +1355,7 @@ struct Info<'a> {
 
 impl<'a> Info<'a> {
     fn of(v: &'a Value) -> Self {
-        let text: &[u8] = match v {
-            Value::BulkString(b) => b,
-            Value::VerbatimString { text, .. } => text.as_bytes(),
-            Value::SimpleString(s) => s.as_bytes(),
-            _ => b"",
-        };
+        let text = info_bytes(v);
         let mut info = Info::default();
         for line in text.split(|&b| b == b'\n') {
             let Some(colon) = line.iter().position(|&b| b == b':') else {
@@ -1401,6 +1396,16 @@ impl<'a> Info<'a> {
             .ok()?;
         // Redis keeps hz within 1 to 500.
         Some(Duration::from_millis(1000 / hz.clamp(1, 500)))
+    }
+}
+
+/// The text of an `INFO` reply, whichever way the protocol sent it; empty for any other reply.
+fn info_bytes(v: &Value) -> &[u8] {
+    match v {
+        Value::BulkString(b) => b,
+        Value::VerbatimString { text, .. } => text.as_bytes(),
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => b"",
     }
 }
 
@@ -1565,12 +1570,7 @@ fn read_sections(conn: &mut Connection, count: usize) -> RedisResult<Value> {
     let mut failed = None;
     for _ in 0..count {
         match conn.recv_response().and_then(Value::extract_error) {
-            Ok(v) => match v {
-                Value::BulkString(b) => text.extend_from_slice(&b),
-                Value::VerbatimString { text: t, .. } => text.extend_from_slice(t.as_bytes()),
-                Value::SimpleString(t) => text.extend_from_slice(t.as_bytes()),
-                _ => {}
-            },
+            Ok(v) => text.extend_from_slice(info_bytes(&v)),
             // A reply lost (a timeout, a cut read): the connection is not used again.
             Err(e) if e.code().is_none() => return Err(e),
             Err(e) => {

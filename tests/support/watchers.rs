@@ -353,6 +353,38 @@ pub fn in_a_clone(pid: i32) -> bool {
     })
 }
 
+/// True when a thread of `pid` sleeps in a socket read and its connection from local port `local`
+/// to 127.0.0.1:`remote` has no unread byte: it has read all it was sent and waits for more. The
+/// thread named `signals` (lockctl's signal thread) does not count.
+pub fn sleeps_on_a_read_socket(pid: i32, local: u16, remote: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let (from, to) = (
+        format!("0100007F:{local:04X}"),
+        format!("0100007F:{remote:04X}"),
+    );
+    // The fifth field is `tx_queue:rx_queue`, in hex.
+    let unread = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 4 && f[1] == from && f[2] == to)
+            .then(|| u64::from_str_radix(f[4].split(':').nth(1)?, 16).ok())
+            .flatten()
+    });
+    let asleep = std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+        tasks.flatten().any(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let nr = syscall_nr(&t.path());
+            comm.trim() != "signals"
+                && stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('S'))
+                && (nr == libc::SYS_read || nr == libc::SYS_recvfrom)
+        })
+    });
+    unread == Some(0) && asleep
+}
+
 /// The number of the system call the thread `/proc/PID/task/TID` is in (its `syscall` file's first
 /// field), or -1 when it runs or cannot be read.
 pub fn syscall_nr(task: &std::path::Path) -> i64 {
