@@ -909,8 +909,12 @@ impl Node {
         let durable = script.durable;
         let source = Some(script.source);
         let sizes = || keys.iter().chain(args).map(|a| a.len());
-        // An `INFO` may go along in the same write: a few bytes more.
-        self.sending = packed_len([7, 40, 2].into_iter().chain(sizes())) + 32;
+        // `INFO` may go along in the same write: at most the check's three sections.
+        self.sending = packed_len([7, 40, 2].into_iter().chain(sizes()))
+            + CHECKED_SECTIONS
+                .iter()
+                .map(|section| packed_len([4, section.len()]))
+                .sum::<usize>();
         let fell_back = std::cell::Cell::new(false);
         let eval_source = |conn: &mut Connection, e: RedisError| match source {
             Some(source) => redis::cmd("EVAL")
@@ -1862,6 +1866,16 @@ fn open_client(spec: &NodeSpec, tls: &TlsFiles) -> Result<Client, LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a call counts as sent (`Node::sending`) includes the check's `INFO` commands.
+    #[test]
+    fn the_checks_info_commands_are_counted_in_what_a_call_sends() {
+        let counted: usize = CHECKED_SECTIONS
+            .iter()
+            .map(|section| packed_len([4, section.len()]))
+            .sum();
+        assert_eq!(counted, info_commands(&CHECKED_SECTIONS).len());
+    }
 
     /// `packed_len` counts what redis-rs writes.
     #[test]
