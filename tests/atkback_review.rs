@@ -8,120 +8,65 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::io::Write;
+use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::holder::Holder;
-use support::proxy::Switch;
+use support::proxy::{Holding, Switch, Verdict};
 use support::*;
-
-const PASS: u8 = 0;
-const REFUSE: u8 = 1;
-const HOLD: u8 = 2;
-
-/// One proxied connection: its server side and the client bytes held back from it.
-struct Conn {
-    server: TcpStream,
-    client: TcpStream,
-    held: Vec<u8>,
-}
 
 /// A loopback address in front of one server port whose client-to-server bytes can be held back
 /// (a network path that delays a client's segments, as a partition does while TCP retransmits)
 /// and delivered later, in order, to the server: the held requests then run on the server long
-/// after the client gave up on them. `REFUSE` closes new connections and cuts the open ones.
+/// after the client gave up on them. `refuse` closes new connections and cuts the open ones.
 struct Delay {
-    port: u16,
-    mode: Arc<AtomicU8>,
-    conns: Arc<Mutex<Vec<Arc<Mutex<Conn>>>>>,
+    path: Holding,
+    holding: Arc<AtomicBool>,
 }
 
 impl Delay {
     fn start(upstream: u16) -> Delay {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let mode = Arc::new(AtomicU8::new(PASS));
-        let conns: Arc<Mutex<Vec<Arc<Mutex<Conn>>>>> = Arc::default();
-        let (m, all) = (Arc::clone(&mode), Arc::clone(&conns));
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                if m.load(Ordering::SeqCst) == REFUSE {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                };
-                let conn = Arc::new(Mutex::new(Conn {
-                    server: server.try_clone().unwrap(),
-                    client: client.try_clone().unwrap(),
-                    held: Vec::new(),
-                }));
-                all.lock().unwrap().push(Arc::clone(&conn));
-                // Client to server, held back in HOLD.
-                let (mut c_in, mode, c) = (client.try_clone().unwrap(), Arc::clone(&m), conn);
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 16384];
-                    while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                        let mut c = c.lock().unwrap();
-                        if mode.load(Ordering::SeqCst) == HOLD || !c.held.is_empty() {
-                            c.held.extend_from_slice(&buf[..n]);
-                        } else if c.server.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    // The client's end is not passed on: held bytes still go out on a flush.
-                });
-                // Server to client, untouched.
-                let (mut s_in, mut c_out) = (server, client);
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 16384];
-                    while let Ok(n @ 1..) = s_in.read(&mut buf) {
-                        if c_out.write_all(&buf[..n]).is_err() {
-                            // The client gave up: keep reading so the server is never blocked.
-                            continue;
-                        }
-                    }
-                    let _ = c_out.shutdown(Shutdown::Write);
-                });
+        let holding = Arc::new(AtomicBool::new(false));
+        let hold = Arc::clone(&holding);
+        // In hold, and after it while a connection still has bytes held (they go out in order).
+        let path = Holding::start(upstream, move |c| {
+            if hold.load(Ordering::SeqCst) || !c.held.is_empty() {
+                Verdict::Hold
+            } else {
+                Verdict::Pass
             }
         });
-        Delay { port, mode, conns }
+        Delay { path, holding }
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.path.url()
     }
 
     /// New connections are closed at once, open ones cut.
     fn refuse(&self) {
-        self.mode.store(REFUSE, Ordering::SeqCst);
-        for c in self.conns.lock().unwrap().drain(..) {
-            let c = c.lock().unwrap();
-            let _ = c.client.shutdown(Shutdown::Both);
-            let _ = c.server.shutdown(Shutdown::Both);
-        }
+        self.path.refuse();
     }
 
     fn pass(&self) {
-        self.mode.store(PASS, Ordering::SeqCst);
+        self.holding.store(false, Ordering::SeqCst);
+        self.path.admit();
     }
 
     /// Client bytes are held back from the server from now on.
     fn hold(&self) {
-        self.mode.store(HOLD, Ordering::SeqCst);
+        self.holding.store(true, Ordering::SeqCst);
+        self.path.admit();
     }
 
     /// Delivers the held bytes of the first connection that has any (the oldest held request),
     /// and drops the others' (a later delivery would find the key in place and change nothing
     /// that matters here). Then passes again. Returns how many bytes went out.
     fn deliver_oldest(&self) -> usize {
-        let conns = self.conns.lock().unwrap();
+        let conns = self.path.conns();
         let mut sent = 0;
         for c in conns.iter() {
             let mut c = c.lock().unwrap();
@@ -138,7 +83,7 @@ impl Delay {
                 let _ = c.client.shutdown(Shutdown::Both);
             }
         }
-        self.mode.store(PASS, Ordering::SeqCst);
+        self.holding.store(false, Ordering::SeqCst);
         sent
     }
 }

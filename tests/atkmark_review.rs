@@ -8,23 +8,14 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::holder::Holder;
+use support::proxy::{Holding, Verdict};
 use support::*;
-
-const PASS: u8 = 0;
-const CUT_NEXT: u8 = 1;
-
-/// One proxied connection: its server side and the client bytes held back from it.
-struct Conn {
-    server: TcpStream,
-    held: Vec<u8>,
-}
 
 /// A loopback address in front of one server port. Armed (`cut_next`), it keeps the next request
 /// a client sends on any connection from the server and cuts that client's connection: the client
@@ -32,77 +23,40 @@ struct Conn {
 /// which passes. The request kept back goes to the server later (`deliver`), on its own
 /// connection: a request that the network delivered late, after the client had resent it.
 struct Cut {
-    port: u16,
-    mode: Arc<AtomicU8>,
-    conns: Arc<Mutex<Vec<Arc<Mutex<Conn>>>>>,
+    path: Holding,
+    armed: Arc<AtomicBool>,
 }
 
 impl Cut {
     fn start(upstream: u16) -> Cut {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let mode = Arc::new(AtomicU8::new(PASS));
-        let conns: Arc<Mutex<Vec<Arc<Mutex<Conn>>>>> = Arc::default();
-        let (m, all) = (Arc::clone(&mode), Arc::clone(&conns));
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                };
-                let conn = Arc::new(Mutex::new(Conn {
-                    server: server.try_clone().unwrap(),
-                    held: Vec::new(),
-                }));
-                all.lock().unwrap().push(Arc::clone(&conn));
-                let (mut c_in, mode, c) = (client.try_clone().unwrap(), Arc::clone(&m), conn);
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                        let mut c = c.lock().unwrap();
-                        if mode
-                            .compare_exchange(CUT_NEXT, PASS, Ordering::SeqCst, Ordering::SeqCst)
-                            .is_ok()
-                        {
-                            c.held.extend_from_slice(&buf[..n]);
-                            let _ = c_in.shutdown(Shutdown::Both);
-                            break;
-                        } else if c.server.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                });
-                let (mut s_in, mut c_out) = (server, client);
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n @ 1..) = s_in.read(&mut buf) {
-                        // The client may be gone: keep reading so the server is never blocked.
-                        let _ = c_out.write_all(&buf[..n]);
-                    }
-                    let _ = c_out.shutdown(Shutdown::Write);
-                });
+        let armed = Arc::new(AtomicBool::new(false));
+        let arm = Arc::clone(&armed);
+        let path = Holding::start(upstream, move |_| {
+            if arm.swap(false, Ordering::SeqCst) {
+                Verdict::HoldAndCut
+            } else {
+                Verdict::Pass
             }
         });
-        Cut { port, mode, conns }
+        Cut { path, armed }
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.path.url()
     }
 
     fn cut_next(&self) {
-        self.mode.store(CUT_NEXT, Ordering::SeqCst);
+        self.armed.store(true, Ordering::SeqCst);
     }
 
     fn armed(&self) -> bool {
-        self.mode.load(Ordering::SeqCst) == CUT_NEXT
+        self.armed.load(Ordering::SeqCst)
     }
 
     /// The kept request, as sent: the bytes kept back.
     fn kept(&self) -> Vec<u8> {
-        let conns = self.conns.lock().unwrap();
-        conns
+        self.path
+            .conns()
             .iter()
             .map(|c| c.lock().unwrap().held.clone())
             .find(|h| !h.is_empty())
@@ -111,8 +65,7 @@ impl Cut {
 
     /// Delivers the kept request to the server on its connection. Returns the bytes sent.
     fn deliver(&self) -> usize {
-        let conns = self.conns.lock().unwrap();
-        for c in conns.iter() {
+        for c in self.path.conns().iter() {
             let mut c = c.lock().unwrap();
             if !c.held.is_empty() {
                 let held = std::mem::take(&mut c.held);

@@ -248,3 +248,121 @@ impl Switch {
         }
     }
 }
+
+/// One connection through a [`Holding`] proxy: both of its sockets and the client bytes held back
+/// from the server so far.
+pub struct Held {
+    pub server: TcpStream,
+    pub client: TcpStream,
+    pub held: Vec<u8>,
+}
+
+/// What a [`Holding`] proxy does with the bytes a client just sent.
+pub enum Verdict {
+    /// On to the server.
+    Pass,
+    /// Kept back (appended to the connection's `held`), the connection left open.
+    Hold,
+    /// Kept back, and the client's connection cut: the client sees it dropped before any reply.
+    HoldAndCut,
+}
+
+/// A loopback address in front of one server port whose client-to-server bytes can be kept back, as
+/// a network path that delays a client's segments does, and delivered later to the server on their
+/// own connection: the request then runs on the server long after the client gave up on it. Each
+/// read of a client's bytes goes to `decide`, with the connection's state; the server's bytes
+/// always go on to the client (and are read on when the client is gone, so that the server never
+/// blocks). [`Holding::refuse`] closes new connections and cuts the open ones.
+pub struct Holding {
+    pub port: u16,
+    refusing: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<Arc<Mutex<Held>>>>>,
+}
+
+impl Holding {
+    pub fn start(upstream: u16, decide: impl Fn(&Held) -> Verdict + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let refusing = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<Arc<Mutex<Held>>>>> = Arc::default();
+        let (refused, all, decide) = (Arc::clone(&refusing), Arc::clone(&conns), Arc::new(decide));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if refused.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let conn = Arc::new(Mutex::new(Held {
+                    server: server.try_clone().unwrap(),
+                    client: client.try_clone().unwrap(),
+                    held: Vec::new(),
+                }));
+                all.lock().unwrap().push(Arc::clone(&conn));
+                let (mut c_in, decide) = (client.try_clone().unwrap(), Arc::clone(&decide));
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                        let mut c = conn.lock().unwrap();
+                        match decide(&c) {
+                            Verdict::Pass => {
+                                if c.server.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                            Verdict::Hold => c.held.extend_from_slice(&buf[..n]),
+                            Verdict::HoldAndCut => {
+                                c.held.extend_from_slice(&buf[..n]);
+                                let _ = c_in.shutdown(Shutdown::Both);
+                                break;
+                            }
+                        }
+                    }
+                    // The client's end is not passed on: held bytes still go out on a delivery.
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                        // The client may be gone: keep reading so the server is never blocked.
+                        let _ = c_out.write_all(&buf[..n]);
+                    }
+                    let _ = c_out.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        Holding {
+            port,
+            refusing,
+            conns,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// New connections are closed at once from now on, open ones cut.
+    pub fn refuse(&self) {
+        self.refusing.store(true, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            let c = c.lock().unwrap();
+            let _ = c.client.shutdown(Shutdown::Both);
+            let _ = c.server.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// New connections are let through again.
+    pub fn admit(&self) {
+        self.refusing.store(false, Ordering::SeqCst);
+    }
+
+    /// The connections so far (but those cut by [`Holding::refuse`]), oldest first.
+    pub fn conns(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Mutex<Held>>>> {
+        self.conns.lock().unwrap()
+    }
+}
