@@ -304,8 +304,9 @@ pub fn signal_descendants(signal: i32, done: i32, spare: i32) {
 /// its descendants are the job; once it is gone, they are orphans of init (or of a subreaper, such
 /// as a container's first process), and the watcher finds only what it can prove to be the job's:
 ///
-/// - the processes of its last look (every [`super::watcher`] wake, a tenth of a second at most),
-///   checked by start time so a recycled PID is not taken for one of them, and their descendants;
+/// - the processes its looks found (at every [`super::watcher`] wake, a tenth of a second at most)
+///   that still run, checked by start time so a recycled PID is not taken for one of them, and
+///   their descendants;
 /// - processes in lockctl's session, started after lockctl, whose process group is the job's own
 ///   (also after lockctl reaped its leader: a group's ID stays reserved while any member exists) or
 ///   is led by a process of the job it has found. A process joins a group only by being forked in
@@ -324,7 +325,7 @@ pub struct Walker {
     /// lockctl's session and start time.
     sid: i32,
     start: u64,
-    /// The job's processes at the last look, by PID.
+    /// The job's processes that the looks found and that still ran at the last look, by PID.
     seen: HashMap<i32, Proc>,
 }
 
@@ -371,23 +372,34 @@ impl Walker {
         }
     }
 
-    /// Looks again at lockctl's descendants, if lockctl still runs. `intact` tells, once the look is
-    /// taken, that lockctl had not begun to exit: a look that overlapped its exit may have missed
-    /// processes the kernel had already handed to init, so it is dropped and the last one kept.
-    pub fn refresh(&mut self, intact: impl FnOnce() -> bool) {
+    /// Looks again at lockctl's descendants, if lockctl still runs, and adds them to what earlier
+    /// looks found. A process of the job stays one until it dies: lockctl is its subreaper, so a
+    /// descendant whose parent exits is handed to lockctl, and it leaves lockctl's descendants only
+    /// by dying or with lockctl's own exit. So what an earlier look found and still runs (the same
+    /// PID and start time) is kept, whether this look found it or not: a look that overlapped
+    /// lockctl's exit misses what the kernel had already handed on to init, and the pipe does not
+    /// tell such a look apart. A killed lockctl's threads exit one by one; the children of the
+    /// first to reach the end of its exit go to init once every thread is exiting, while the last
+    /// one still holds the descriptor table, the pipe's write end among it. A look taken then,
+    /// which once replaced the one before, lost those children, and they outlived lockctl.
+    pub fn refresh(&mut self) {
         if !self.lockctl_lives() {
             return;
         }
         let found = children_of(self.lockctl)
             .unwrap_or_else(|| descendants(&snapshot(), &HashSet::from([self.lockctl])));
-        if !intact() {
-            return;
-        }
-        self.seen = found
+        let mut seen: HashMap<i32, Proc> = found
             .into_iter()
             .filter(|p| p.pid != self.me)
             .map(|p| (p.pid, p))
             .collect();
+        // Only what this look missed is read again, one `stat` each: most looks miss nothing.
+        for (pid, p) in self.seen.drain() {
+            if !seen.contains_key(&pid) && read(pid).is_some_and(|q| q.start == p.start) {
+                seen.insert(pid, p);
+            }
+        }
+        self.seen = seen;
     }
 
     /// Sends `signal` to the job outside its group `group` (0 if not announced), which the caller
@@ -545,6 +557,57 @@ mod tests {
                 "the kernel's lists of children are there but not read"
             ),
         }
+    }
+
+    /// A process that a look found stays the job's until it dies, also when a later look no longer
+    /// finds it below lockctl: what the kernel does to the children of a killed lockctl's first
+    /// exiting thread while another thread still holds the watcher's pipe open. Stood in for here
+    /// by a process `p` that is no subreaper: `q`, its child, is killed (and left unreaped), and
+    /// `q`'s child `c` goes to init while `p` runs on.
+    #[test]
+    fn a_look_keeps_what_earlier_looks_found_while_it_runs() {
+        let mut p = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "sh -c 'sleep 30 & echo c $!; exec sleep 30' & echo q $!; exec sleep 30",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(p.stdout.take().unwrap());
+        let (mut q, mut c) = (0, 0);
+        while q == 0 || c == 0 {
+            let mut line = String::new();
+            assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0);
+            match line.split_whitespace().collect::<Vec<_>>()[..] {
+                ["q", pid] => q = pid.parse().unwrap(),
+                ["c", pid] => c = pid.parse().unwrap(),
+                _ => panic!("{line:?}"),
+            }
+        }
+        let pid = p.id() as i32;
+        let mut walker = Walker::new(pid, read(pid).unwrap().start);
+        walker.refresh();
+        assert!(walker.seen.contains_key(&q) && walker.seen.contains_key(&c));
+        // SAFETY: kill on processes this test started.
+        unsafe { libc::kill(q, libc::SIGKILL) };
+        let handed_on = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            read(c).is_some_and(|r| r.ppid != q)
+        });
+        walker.refresh();
+        let kept = walker.seen.contains_key(&c);
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(c, libc::SIGKILL);
+            libc::kill(pid, libc::SIGKILL);
+        }
+        p.wait().unwrap();
+        assert!(handed_on, "{c} was never handed on to another parent");
+        assert!(
+            kept,
+            "a look dropped {c}, which an earlier look found and which still ran"
+        );
     }
 
     #[test]

@@ -1158,18 +1158,9 @@ unsafe fn watch(read: RawFd, kill_after: u64, mut walker: Option<&mut Walker>) -
             }
             timeout = enforce(&mut known, now, kill_after, walker.as_deref_mut());
             if let Some(w) = walker.as_deref_mut().filter(|_| known.group > 0) {
-                // lockctl's descriptors close before the kernel hands its children on (see
-                // `Walker::await_lockctl_exit`): a look finished with the pipe still open was
-                // taken while they were lockctl's.
-                w.refresh(|| {
-                    let mut pfd = libc::pollfd {
-                        fd: read,
-                        events: 0,
-                        revents: 0,
-                    };
-                    // A poll on our own descriptor, without waiting.
-                    libc::poll(&mut pfd, 1, 0) >= 0 && pfd.revents & libc::POLLHUP == 0
-                });
+                // Adds to what earlier looks found (see `Walker::refresh` for why nothing found
+                // is dropped while it runs).
+                w.refresh();
                 timeout = timeout.min(WALK_MS as libc::c_int);
             }
         }
