@@ -273,6 +273,12 @@ pub fn signal_all(members: &[Proc], signal: i32, done: i32) {
                 if groups.insert(p.pgid) {
                     libc::killpg(p.pgid, signal);
                 }
+                // A process seen in a group may have left it (`setsid`) by the time the group is
+                // signalled. A SIGKILL goes to it by its PID too; other signals go once only (a
+                // second SIGTERM or SIGINT means "now" to many programs).
+                if signal == libc::SIGKILL && p.pid != p.pgid {
+                    libc::kill(p.pid, signal);
+                }
             } else {
                 libc::kill(p.pid, signal);
             }
@@ -402,51 +408,103 @@ impl Walker {
         self.seen = seen;
     }
 
+    /// The job's processes in `procs` as the watcher can prove them (see the type's docs): what its
+    /// looks found that still runs, lockctl's descendants while it lives, the group `group` while
+    /// `live`, and the descendants of all these; with `orphaned`, also the processes of lockctl's
+    /// session, started after it, in the job's groups. Never the watcher or lockctl itself.
+    fn members(&self, procs: &[Proc], group: i32, live: bool, orphaned: bool) -> Vec<Proc> {
+        let by_pid: HashMap<i32, &Proc> = procs.iter().map(|p| (p.pid, p)).collect();
+        let still = |p: &Proc| by_pid.get(&p.pid).is_some_and(|q| q.start == p.start);
+        let mut roots: HashSet<i32> = self
+            .seen
+            .values()
+            .filter(|p| still(p))
+            .map(|p| p.pid)
+            .collect();
+        if self.lockctl_lives() {
+            roots.insert(self.lockctl);
+        }
+        if live && group > 0 {
+            roots.insert(group);
+        }
+        let mut members: HashMap<i32, Proc> = descendants(procs, &roots)
+            .into_iter()
+            .chain(self.seen.values().filter(|p| still(p)).copied())
+            .map(|p| (p.pid, p))
+            .collect();
+        if orphaned && self.start > 0 {
+            let groups: HashSet<i32> = members
+                .values()
+                .filter(|p| p.pgid == p.pid)
+                .map(|p| p.pid)
+                .chain(Some(group))
+                .filter(|&g| g > 0)
+                .collect();
+            for p in procs {
+                if p.sid == self.sid && p.start >= self.start && groups.contains(&p.pgid) {
+                    members.insert(p.pid, *p);
+                }
+            }
+        }
+        members
+            .into_values()
+            .filter(|p| p.pid != self.me && p.pid != self.lockctl)
+            .collect()
+    }
+
     /// Sends `signal` to the job outside its group `group` (0 if not announced), which the caller
     /// signals as a whole while `live` (lockctl has not reaped its leader; afterwards the ID only
     /// names the group to match members against). `orphaned`: lockctl is gone, so look for its
     /// orphans too (see the type's docs).
+    ///
+    /// A SIGKILL is preceded by a freeze: every process found is stopped, by its PID, and the walk
+    /// made again until it finds none it has not stopped. A stopped process can neither fork nor
+    /// leave its group or session, so what it started before its stop is found below it, and the
+    /// kill that follows meets a job that holds still. Killed without that, a process that keeps
+    /// starting children in sessions of their own (`setsid`) left those it started between the
+    /// walk and its death running under init, with no link to the job
+    /// (`tests/atkunion_review.rs`). What the freeze stopped is remembered, so the kill reaches it
+    /// also where the walk no longer leads to it.
     pub fn signal(&mut self, group: i32, live: bool, signal: i32, orphaned: bool) {
+        if signal == libc::SIGKILL {
+            let mut stopped: Vec<Proc> = Vec::new();
+            let mut sent: HashSet<(i32, u64)> = HashSet::new();
+            for _ in 0..16 {
+                let fresh: Vec<Proc> = self
+                    .members(&snapshot(), group, live, orphaned)
+                    .into_iter()
+                    .filter(|p| sent.insert((p.pid, p.start)))
+                    .collect();
+                for p in &fresh {
+                    // SAFETY: kill with plain integers, on a process just found to be the job's.
+                    unsafe { libc::kill(p.pid, libc::SIGSTOP) };
+                }
+                stopped.extend(fresh.iter().copied());
+                // A stop is sent, not yet taken: a process that the scheduler has not run since
+                // may still fork. The next walk comes once every process stopped so far holds
+                // still (a tenth of a second at most each time: one in an uninterruptible sleep
+                // stops only once it leaves it), and the freeze ends with a walk that finds
+                // nothing new behind processes that all hold still.
+                let mut still = false;
+                for _ in 0..100 {
+                    still = stopped.iter().all(|p| holds_still(p.pid, p.start));
+                    if still {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                self.seen.extend(fresh.iter().map(|p| (p.pid, *p)));
+                if fresh.is_empty() && still {
+                    break;
+                }
+            }
+        }
         let rounds = if signal == libc::SIGKILL { 8 } else { 1 };
         let mut done: HashSet<(i32, u64)> = HashSet::new();
         for _ in 0..rounds {
-            let procs = snapshot();
-            let by_pid: HashMap<i32, &Proc> = procs.iter().map(|p| (p.pid, p)).collect();
-            let still = |p: &Proc| by_pid.get(&p.pid).is_some_and(|q| q.start == p.start);
-            let mut roots: HashSet<i32> = self
-                .seen
-                .values()
-                .filter(|p| still(p))
-                .map(|p| p.pid)
-                .collect();
-            if self.lockctl_lives() {
-                roots.insert(self.lockctl);
-            }
-            if live && group > 0 {
-                roots.insert(group);
-            }
-            let mut members: HashMap<i32, Proc> = descendants(&procs, &roots)
+            let fresh: Vec<Proc> = self
+                .members(&snapshot(), group, live, orphaned)
                 .into_iter()
-                .chain(self.seen.values().filter(|p| still(p)).copied())
-                .map(|p| (p.pid, p))
-                .collect();
-            if orphaned && self.start > 0 {
-                let groups: HashSet<i32> = members
-                    .values()
-                    .filter(|p| p.pgid == p.pid)
-                    .map(|p| p.pid)
-                    .chain(Some(group))
-                    .filter(|&g| g > 0)
-                    .collect();
-                for p in &procs {
-                    if p.sid == self.sid && p.start >= self.start && groups.contains(&p.pgid) {
-                        members.insert(p.pid, *p);
-                    }
-                }
-            }
-            let fresh: Vec<Proc> = members
-                .into_values()
-                .filter(|p| p.pid != self.me && p.pid != self.lockctl)
                 .filter(|p| done.insert((p.pid, p.start)))
                 .collect();
             if fresh.is_empty() {
@@ -456,6 +514,20 @@ impl Walker {
             self.seen.extend(fresh.into_iter().map(|p| (p.pid, p)));
         }
     }
+}
+
+/// True once the process `pid` started at `start` can run no more: stopped (by a signal or a
+/// tracer), a zombie, or gone.
+fn holds_still(pid: i32, start: u64) -> bool {
+    let Ok(stat) = read_proc(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let fields = after_name(&stat).unwrap_or_default();
+    fields.get(19).and_then(|s| s.parse::<u64>().ok()) != Some(start)
+        || matches!(
+            fields.first(),
+            Some(&"T") | Some(&"t") | Some(&"Z") | Some(&"X")
+        )
 }
 
 /// The descendants of `root`, read from the kernel's lists of children
