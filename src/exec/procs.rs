@@ -427,9 +427,15 @@ impl Walker {
         if live && group > 0 {
             roots.insert(group);
         }
-        let mut members: HashMap<i32, Proc> = descendants(procs, &roots)
-            .into_iter()
-            .chain(self.seen.values().filter(|p| still(p)).copied())
+        // The remembered processes as they are now (their group, session and parent as of this
+        // walk), not as they were when remembered: a process that moved to another group since
+        // must be signalled where it is.
+        let mut members: HashMap<i32, Proc> = self
+            .seen
+            .values()
+            .filter_map(|p| by_pid.get(&p.pid).filter(|q| q.start == p.start))
+            .map(|q| **q)
+            .chain(descendants(procs, &roots))
             .map(|p| (p.pid, p))
             .collect();
         if orphaned && self.start > 0 {
@@ -466,8 +472,8 @@ impl Walker {
     /// (`tests/atkunion_review.rs`). What the freeze stopped is remembered, so the kill reaches it
     /// also where the walk no longer leads to it.
     pub fn signal(&mut self, group: i32, live: bool, signal: i32, orphaned: bool) {
+        let mut stopped: Vec<Proc> = Vec::new();
         if signal == libc::SIGKILL {
-            let mut stopped: Vec<Proc> = Vec::new();
             let mut sent: HashSet<(i32, u64)> = HashSet::new();
             for _ in 0..16 {
                 let fresh: Vec<Proc> = self
@@ -508,10 +514,21 @@ impl Walker {
                 .filter(|p| done.insert((p.pid, p.start)))
                 .collect();
             if fresh.is_empty() {
-                return;
+                break;
             }
             signal_all(&fresh, signal, if live { group } else { 0 });
             self.seen.extend(fresh.into_iter().map(|p| (p.pid, p)));
+        }
+        // Every process the freeze stopped goes by its PID as well, whatever group it is in now:
+        // the rounds above leave the job's own group to the caller, who may have signalled it
+        // before a frozen process joined it, and a stopped process that nothing kills stays.
+        // A stopped process keeps its PID until it is killed and reaped, and the start time is
+        // checked just before.
+        for p in &stopped {
+            if read(p.pid).is_some_and(|q| q.start == p.start) {
+                // SAFETY: kill with plain integers, on a process of the job the freeze stopped.
+                unsafe { libc::kill(p.pid, libc::SIGKILL) };
+            }
         }
     }
 }
