@@ -37,13 +37,13 @@
 
 mod support;
 
-use std::io::BufRead;
+use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::watchers::watchers_of;
+use support::watchers::{start_until_ready, watchers_of};
 use support::*;
 
 fn rounds(default: usize) -> usize {
@@ -101,70 +101,20 @@ fn can_unshare() -> bool {
 /// `/proc/PID/task` is covered by an empty directory but for the main thread's entry, in a mount
 /// namespace of its own that the watcher shares, so the watcher walks all of `/proc` instead.
 fn start(s: &Server, name: &str, script: &Path, unlisted: bool) -> Option<(Child, i32)> {
-    let mut child = if unlisted {
-        let fake = s.dir().join(format!("fake-{name}"));
-        std::fs::create_dir(&fake).unwrap();
-        let wrapper = r#"F=$1; shift
-"$LOCKCTL" "$@" &
-p=$!
-if mkdir "$F/$p" && mount --bind "$F" "/proc/$p/task"; then echo "lockctl $p"; else echo "no mount"; kill $p; fi
-wait"#;
-        let mut cmd = std::process::Command::new("unshare");
-        for (k, v) in lockctl_on(s).get_envs() {
-            if let Some(v) = v {
-                cmd.env(k, v);
-            }
-        }
-        cmd.args(["-m", "sh", "-c", wrapper, "sh"])
-            .arg(&fake)
-            .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
-            .stdin(Stdio::null());
-        cmd
-    } else {
-        lockctl_on(s)
-    };
-    child
-        .args([
-            "exec",
-            name,
-            "--ttl",
-            "2s",
-            "--kill-after",
-            "1s",
-            "--",
-            "sh",
-        ])
-        .arg(script)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = child.spawn().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut lockctl = (!unlisted).then_some(child.id() as i32);
-    let (mut ready, mut line) = (false, String::new());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while lockctl.is_none() || !ready {
-        line.clear();
-        if Instant::now() > deadline
-            || out.read_line(&mut line).unwrap_or(0) == 0
-            || line.trim() == "no mount"
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-            assert!(unlisted, "{name}: the job never said ready");
-            return None;
-        }
-        ready |= line.trim() == "ready";
-        if let Some(pid) = line.trim().strip_prefix("lockctl ") {
-            lockctl = pid.parse().ok();
-        }
-    }
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        while out.read_line(&mut line).is_ok_and(|n| n > 0) {
-            line.clear();
-        }
-    });
-    Some((child, lockctl.unwrap()))
+    let fake = s.dir().join(format!("fake-{name}"));
+    let head = [
+        "exec",
+        name,
+        "--ttl",
+        "2s",
+        "--kill-after",
+        "1s",
+        "--",
+        "sh",
+    ]
+    .map(OsStr::new);
+    let args: Vec<&OsStr> = head.into_iter().chain([script.as_os_str()]).collect();
+    start_until_ready(s, &args, unlisted.then_some(fake.as_path()))
 }
 
 /// SIGKILLs lockctl and waits (5 s at most) until its watchers have exited; true if they did.

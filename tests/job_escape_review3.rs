@@ -13,12 +13,10 @@
 
 mod support;
 
-use std::io::BufRead;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::watchers::watchers_of;
+use support::watchers::{start_until_ready, watchers_of};
 use support::*;
 
 fn rounds(default: usize) -> usize {
@@ -77,65 +75,21 @@ fn start(
 ) -> Option<(std::process::Child, i32)> {
     let name = format!("review3-{round}");
     let job = job(s.dir(), round, forker, hogs);
-    let mut child = if unlisted {
-        let fake = s.dir().join(format!("fake{round}"));
-        std::fs::create_dir(&fake).unwrap();
-        let script = r#"F=$1; shift
-"$LOCKCTL" "$@" &
-p=$!
-if mkdir "$F/$p" && mount --bind "$F" "/proc/$p/task"; then echo "lockctl $p"; else echo "no mount"; kill $p; fi
-wait"#;
-        let mut cmd = std::process::Command::new("unshare");
-        for (k, v) in lockctl_on(s).get_envs() {
-            if let Some(v) = v {
-                cmd.env(k, v);
-            }
-        }
-        cmd.args(["-m", "sh", "-c", script, "sh"])
-            .arg(&fake)
-            .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
-            .args(["exec", &name, "--ttl", "2s", "--kill-after", "1s", "--"])
-            .args(["sh", "-c", &job])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    } else {
-        lockctl_on(s)
-            .args(["exec", &name, "--ttl", "2s", "--kill-after", "1s", "--"])
-            .args(["sh", "-c", &job])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut lockctl = (!unlisted).then_some(child.id() as i32);
-    let (mut ready, mut line) = (false, String::new());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while lockctl.is_none() || !ready {
-        line.clear();
-        if Instant::now() > deadline
-            || out.read_line(&mut line).unwrap_or(0) == 0
-            || line.trim() == "no mount"
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-            assert!(unlisted, "round {round}: the job never said ready");
-            return None;
-        }
-        ready |= line.trim() == "ready";
-        if let Some(pid) = line.trim().strip_prefix("lockctl ") {
-            lockctl = pid.parse().ok();
-        }
-    }
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        while out.read_line(&mut line).is_ok_and(|n| n > 0) {
-            line.clear();
-        }
-    });
-    Some((child, lockctl.unwrap()))
+    let fake = s.dir().join(format!("fake{round}"));
+    let args = [
+        "exec",
+        &name,
+        "--ttl",
+        "2s",
+        "--kill-after",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        &job,
+    ]
+    .map(std::ffi::OsStr::new);
+    start_until_ready(s, &args, unlisted.then_some(fake.as_path()))
 }
 
 /// Runs `n` rounds; returns the rounds in which a member outlived lockctl by 3 s (the members

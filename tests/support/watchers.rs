@@ -1018,3 +1018,71 @@ pub fn ns_script(url: &str, pre: &[&str], script: &str, limit: Duration) -> std:
         .unwrap();
     Started(Some(child)).output(limit)
 }
+
+/// Starts `lockctl` on `s` with `args` (`exec NAME ... -- JOB`), its standard output piped and its
+/// errors dropped, and reads that output until the job prints a line `ready`; returns the child
+/// and lockctl's PID, its output read on by a thread from then on. `unlisted`: lockctl runs in a
+/// mount namespace of its own (`unshare -m`, which the watcher shares) where an empty directory
+/// `fake` (created here) is mounted over its `/proc/PID/task`, standing in for a kernel without
+/// lists of children: the watcher walks all of `/proc` instead. None when that mount cannot be
+/// made here; otherwise a job that never says `ready` within 30 s fails the test.
+pub fn start_until_ready(
+    s: &Server,
+    args: &[&std::ffi::OsStr],
+    unlisted: Option<&std::path::Path>,
+) -> Option<(Child, i32)> {
+    let mut cmd = if let Some(fake) = unlisted {
+        std::fs::create_dir(fake).unwrap();
+        let wrapper = r#"F=$1; shift
+"$LOCKCTL" "$@" &
+p=$!
+if mkdir "$F/$p" && mount --bind "$F" "/proc/$p/task"; then echo "lockctl $p"; else echo "no mount"; kill $p; fi
+wait"#;
+        let mut cmd = std::process::Command::new("unshare");
+        for (k, v) in lockctl_on(s).get_envs() {
+            if let Some(v) = v {
+                cmd.env(k, v);
+            }
+        }
+        cmd.args(["-m", "sh", "-c", wrapper, "sh"])
+            .arg(fake)
+            .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
+            .stdin(Stdio::null());
+        cmd
+    } else {
+        lockctl_on(s)
+    };
+    let mut child = cmd
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lockctl = unlisted.is_none().then_some(child.id() as i32);
+    let (mut ready, mut line) = (false, String::new());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while lockctl.is_none() || !ready {
+        line.clear();
+        if std::time::Instant::now() > deadline
+            || out.read_line(&mut line).unwrap_or(0) == 0
+            || line.trim() == "no mount"
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(unlisted.is_some(), "{args:?}: the job never said ready");
+            return None;
+        }
+        ready |= line.trim() == "ready";
+        if let Some(pid) = line.trim().strip_prefix("lockctl ") {
+            lockctl = pid.parse().ok();
+        }
+    }
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while out.read_line(&mut line).is_ok_and(|n| n > 0) {
+            line.clear();
+        }
+    });
+    Some((child, lockctl.unwrap()))
+}
