@@ -65,17 +65,13 @@ use support::watchers::watchers_of;
 use support::*;
 
 fn rounds(default: usize) -> usize {
-    default
-        * std::env::var("ATKFREEZE_ROUNDS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(1)
+    support::watchers::rounds_times("ATKFREEZE_ROUNDS", default)
 }
 
 /// A tag unique to this test process and `n`: it names the processes a scene started, and only
 /// those (it appears in their command lines).
 fn tag(n: usize) -> String {
-    format!("{}{:03}9", std::process::id(), n % 1000)
+    support::watchers::process_tag(n, 9)
 }
 
 /// Processes with their state letters.

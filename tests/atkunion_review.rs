@@ -47,17 +47,13 @@ use support::watchers::{start_until_ready, watchers_of};
 use support::*;
 
 fn rounds(default: usize) -> usize {
-    default
-        * std::env::var("ATKUNION_ROUNDS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(1)
+    support::watchers::rounds_times("ATKUNION_ROUNDS", default)
 }
 
 /// A tag unique to this test process and `n`, as the fraction of a `sleep`'s seconds: it names the
 /// processes a scene started, and only those.
 fn tag(n: usize) -> String {
-    format!("{}{:03}7", std::process::id(), n % 1000)
+    support::watchers::process_tag(n, 7)
 }
 
 /// The processes running `sleep SECS.TAG` (zombies excluded).

@@ -1086,3 +1086,19 @@ wait"#;
     });
     Some((child, lockctl.unwrap()))
 }
+
+/// `default` rounds times the whole number in the variable `var` (1 when it is unset or not a
+/// number): how a review file's scenes are run longer by hand.
+pub fn rounds_times(var: &str, default: usize) -> usize {
+    default
+        * std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(1)
+}
+
+/// A tag unique to this test process, to `n` and to the file (`digit`), fit to follow `sleep SECS.`
+/// in a command line: it names the processes a scene started, and only those.
+pub fn process_tag(n: usize, digit: u8) -> String {
+    format!("{}{:03}{digit}", std::process::id(), n % 1000)
+}
