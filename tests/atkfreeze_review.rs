@@ -98,23 +98,6 @@ fn tagged(tag: &str) -> Vec<(i32, char)> {
         .collect()
 }
 
-/// The start time of `pid`, in clock ticks since boot.
-fn start_of(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
-}
-
-/// Clock ticks since boot now (100 a second here, the unit of a start time).
-fn ticks_now() -> u64 {
-    let up = std::fs::read_to_string("/proc/uptime").unwrap();
-    let secs: f64 = up.split_whitespace().next().unwrap().parse().unwrap();
-    (secs * 100.0) as u64
-}
-
 /// Kills what is left of the test's own tagged processes (stopped ones included).
 fn sweep(tag: &str) {
     for _ in 0..5 {
@@ -211,12 +194,12 @@ fn a_double_forking_member_leaves_nothing_stopped() {
         let path = script(s.dir(), &t, &body);
         let mut child = start(&s, &format!("freeze-dbl-{round}"), &path, "2s", "1s");
         std::thread::sleep(Duration::from_millis(300 + (round as u64 * 53) % 300));
-        let at = ticks_now();
+        let at = support::watchers::ticks_now();
         let quiet = kill_lockctl(child.id() as i32);
         let (running, stopped) = leftovers(&t);
         let ages: Vec<i64> = running
             .iter()
-            .filter_map(|&(p, _)| Some(start_of(p)? as i64 - at as i64))
+            .filter_map(|&(p, _)| Some(support::watchers::started_at(p)? as i64 - at as i64))
             .collect();
         after_kill += ages.iter().filter(|&&a| a > 0).count();
         if !ages.is_empty() {

@@ -77,13 +77,6 @@ fn stat_field(pid: i32, i: usize) -> Option<u64> {
         .ok()
 }
 
-/// Clock ticks since boot now (the unit of a process's start time in `/proc`).
-fn ticks_now() -> u64 {
-    let up = std::fs::read_to_string("/proc/uptime").unwrap();
-    let secs: f64 = up.split_whitespace().next().unwrap().parse().unwrap();
-    (secs * 100.0) as u64
-}
-
 /// Whether `unshare -m` works here (the stand-in for a kernel without lists of children).
 fn can_unshare() -> bool {
     std::process::Command::new("unshare")
@@ -121,7 +114,7 @@ fn kill_lockctl(lockctl: i32) -> bool {
 /// [`kill_lockctl`], also telling the clock tick just before the kill.
 fn kill_lockctl_at(lockctl: i32) -> (bool, u64) {
     let watchers = watchers_of(lockctl as u32);
-    let at = ticks_now();
+    let at = support::watchers::ticks_now();
     kill(lockctl, libc::SIGKILL);
     let quiet = eventually(Duration::from_secs(5), || {
         watchers.iter().all(|&w| !alive(w)) && !alive(lockctl)
