@@ -16,6 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 /// What `/proc` is to this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -471,39 +472,114 @@ impl Walker {
     /// walk and its death running under init, with no link to the job
     /// (`tests/atkunion_review.rs`). What the freeze stopped is remembered, so the kill reaches it
     /// also where the walk no longer leads to it.
+    ///
+    /// A stop does not hold a process that something continues: the kernel's SIGHUP and SIGCONT to
+    /// a group that becomes orphaned with a stopped member, another process of the job not stopped
+    /// yet, or a timer of its own (`tests/atkkill_review.rs`). Such a process, found running
+    /// [`STOP_TAKES`] after its stop was sent (continued since, in an uninterruptible sleep, or
+    /// not given a CPU yet), is stopped again, what it started is stopped, and it is killed: a
+    /// SIGKILL cannot be undone. What it starts in the instant between the look at its children
+    /// and its death is the limit left (`docs/guarantees.md`).
     pub fn signal(&mut self, group: i32, live: bool, signal: i32, orphaned: bool) {
         let mut stopped: Vec<Proc> = Vec::new();
         if signal == libc::SIGKILL {
             let mut sent: HashSet<(i32, u64)> = HashSet::new();
+            // When each was last sent its stop; those gone for good; those to kill after the
+            // next walk.
+            let mut stop_sent: HashMap<(i32, u64), Instant> = HashMap::new();
+            let mut gone: HashSet<(i32, u64)> = HashSet::new();
+            let mut restless: Vec<Proc> = Vec::new();
             for _ in 0..16 {
                 let fresh: Vec<Proc> = self
                     .members(&snapshot(), group, live, orphaned)
                     .into_iter()
                     .filter(|p| sent.insert((p.pid, p.start)))
                     .collect();
+                let now = Instant::now();
                 for p in &fresh {
                     // SAFETY: kill with plain integers, on a process just found to be the job's.
                     unsafe { libc::kill(p.pid, libc::SIGSTOP) };
+                    stop_sent.insert((p.pid, p.start), now);
                 }
                 stopped.extend(fresh.iter().copied());
+                self.seen.extend(fresh.iter().map(|p| (p.pid, *p)));
+                // The walk above has stopped what the restless ones started before it.
+                let killed = !restless.is_empty();
+                for p in restless.drain(..) {
+                    if read(p.pid).is_some_and(|q| q.start == p.start) {
+                        // SAFETY: kill with plain integers, on a process of the job the freeze
+                        // stopped, its start time checked just before.
+                        unsafe { libc::kill(p.pid, libc::SIGKILL) };
+                    }
+                }
                 // A stop is sent, not yet taken: a process that the scheduler has not run since
                 // may still fork. The next walk comes once every process stopped so far holds
-                // still (a tenth of a second at most each time: one in an uninterruptible sleep
-                // stops only once it leaves it), and the freeze ends with a walk that finds
-                // nothing new behind processes that all hold still.
-                let mut still = false;
-                for _ in 0..100 {
-                    still = stopped.iter().all(|p| holds_still(p.pid, p.start));
-                    if still {
+                // still, and the freeze ends with a walk that finds nothing new behind processes
+                // that all hold still. One found running STOP_TAKES after its stop was sent is one
+                // that a stop does not hold (continued since, in an uninterruptible sleep, or not
+                // given a CPU yet): it is stopped again, what it started is stopped through the
+                // kernel's lists of its children, and it is killed, there and then, without
+                // waiting for a walk of every process, which takes a loaded machine a tenth of a
+                // second or more. Without such lists, it is killed after the next walk.
+                let mut still;
+                let until = Instant::now() + Duration::from_millis(100);
+                loop {
+                    still = true;
+                    let now = Instant::now();
+                    let mut unheld = Vec::new();
+                    for p in &stopped {
+                        let key = (p.pid, p.start);
+                        if gone.contains(&key) {
+                            continue;
+                        }
+                        match hold(p.pid, p.start) {
+                            Hold::Gone => {
+                                gone.insert(key);
+                                continue;
+                            }
+                            Hold::Stopped => continue,
+                            Hold::Running => still = false,
+                        }
+                        let sent_at = stop_sent.entry(key).or_insert(now);
+                        if now.duration_since(*sent_at) >= STOP_TAKES {
+                            // SAFETY: as above; `hold` found it running with this start.
+                            unsafe { libc::kill(p.pid, libc::SIGSTOP) };
+                            *sent_at = now;
+                            unheld.push(*p);
+                        }
+                    }
+                    for p in unheld {
+                        let Some(below) = children_of(p.pid) else {
+                            if !restless.contains(&p) {
+                                restless.push(p);
+                            }
+                            continue;
+                        };
+                        let now = Instant::now();
+                        for c in below {
+                            if sent.insert((c.pid, c.start)) {
+                                // SAFETY: as above, on a descendant of a process of the job.
+                                unsafe { libc::kill(c.pid, libc::SIGSTOP) };
+                                stop_sent.insert((c.pid, c.start), now);
+                                stopped.push(c);
+                                self.seen.insert(c.pid, c);
+                            }
+                        }
+                        if read(p.pid).is_some_and(|q| q.start == p.start) {
+                            // SAFETY: as above, its start time checked just before.
+                            unsafe { libc::kill(p.pid, libc::SIGKILL) };
+                        }
+                    }
+                    if still || !restless.is_empty() || Instant::now() >= until {
                         break;
                     }
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    std::thread::sleep(Duration::from_millis(1));
                 }
-                self.seen.extend(fresh.iter().map(|p| (p.pid, *p)));
-                if fresh.is_empty() && still {
+                if fresh.is_empty() && still && !killed {
                     break;
                 }
             }
+            // Restless to the last round: the kill rounds below end them.
         }
         let rounds = if signal == libc::SIGKILL { 8 } else { 1 };
         let mut done: HashSet<(i32, u64)> = HashSet::new();
@@ -533,18 +609,33 @@ impl Walker {
     }
 }
 
-/// True once the process `pid` started at `start` can run no more: stopped (by a signal or a
-/// tracer), a zombie, or gone.
-fn holds_still(pid: i32, start: u64) -> bool {
+/// How long a process may take to act on its SIGSTOP before the freeze counts it as one that a
+/// stop does not hold (see [`Walker::signal`]): a running process takes it at its next return to
+/// user space, one waiting for a CPU when it gets one.
+const STOP_TAKES: Duration = Duration::from_millis(2);
+
+/// Whether the process `pid` started at `start` can run.
+enum Hold {
+    /// A zombie, or gone (its PID free or another process's): for good.
+    Gone,
+    /// Stopped, by a signal or a tracer: until something continues it.
+    Stopped,
+    Running,
+}
+
+fn hold(pid: i32, start: u64) -> Hold {
     let Ok(stat) = read_proc(format!("/proc/{pid}/stat")) else {
-        return true;
+        return Hold::Gone;
     };
     let fields = after_name(&stat).unwrap_or_default();
-    fields.get(19).and_then(|s| s.parse::<u64>().ok()) != Some(start)
-        || matches!(
-            fields.first(),
-            Some(&"T") | Some(&"t") | Some(&"Z") | Some(&"X")
-        )
+    if fields.get(19).and_then(|s| s.parse::<u64>().ok()) != Some(start) {
+        return Hold::Gone;
+    }
+    match fields.first() {
+        Some(&"Z") | Some(&"X") => Hold::Gone,
+        Some(&"T") | Some(&"t") => Hold::Stopped,
+        _ => Hold::Running,
+    }
 }
 
 /// The descendants of `root`, read from the kernel's lists of children
