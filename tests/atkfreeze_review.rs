@@ -56,12 +56,11 @@
 
 mod support;
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::watchers::watchers_of;
+use support::watchers::{exec_script, watchers_of};
 use support::*;
 
 fn rounds(default: usize) -> usize {
@@ -114,34 +113,7 @@ fn sweep(tag: &str) {
 
 /// Starts `lockctl exec NAME --ttl TTL --kill-after KA -- sh SCRIPT` and waits for `ready`.
 fn start(s: &Server, name: &str, script: &Path, ttl: &str, ka: &str) -> Child {
-    let mut child = lockctl_on(s)
-        .args(["exec", name, "--ttl", ttl, "--kill-after", ka, "--", "sh"])
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        line.clear();
-        assert!(
-            Instant::now() < deadline && out.read_line(&mut line).unwrap_or(0) > 0,
-            "{name}: the job never said ready"
-        );
-        if line.trim() == "ready" {
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        while out.read_line(&mut line).is_ok_and(|n| n > 0) {
-            line.clear();
-        }
-    });
-    child
+    exec_script(s, name, script, ttl, ka)
 }
 
 /// SIGKILLs lockctl and waits (5 s at most) until it and its watchers are gone; true if they are.

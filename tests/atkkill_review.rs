@@ -18,9 +18,10 @@
 //!
 //!   The fix (`Walker::signal`): a process found running 2 ms after its stop was sent is stopped
 //!   again, what it started is stopped through the kernel's lists of its children, and it is
-//!   killed at once. The three scenes pass since, run one at a time (`scripts/test` runs this
-//!   file with one test thread): run all at once, the bystander scene's 1,500 idle processes and
-//!   the others' load made the watcher's first walk of `/proc` take 0.3 s, longer than the scenes'
+//!   killed at once; the stopped processes are looked at every millisecond, also while a walk of
+//!   `/proc` runs. The three scenes pass since, run one at a time (`scripts/test` runs this file
+//!   with one test thread): run all at once, the bystander scene's 1,500 idle processes and the
+//!   others' load made the watcher's first walk of `/proc` take 0.3 s, longer than the scenes'
 //!   allowance of 0.2 s after lockctl's death (the stated limit of the first walk's gap).
 //! - `chains_that_grow_during_the_freeze` (held): a job that grows while the freeze runs.
 //! - `a_vfork_parent_in_uninterruptible_sleep_during_the_freeze` (held): a member in state D; the
@@ -38,12 +39,13 @@
 
 mod support;
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::watchers::{started_at, ticks_now, watchers_of};
+use support::watchers::{
+    exec_script, pids_aimable, started_at, stat_field, state, ticks_now, watchers_of,
+};
 use support::*;
 
 fn rounds(default: usize) -> usize {
@@ -54,12 +56,6 @@ fn rounds(default: usize) -> usize {
 /// those (it appears in their command lines).
 fn tag(n: usize) -> String {
     support::watchers::process_tag(n, 6)
-}
-
-/// The state letter of `pid` (`None` once it is gone).
-fn state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
 /// The command line of `pid`, its arguments joined by spaces.
@@ -75,20 +71,10 @@ fn cmdline(pid: i32) -> String {
 struct Left {
     pid: i32,
     state: char,
-    ppid: i64,
-    sid: i64,
+    ppid: u64,
+    sid: u64,
     after_kill: i64,
     cmd: String,
-}
-
-/// Field `i` after the name (0 state, 1 ppid, 2 pgrp, 3 session, 19 start) of `pid`'s stat.
-fn stat_field(pid: i32, i: usize) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(i)?
-        .parse()
-        .ok()
 }
 
 /// The live processes (zombies excluded) whose command line holds `tag`, but `spare`.
@@ -167,35 +153,7 @@ impl Drop for Lockctl {
 
 /// Starts `lockctl exec NAME --ttl TTL --kill-after KA -- sh SCRIPT` and waits for `ready`.
 fn start(s: &Server, name: &str, script: &Path, ttl: &str, ka: &str) -> Lockctl {
-    let mut child = lockctl_on(s)
-        .args(["exec", name, "--ttl", ttl, "--kill-after", ka, "--", "sh"])
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let child = Lockctl(Some(child));
-    let mut line = String::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        line.clear();
-        assert!(
-            Instant::now() < deadline && out.read_line(&mut line).unwrap_or(0) > 0,
-            "{name}: the job never said ready"
-        );
-        if line.trim() == "ready" {
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        while out.read_line(&mut line).is_ok_and(|n| n > 0) {
-            line.clear();
-        }
-    });
-    child
+    Lockctl(Some(exec_script(s, name, script, ttl, ka)))
 }
 
 /// SIGKILLs lockctl (reaped) and waits (10 s at most) until its watchers are gone; returns the
@@ -907,11 +865,7 @@ impl Drop for Idle {
             8 rounds); it takes aiming the PID (ns_last_pid, CAP_SYS_ADMIN or \
             CAP_CHECKPOINT_RESTORE); the fix is pidfds for the processes the watcher remembers"]
 fn a_bystander_that_took_a_member_s_pid_within_a_tick_is_spared() {
-    let probe = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
-        .ok()
-        .and_then(|v| std::fs::write("/proc/sys/kernel/ns_last_pid", v.trim()).ok());
-    if probe.is_none() {
-        eprintln!("NOT RUN HERE: /proc/sys/kernel/ns_last_pid is not writable");
+    if !pids_aimable() {
         return;
     }
     need_tool("python3", "-V");

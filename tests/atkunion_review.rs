@@ -43,7 +43,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::watchers::{start_until_ready, watchers_of};
+use support::watchers::{pids_aimable, start_until_ready, stat_field, watchers_of};
 use support::*;
 
 fn rounds(default: usize) -> usize {
@@ -65,16 +65,6 @@ fn tagged(secs: u32, tag: &str) -> Vec<i32> {
         .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == want))
         .filter(|&p| alive(p))
         .collect()
-}
-
-/// Field `i` (0-based after the name: 0 state, 1 ppid, 2 pgrp, 3 session, 19 start) of `pid`'s stat.
-fn stat_field(pid: i32, i: usize) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(i)?
-        .parse()
-        .ok()
 }
 
 /// Whether `unshare -m` works here (the stand-in for a kernel without lists of children).
@@ -338,11 +328,7 @@ fn spawn_as(want: i32, tag: &str) -> Option<Child> {
 
 #[test]
 fn a_reused_pid_with_another_start_is_spared() {
-    let probe = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
-        .ok()
-        .and_then(|v| std::fs::write("/proc/sys/kernel/ns_last_pid", v.trim()).ok());
-    if probe.is_none() {
-        eprintln!("NOT RUN HERE: /proc/sys/kernel/ns_last_pid is not writable");
+    if !pids_aimable() {
         return;
     }
     let s = Server::start();

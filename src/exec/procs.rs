@@ -475,37 +475,37 @@ impl Walker {
     ///
     /// A stop does not hold a process that something continues: the kernel's SIGHUP and SIGCONT to
     /// a group that becomes orphaned with a stopped member, another process of the job not stopped
-    /// yet, or a timer of its own (`tests/atkkill_review.rs`). Such a process, found running
+    /// yet, or a timer of its own (`tests/atkkill_review.rs`). Once one is found running
     /// [`STOP_TAKES`] after its stop was sent (continued since, in an uninterruptible sleep, or
-    /// not given a CPU yet), is stopped again, what it started is stopped, and it is killed: a
-    /// SIGKILL cannot be undone. What it starts in the instant between the look at its children
-    /// and its death is the limit left (`docs/guarantees.md`).
+    /// not given a CPU yet), the freeze gives way to the kill ([`Freeze::tend`]): a SIGKILL cannot
+    /// be undone. The processes stopped so far are looked at every millisecond, also while a walk
+    /// of `/proc` runs (on a thread of its own: on a loaded machine a walk took 0.3 s). What such
+    /// a process starts in the instant between the look at its children and its death is the
+    /// limit left (`docs/guarantees.md`).
     pub fn signal(&mut self, group: i32, live: bool, signal: i32, orphaned: bool) {
-        let mut stopped: Vec<Proc> = Vec::new();
+        let mut freeze = Freeze::default();
         if signal == libc::SIGKILL {
-            let mut sent: HashSet<(i32, u64)> = HashSet::new();
-            // When each was last sent its stop; those gone for good; those to kill after the
-            // next walk.
-            let mut stop_sent: HashMap<(i32, u64), Instant> = HashMap::new();
-            let mut gone: HashSet<(i32, u64)> = HashSet::new();
-            let mut restless: Vec<Proc> = Vec::new();
             for _ in 0..16 {
+                // The walk of every process takes a loaded machine a tenth of a second or more:
+                // the processes stopped so far are tended meanwhile (see `Freeze::tend`), so that
+                // one that something continues does not run for as long.
+                let procs = freeze.walking(self);
                 let fresh: Vec<Proc> = self
-                    .members(&snapshot(), group, live, orphaned)
+                    .members(&procs, group, live, orphaned)
                     .into_iter()
-                    .filter(|p| sent.insert((p.pid, p.start)))
+                    .filter(|p| freeze.sent.insert((p.pid, p.start)))
                     .collect();
                 let now = Instant::now();
                 for p in &fresh {
                     // SAFETY: kill with plain integers, on a process just found to be the job's.
                     unsafe { libc::kill(p.pid, libc::SIGSTOP) };
-                    stop_sent.insert((p.pid, p.start), now);
+                    freeze.stop_sent.insert((p.pid, p.start), now);
                 }
-                stopped.extend(fresh.iter().copied());
+                freeze.stopped.extend(fresh.iter().copied());
                 self.seen.extend(fresh.iter().map(|p| (p.pid, *p)));
                 // The walk above has stopped what the restless ones started before it.
-                let killed = !restless.is_empty();
-                for p in restless.drain(..) {
+                let killed = !freeze.restless.is_empty();
+                for p in freeze.restless.drain(..) {
                     if read(p.pid).is_some_and(|q| q.start == p.start) {
                         // SAFETY: kill with plain integers, on a process of the job the freeze
                         // stopped, its start time checked just before.
@@ -514,63 +514,13 @@ impl Walker {
                 }
                 // A stop is sent, not yet taken: a process that the scheduler has not run since
                 // may still fork. The next walk comes once every process stopped so far holds
-                // still, and the freeze ends with a walk that finds nothing new behind processes
-                // that all hold still. One found running STOP_TAKES after its stop was sent is one
-                // that a stop does not hold (continued since, in an uninterruptible sleep, or not
-                // given a CPU yet): it is stopped again, what it started is stopped through the
-                // kernel's lists of its children, and it is killed, there and then, without
-                // waiting for a walk of every process, which takes a loaded machine a tenth of a
-                // second or more. Without such lists, it is killed after the next walk.
-                let mut still;
+                // still (a tenth of a second at most), and the freeze ends with a walk that finds
+                // nothing new behind processes that all hold still.
                 let until = Instant::now() + Duration::from_millis(100);
+                let mut still;
                 loop {
-                    still = true;
-                    let now = Instant::now();
-                    let mut unheld = Vec::new();
-                    for p in &stopped {
-                        let key = (p.pid, p.start);
-                        if gone.contains(&key) {
-                            continue;
-                        }
-                        match hold(p.pid, p.start) {
-                            Hold::Gone => {
-                                gone.insert(key);
-                                continue;
-                            }
-                            Hold::Stopped => continue,
-                            Hold::Running => still = false,
-                        }
-                        let sent_at = stop_sent.entry(key).or_insert(now);
-                        if now.duration_since(*sent_at) >= STOP_TAKES {
-                            // SAFETY: as above; `hold` found it running with this start.
-                            unsafe { libc::kill(p.pid, libc::SIGSTOP) };
-                            *sent_at = now;
-                            unheld.push(*p);
-                        }
-                    }
-                    for p in unheld {
-                        let Some(below) = children_of(p.pid) else {
-                            if !restless.contains(&p) {
-                                restless.push(p);
-                            }
-                            continue;
-                        };
-                        let now = Instant::now();
-                        for c in below {
-                            if sent.insert((c.pid, c.start)) {
-                                // SAFETY: as above, on a descendant of a process of the job.
-                                unsafe { libc::kill(c.pid, libc::SIGSTOP) };
-                                stop_sent.insert((c.pid, c.start), now);
-                                stopped.push(c);
-                                self.seen.insert(c.pid, c);
-                            }
-                        }
-                        if read(p.pid).is_some_and(|q| q.start == p.start) {
-                            // SAFETY: as above, its start time checked just before.
-                            unsafe { libc::kill(p.pid, libc::SIGKILL) };
-                        }
-                    }
-                    if still || !restless.is_empty() || Instant::now() >= until {
+                    still = freeze.tend(self);
+                    if still || !freeze.restless.is_empty() || Instant::now() >= until {
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(1));
@@ -579,7 +529,21 @@ impl Walker {
                     break;
                 }
             }
-            // Restless to the last round: the kill rounds below end them.
+            // Every process the freeze stopped is killed by its PID at once, before any other
+            // walk: a walk takes time, and one of them continued meanwhile (the kernel's SIGCONT
+            // to a group that an exit orphans, which the freeze may not have seen yet) would run
+            // through it. This also reaches one that the rounds below would leave to the caller
+            // as a member of the job's own group, which the caller may have signalled before the
+            // process joined it; a stopped process that nothing kills stays. A stopped process
+            // keeps its PID until it is killed and reaped, and the start time is checked just
+            // before.
+            for p in &deepest_first(&freeze.stopped) {
+                if read(p.pid).is_some_and(|q| q.start == p.start) {
+                    // SAFETY: kill with plain integers, on a process of the job the freeze
+                    // stopped.
+                    unsafe { libc::kill(p.pid, libc::SIGKILL) };
+                }
+            }
         }
         let rounds = if signal == libc::SIGKILL { 8 } else { 1 };
         let mut done: HashSet<(i32, u64)> = HashSet::new();
@@ -595,18 +559,136 @@ impl Walker {
             signal_all(&fresh, signal, if live { group } else { 0 });
             self.seen.extend(fresh.into_iter().map(|p| (p.pid, p)));
         }
-        // Every process the freeze stopped goes by its PID as well, whatever group it is in now:
-        // the rounds above leave the job's own group to the caller, who may have signalled it
-        // before a frozen process joined it, and a stopped process that nothing kills stays.
-        // A stopped process keeps its PID until it is killed and reaped, and the start time is
-        // checked just before.
-        for p in &stopped {
-            if read(p.pid).is_some_and(|q| q.start == p.start) {
-                // SAFETY: kill with plain integers, on a process of the job the freeze stopped.
+    }
+}
+
+/// What a freeze ([`Walker::signal`]) has done so far.
+#[derive(Default)]
+struct Freeze {
+    /// Every process sent its stop, by PID and start; those gone for good since.
+    sent: HashSet<(i32, u64)>,
+    gone: HashSet<(i32, u64)>,
+    /// When each was last sent its stop.
+    stop_sent: HashMap<(i32, u64), Instant>,
+    stopped: Vec<Proc>,
+    /// To kill after the next walk: found running past [`STOP_TAKES`] where the kernel keeps no
+    /// lists of children to stop what they started.
+    restless: Vec<Proc>,
+}
+
+impl Freeze {
+    /// Every process of the machine, as [`snapshot`] reads them, read on a thread of its own while
+    /// this one tends the processes stopped so far; on this thread alone if none can be started.
+    fn walking(&mut self, walker: &mut Walker) -> Vec<Proc> {
+        let Ok(walk) = std::thread::Builder::new()
+            .name("walk".into())
+            .spawn(snapshot)
+        else {
+            return snapshot();
+        };
+        while !walk.is_finished() {
+            self.tend(walker);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        walk.join().unwrap_or_default()
+    }
+
+    /// One look at every process stopped so far; true if all hold still. One found running
+    /// [`STOP_TAKES`] after its stop was sent is one that a stop does not hold (continued since,
+    /// in an uninterruptible sleep, or not given a CPU yet). Then the freeze gives way to the kill
+    /// at once: what every process held so far started is stopped through the kernel's lists of
+    /// children, and all of them are killed in one pass, the one that ran again too. Killed alone,
+    /// its exit could hand others on: a group that it leaves orphaned with stopped members gets
+    /// SIGCONT from the kernel, and a process it traced resumes from its tracer's stop
+    /// (`tests/atkkill2_review.rs`); a process with a SIGKILL pending dies instead of running.
+    /// Without such lists it is left to be killed after the next walk ([`Freeze::restless`]).
+    fn tend(&mut self, walker: &mut Walker) -> bool {
+        let mut still = true;
+        let now = Instant::now();
+        let mut unheld = Vec::new();
+        for p in &self.stopped {
+            let key = (p.pid, p.start);
+            if self.gone.contains(&key) {
+                continue;
+            }
+            match hold(p.pid, p.start) {
+                Hold::Gone => {
+                    self.gone.insert(key);
+                    continue;
+                }
+                Hold::Stopped => continue,
+                Hold::Running => still = false,
+            }
+            let sent_at = self.stop_sent.entry(key).or_insert(now);
+            if now.duration_since(*sent_at) >= STOP_TAKES {
+                // SAFETY: kill with plain integers; `hold` found it running with this start.
+                unsafe { libc::kill(p.pid, libc::SIGSTOP) };
+                *sent_at = now;
+                unheld.push(*p);
+            }
+        }
+        if unheld.is_empty() {
+            return still;
+        }
+        let held: Vec<Proc> = self.stopped.clone();
+        let mut listed = true;
+        for p in &held {
+            let Some(below) = children_of(p.pid) else {
+                listed = false;
+                break;
+            };
+            let now = Instant::now();
+            for c in below {
+                if self.sent.insert((c.pid, c.start)) {
+                    // SAFETY: as above, on a descendant of a process of the job.
+                    unsafe { libc::kill(c.pid, libc::SIGSTOP) };
+                    self.stop_sent.insert((c.pid, c.start), now);
+                    self.stopped.push(c);
+                    walker.seen.insert(c.pid, c);
+                }
+            }
+        }
+        if !listed {
+            for p in unheld {
+                if !self.restless.contains(&p) {
+                    self.restless.push(p);
+                }
+            }
+            return still;
+        }
+        for p in &deepest_first(&self.stopped) {
+            if !self.gone.contains(&(p.pid, p.start))
+                && read(p.pid).is_some_and(|q| q.start == p.start)
+            {
+                // SAFETY: as above, on a process of the job, its start time checked just
+                // before.
                 unsafe { libc::kill(p.pid, libc::SIGKILL) };
             }
         }
+        still
     }
+}
+
+/// `procs` ordered for a kill in one pass: children before their parents (by the parent each had
+/// when found), so that no parent dies while a child of its, stopped, waits for its own SIGKILL:
+/// a parent's exit that leaves a group orphaned with stopped members has the kernel continue
+/// them, and one continued before its SIGKILL is pending runs.
+fn deepest_first(procs: &[Proc]) -> Vec<Proc> {
+    let parent: HashMap<i32, i32> = procs.iter().map(|p| (p.pid, p.ppid)).collect();
+    let depth = |mut pid: i32| {
+        let mut d = 0usize;
+        while let Some(&up) = parent.get(&pid) {
+            if up == pid || d > procs.len() {
+                break;
+            }
+            pid = up;
+            d += 1;
+        }
+        d
+    };
+    let mut ordered: Vec<(usize, Proc)> = procs.iter().map(|p| (depth(p.pid), *p)).collect();
+    ordered.sort_by_key(|e| std::cmp::Reverse(e.0));
+    ordered.into_iter().map(|(_, p)| p).collect()
 }
 
 /// How long a process may take to act on its SIGSTOP before the freeze counts it as one that a
@@ -632,10 +714,32 @@ fn hold(pid: i32, start: u64) -> Hold {
         return Hold::Gone;
     }
     match fields.first() {
-        Some(&"Z") | Some(&"X") => Hold::Gone,
+        // The first thread's state: one that ended (`pthread_exit`) reads as a zombie while the
+        // others run (`tests/atkkill2_review.rs`), so then the other threads tell.
+        Some(&"Z") | Some(&"X") => threads_hold(pid),
         Some(&"T") | Some(&"t") => Hold::Stopped,
         _ => Hold::Running,
     }
+}
+
+/// The state of the process `pid`, whose first thread has ended, by its other threads: gone when
+/// none is left, stopped when every one left is.
+fn threads_hold(pid: i32) -> Hold {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Hold::Gone;
+    };
+    let mut hold = Hold::Gone;
+    for task in tasks.flatten() {
+        let Ok(stat) = read_proc(task.path().join("stat")) else {
+            continue;
+        };
+        match after_name(&stat).unwrap_or_default().first() {
+            Some(&"Z") | Some(&"X") | None => {}
+            Some(&"T") | Some(&"t") => hold = Hold::Stopped,
+            Some(_) => return Hold::Running,
+        }
+    }
+    hold
 }
 
 /// The descendants of `root`, read from the kernel's lists of children

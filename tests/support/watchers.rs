@@ -1054,6 +1054,7 @@ wait"#;
     };
     let mut child = cmd
         .args(args)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -1085,6 +1086,49 @@ wait"#;
         }
     });
     Some((child, lockctl.unwrap()))
+}
+
+/// `lockctl exec NAME --ttl TTL --kill-after KILL_AFTER -- sh SCRIPT`, started and awaited until
+/// the job says `ready` (see [`start_until_ready`]).
+pub fn exec_script(
+    s: &Server,
+    name: &str,
+    script: &std::path::Path,
+    ttl: &str,
+    kill_after: &str,
+) -> Child {
+    let args: Vec<&std::ffi::OsStr> = ["exec", name, "--ttl", ttl, "--kill-after", kill_after]
+        .into_iter()
+        .chain(["--", "sh"])
+        .map(std::ffi::OsStr::new)
+        .chain([script.as_os_str()])
+        .collect();
+    start_until_ready(s, &args, None)
+        .expect("a job started with the kernel's lists")
+        .0
+}
+
+/// Field `i` (0-based after the name: 0 state, 1 ppid, 2 pgrp, 3 session, 19 start) of `pid`'s
+/// `/proc/PID/stat`.
+pub fn stat_field(pid: i32, i: usize) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(i)?
+        .parse()
+        .ok()
+}
+
+/// Whether the kernel's next PID can be aimed here (`/proc/sys/kernel/ns_last_pid` is writable: root
+/// in the PID namespace); says so on stderr when not.
+pub fn pids_aimable() -> bool {
+    let probe = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .ok()
+        .and_then(|v| std::fs::write("/proc/sys/kernel/ns_last_pid", v.trim()).ok());
+    if probe.is_none() {
+        eprintln!("NOT RUN HERE: /proc/sys/kernel/ns_last_pid is not writable");
+    }
+    probe.is_some()
 }
 
 /// `default` rounds times the whole number in the variable `var` (1 when it is unset or not a
