@@ -43,9 +43,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::watchers::{
-    exec_script, pids_aimable, started_at, stat_field, state, ticks_now, watchers_of,
-};
+use support::tagged::*;
+use support::watchers::{pids_aimable, state, ticks_now};
 use support::*;
 
 fn rounds(default: usize) -> usize {
@@ -56,125 +55,6 @@ fn rounds(default: usize) -> usize {
 /// those (it appears in their command lines).
 fn tag(n: usize) -> String {
     support::watchers::process_tag(n, 6)
-}
-
-/// The command line of `pid`, its arguments joined by spaces.
-fn cmdline(pid: i32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .unwrap_or_default()
-}
-
-/// A process left behind: PID, state, parent, session, start (ticks after the kill), command line.
-#[derive(Debug)]
-#[allow(dead_code)]
-struct Left {
-    pid: i32,
-    state: char,
-    ppid: u64,
-    sid: u64,
-    after_kill: i64,
-    cmd: String,
-}
-
-/// The live processes (zombies excluded) whose command line holds `tag`, but `spare`.
-fn tagged_but(tag: &str, spare: &[i32]) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&p| p != me && !spare.contains(&p))
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.windows(tag.len()).any(|w| w == tag.as_bytes()))
-        })
-        .filter(|&p| state(p).is_some_and(|s| s != 'Z' && s != 'X'))
-        .collect()
-}
-
-/// What of the job `tag` is still there 3 s after lockctl's SIGKILL at tick `at`.
-fn leftovers(tag: &str, at: u64, spare: &[i32]) -> Vec<Left> {
-    eventually(Duration::from_secs(3), || tagged_but(tag, spare).is_empty());
-    tagged_but(tag, spare)
-        .into_iter()
-        .filter_map(|pid| {
-            Some(Left {
-                pid,
-                state: state(pid)?,
-                ppid: stat_field(pid, 1)?,
-                sid: stat_field(pid, 3)?,
-                after_kill: started_at(pid)? as i64 - at as i64,
-                cmd: cmdline(pid),
-            })
-        })
-        .collect()
-}
-
-/// Kills what is left of the test's own tagged processes (stopped ones included).
-fn sweep(tag: &str) {
-    for _ in 0..10 {
-        let left = tagged_but(tag, &[]);
-        if left.is_empty() {
-            return;
-        }
-        for p in left {
-            kill(p, libc::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The scene's own processes, swept when dropped (also when an assertion fails).
-struct Sweep(String);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        sweep(&self.0);
-    }
-}
-
-/// lockctl, SIGKILLed and reaped when dropped.
-struct Lockctl(Option<Child>);
-
-impl Lockctl {
-    fn pid(&self) -> i32 {
-        self.0.as_ref().unwrap().id() as i32
-    }
-}
-
-impl Drop for Lockctl {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Starts `lockctl exec NAME --ttl TTL --kill-after KA -- sh SCRIPT` and waits for `ready`.
-fn start(s: &Server, name: &str, script: &Path, ttl: &str, ka: &str) -> Lockctl {
-    Lockctl(Some(exec_script(s, name, script, ttl, ka)))
-}
-
-/// SIGKILLs lockctl (reaped) and waits (10 s at most) until its watchers are gone; returns the
-/// tick just before the kill and whether the watchers exited.
-fn kill_lockctl(mut l: Lockctl) -> (u64, bool) {
-    let pid = l.pid();
-    let watchers = watchers_of(pid as u32);
-    let at = ticks_now();
-    let mut c = l.0.take().unwrap();
-    let _ = c.kill();
-    let _ = c.wait();
-    let quiet = eventually(Duration::from_secs(10), || {
-        watchers.iter().all(|&w| !alive(w))
-    });
-    (at, quiet)
-}
-
-fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    path
 }
 
 /// The escaper: does nothing until it is continued (`SIGCONT`) after a stop it did not ask for,
@@ -266,8 +146,8 @@ fn a_member_woken_by_the_orphaned_group_rule_during_the_freeze() {
         std::thread::sleep(Duration::from_millis(400));
         write(&d, &format!("go.{t}"), "go");
         std::thread::sleep(Duration::from_millis(20));
-        let (at, quiet) = kill_lockctl(l);
-        let left = leftovers(&t, at, &[]);
+        let (at, quiet, _) = kill_lockctl(l);
+        let left = leftovers(&t, at, &[], Duration::from_secs(3));
         let woke = std::fs::read_to_string(d.join(format!("woke.{t}"))).is_ok();
         woken += usize::from(woke);
         eprintln!(
@@ -377,8 +257,8 @@ fn a_member_continued_by_a_sibling_during_the_freeze() {
         let path = write(&d, &format!("job-{t}.sh"), &body);
         let l = start(&s, &format!("kill-revive-{round}"), &path, "5s", "1s");
         std::thread::sleep(Duration::from_millis(300 + (round as u64 * 37) % 200));
-        let (at, quiet) = kill_lockctl(l);
-        let left = leftovers(&t, at, &[]);
+        let (at, quiet, _) = kill_lockctl(l);
+        let left = leftovers(&t, at, &[], Duration::from_secs(3));
         let woke = std::fs::read_to_string(d.join(format!("woke.{t}"))).ok();
         woken += usize::from(woke.is_some());
         eprintln!(
@@ -479,8 +359,8 @@ fn a_member_that_continues_itself_with_a_timer() {
         let path = write(&d, &format!("job-{t}.sh"), &body);
         let l = start(&s, &format!("kill-timer-{round}"), &path, "5s", "1s");
         std::thread::sleep(Duration::from_millis(300 + (round as u64 * 37) % 200));
-        let (at, quiet) = kill_lockctl(l);
-        let left = leftovers(&t, at, &[]);
+        let (at, quiet, _) = kill_lockctl(l);
+        let left = leftovers(&t, at, &[], Duration::from_secs(3));
         eprintln!(
             "round {round}: left {} (started ticks after the kill: {:?}); watcher exited: {quiet}",
             left.len(),
@@ -579,8 +459,8 @@ fn chains_that_grow_during_the_freeze() {
         std::thread::sleep(Duration::from_millis(300 + (round as u64 * 37) % 200));
         std::fs::write(&go, "").unwrap();
         std::thread::sleep(Duration::from_millis(10));
-        let (at, quiet) = kill_lockctl(l);
-        let left = leftovers(&t, at, &[]);
+        let (at, quiet, _) = kill_lockctl(l);
+        let left = leftovers(&t, at, &[], Duration::from_secs(3));
         eprintln!(
             "round {round}: left {} (started ticks after the kill: {:?}); watcher exited: {quiet}",
             left.len(),
@@ -665,9 +545,9 @@ fn a_vfork_parent_in_uninterruptible_sleep_during_the_freeze() {
             .filter_map(|p| Some((p, state(p)?)))
             .collect();
         let t0 = Instant::now();
-        let (at, quiet) = kill_lockctl(l);
+        let (at, quiet, _) = kill_lockctl(l);
         let took = t0.elapsed();
-        let left = leftovers(&t, at, &[]);
+        let left = leftovers(&t, at, &[], Duration::from_secs(3));
         eprintln!(
             "round {round}: before the kill {states:?}; the watcher took {took:?}; left {} \
              (started ticks after the kill: {:?}); watcher exited: {quiet}",
@@ -718,7 +598,7 @@ fn the_deadline_path_with_a_self_continuing_member() {
         let at = ticks_now();
         kill(lockctl, libc::SIGSTOP);
         std::thread::sleep(Duration::from_millis(2500));
-        let during = leftovers(&t, at, &[lockctl]);
+        let during = leftovers(&t, at, &[lockctl], Duration::from_secs(3));
         kill(lockctl, libc::SIGCONT);
         let out = wait_output(l.0.take().unwrap(), Duration::from_secs(30));
         std::thread::sleep(Duration::from_millis(300));
@@ -918,7 +798,7 @@ fn a_bystander_that_took_a_member_s_pid_within_a_tick_is_spared() {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
-        let (at, quiet) = kill_lockctl(l);
+        let (at, quiet, _) = kill_lockctl(l);
         // The factory looks at each bystander a second after its start.
         std::thread::sleep(Duration::from_millis(1500));
         let hits = std::fs::read_to_string(d.join(format!("hits.{bt}"))).unwrap_or_default();
@@ -931,7 +811,7 @@ fn a_bystander_that_took_a_member_s_pid_within_a_tick_is_spared() {
                 (c.try_wait().ok().flatten().is_some() || st != Some('S')).then_some((c.id(), st))
             })
             .collect();
-        let left = leftovers(&t, at, &[factory.0[0].id() as i32]);
+        let left = leftovers(&t, at, &[factory.0[0].id() as i32], Duration::from_secs(3));
         eprintln!(
             "round {round}: lockctl killed at {killed_at:.3}; the factory's findings: {:?}; \
              idle processes harmed: {idle_harmed:?}; job left: {}; watcher exited: {quiet}; \

@@ -11,6 +11,7 @@ pub mod holder;
 pub mod proxy;
 pub mod queue;
 pub mod stopped;
+pub mod tagged;
 pub mod tls;
 pub mod topology;
 pub mod watchers;
