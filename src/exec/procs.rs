@@ -537,13 +537,7 @@ impl Walker {
             // process joined it; a stopped process that nothing kills stays. A stopped process
             // keeps its PID until it is killed and reaped, and the start time is checked just
             // before.
-            for p in &deepest_first(&freeze.stopped) {
-                if read(p.pid).is_some_and(|q| q.start == p.start) {
-                    // SAFETY: kill with plain integers, on a process of the job the freeze
-                    // stopped.
-                    unsafe { libc::kill(p.pid, libc::SIGKILL) };
-                }
-            }
+            kill_at_once(&freeze.stopped, &freeze.gone);
         }
         let rounds = if signal == libc::SIGKILL { 8 } else { 1 };
         let mut done: HashSet<(i32, u64)> = HashSet::new();
@@ -633,10 +627,20 @@ impl Freeze {
         let held: Vec<Proc> = self.stopped.clone();
         let mut listed = true;
         for p in &held {
+            // A process gone since, or one whose PID another process has taken, has no list of
+            // the job's: its start time is checked before and after the list is read (a PID is
+            // not handed on while its process exists), and its list is dropped otherwise.
+            let same = || read(p.pid).is_some_and(|q| q.start == p.start);
+            if self.gone.contains(&(p.pid, p.start)) || !same() {
+                continue;
+            }
             let Some(below) = children_of(p.pid) else {
                 listed = false;
                 break;
             };
+            if !same() {
+                continue;
+            }
             let now = Instant::now();
             for c in below {
                 if self.sent.insert((c.pid, c.start)) {
@@ -656,16 +660,27 @@ impl Freeze {
             }
             return still;
         }
-        for p in &deepest_first(&self.stopped) {
-            if !self.gone.contains(&(p.pid, p.start))
-                && read(p.pid).is_some_and(|q| q.start == p.start)
-            {
-                // SAFETY: as above, on a process of the job, its start time checked just
-                // before.
-                unsafe { libc::kill(p.pid, libc::SIGKILL) };
-            }
-        }
+        kill_at_once(&self.stopped, &self.gone);
         still
+    }
+}
+
+/// Sends SIGKILL to each of `procs` that is not `gone` and still runs with its start time, in
+/// one tight pass, children before parents ([`deepest_first`]): the start times are all read
+/// first, so that the kills follow each other within microseconds. A kill can leave a group of
+/// stopped processes orphaned, and the kernel then continues them; one whose SIGKILL comes a
+/// little later runs meanwhile (`tests/atkkill3_review.rs`).
+fn kill_at_once(procs: &[Proc], gone: &HashSet<(i32, u64)>) {
+    let alive: Vec<i32> = deepest_first(procs)
+        .into_iter()
+        .filter(|p| !gone.contains(&(p.pid, p.start)))
+        .filter(|p| read(p.pid).is_some_and(|q| q.start == p.start))
+        .map(|p| p.pid)
+        .collect();
+    for pid in alive {
+        // SAFETY: kill with plain integers, on a process of the job the freeze stopped, its
+        // start time checked in the pass above (a stopped process cannot exit on its own).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
 
