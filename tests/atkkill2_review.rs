@@ -52,7 +52,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -70,29 +70,10 @@ fn tag(n: usize) -> String {
     support::watchers::process_tag(n, 6)
 }
 
-/// Compiles [`ESC`] into `dir/esc` with `cc`.
-fn compile(dir: &Path) -> PathBuf {
-    need_tool("cc", "--version");
-    let c = write(dir, "esc.c", ESC);
-    let bin = dir.join("esc");
-    let out = std::process::Command::new("cc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
-/// The job's program. `esc MODE TAG DIR N NS LOCKCTL` (NS: the period of a process's own SIGCONT
-/// timer, in ns; LOCKCTL: lockctl's PID). Escapes are `sleep 300` named `escape.TAG`, each started
-/// behind a middle process that exits at once, in a session of its own (`setsid`). SIGTERM is
-/// ignored throughout.
+/// The job's program, after [`C_PRELUDE`]. `esc MODE TAG DIR N NS LOCKCTL` (NS: the period of a
+/// process's own SIGCONT timer, in ns; LOCKCTL: lockctl's PID). Escapes are `sleep 300` named
+/// `escape.TAG`, each started behind a middle process that exits at once, in a session of its own
+/// (`setsid`). SIGTERM is ignored throughout.
 ///
 /// - `orphan`: a chain of N+1 processes; the first (level 0) stays in the job's group and sends
 ///   itself SIGCONT with a POSIX timer every NS ns: a stop does not hold it. Each of levels 1..N is
@@ -112,36 +93,7 @@ fn compile(dir: &Path) -> PathBuf {
 ///   a system-call stop. Whenever `b` has a SIGSTOP pending, `t` lets it take it, suppresses it
 ///   (`PTRACE_SYSCALL` with no signal) and parks it at its next system call again (counted in
 ///   `suppressed.TAG`). Once `b` is no longer traced it starts escapes as `orphan` does.
-const ESC: &str = r#"#define _GNU_SOURCE
-#include <errno.h>
-#include <pthread.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/ptrace.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-static volatile sig_atomic_t woke;
-static void on_cont(int s) { (void)s; woke = 1; }
-static void nop(int s) { (void)s; }
-static char *tag, *dir;
-static char escarg[160];
-
-static void mark(const char *what, long n) {
-    char path[512], tmp[520], body[64];
-    snprintf(path, sizeof path, "%s/%s.%s", dir, what, tag);
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return;
-    int len = snprintf(body, sizeof body, "%d %ld ppid %d\n", getpid(), n, getppid());
-    if (write(fd, body, len) < 0) {}
-    close(fd);
-    rename(tmp, path);
-}
+const ESC: &str = r#"static void nop(int s) { (void)s; }
 
 /* A POSIX timer sending this process SIGCONT every `ns` nanoseconds. */
 static void self_timer(long ns) {
@@ -447,11 +399,11 @@ fn round_of(
         bin = bin.display(),
         dd = d.display(),
     );
-    let path = write(&d, &format!("job-{t}.sh"), &body);
-    let l = start(
+    let l = run_job(
         s,
         &format!("kill2-{mode}-{base}-{round}"),
-        &path,
+        &t,
+        &body,
         "5s",
         "1s",
     );
@@ -494,6 +446,36 @@ fn broke(r: &Round) -> bool {
     r.escapes > 0 || r.late > 0 || !r.watcher_exited
 }
 
+/// Whether a round broke the promise where escapes are allowed (they started before the stop of
+/// a process that the freeze does not kill early): a process that is not an escape left, anything
+/// left that started 200 ms or more after the kill, or a watcher still there 10 s after it.
+fn broke_late(r: &Round) -> bool {
+    r.late > 0 || r.left.iter().any(|l| !l.cmd.contains("escape.")) || !r.watcher_exited
+}
+
+/// Runs `rounds` rounds of the job `esc MODE TAG DIR N NS` (`job`: MODE, N, NS; see [`round_of`])
+/// on a server of its own, and fails with `what` and the rounds that `broke_if` calls broken.
+fn scene(
+    job: (&str, usize, u64),
+    rounds: usize,
+    base: usize,
+    broke_if: fn(&Round) -> bool,
+    what: &str,
+) {
+    let s = Server::start();
+    let bin = compile(s.dir(), "esc", &[C_PRELUDE, ESC].concat());
+    let (mode, n, ns) = job;
+    let broken: Vec<Round> = (0..rounds)
+        .map(|round| round_of(&s, &bin, mode, n, ns, round, base))
+        .filter(broke_if)
+        .collect();
+    assert_held(
+        &broken,
+        rounds,
+        &format!("{what} (rounds broken, the first three left each)"),
+    );
+}
+
 /// The orphaned-group chain that the early kill sets off. The job: `p` (level 0, in the job's
 /// group) continues itself with a timer every 0.5 ms; `c1`, its child, leads a group of its own
 /// in the job's session, `c2` is `c1`'s child in another group, `c3` `c2`'s (see [`ESC`],
@@ -507,19 +489,13 @@ fn broke(r: &Round) -> bool {
 /// nothing that started 200 ms or more after the kill.
 #[test]
 fn the_early_kill_orphans_a_chain_of_groups_that_the_kernel_continues() {
-    let s = Server::start();
-    let bin = compile(s.dir());
-    let n = rounds(8);
-    let broken: Vec<Round> = (0..n)
-        .map(|round| round_of(&s, &bin, "orphan", 3, 500_000, round, 100))
-        .filter(broke)
-        .collect();
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
+    scene(
+        ("orphan", 3, 500_000),
+        rounds(8),
+        100,
+        broke,
         "processes of the job outlived lockctl: escapes started by a process the kernel \
-         continued (orphaned-group SIGHUP+SIGCONT) after the watcher's early kill of its parent \
-         (rounds broken, the first three left each): {broken:#?}"
+         continued (orphaned-group SIGHUP+SIGCONT) after the watcher's early kill of its parent",
     );
 }
 
@@ -533,18 +509,13 @@ fn the_early_kill_orphans_a_chain_of_groups_that_the_kernel_continues() {
 /// that started 200 ms or more after the kill.
 #[test]
 fn the_early_kill_of_a_tracer_lets_its_tracee_run() {
-    let s = Server::start();
-    let bin = compile(s.dir());
-    let n = rounds(8);
-    let broken: Vec<Round> = (0..n)
-        .map(|round| round_of(&s, &bin, "tracer", 1, 500_000, round, 200))
-        .filter(broke)
-        .collect();
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
+    scene(
+        ("tracer", 1, 500_000),
+        rounds(8),
+        200,
+        broke,
         "processes of the job outlived lockctl: escapes started by a tracee that the watcher's \
-         early kill of its tracer let go (rounds broken, the first three left each): {broken:#?}"
+         early kill of its tracer let go",
     );
 }
 
@@ -559,18 +530,13 @@ fn the_early_kill_of_a_tracer_lets_its_tracee_run() {
 /// its death", `docs/guarantees.md`), measured here. Asserted: no escape is left.
 #[test]
 fn a_restless_forker_s_fork_in_flight() {
-    let s = Server::start();
-    let bin = compile(s.dir());
-    let n = rounds(8);
-    let broken: Vec<Round> = (0..n)
-        .map(|round| round_of(&s, &bin, "forker", 100, 500_000, round, 300))
-        .filter(broke)
-        .collect();
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
+    scene(
+        ("forker", 100, 500_000),
+        rounds(8),
+        300,
+        broke,
         "processes of the job outlived lockctl: children forked by a restless process around the \
-         watcher's look at its children (rounds broken, the first three left each): {broken:#?}"
+         watcher's look at its children",
     );
 }
 
@@ -584,7 +550,7 @@ fn a_restless_forker_s_fork_in_flight() {
 fn a_swarm_of_restless_chains_ends_promptly() {
     let s = Server::start();
     let d = s.dir().to_path_buf();
-    let bin = compile(&d);
+    let bin = compile(&d, "esc", &[C_PRELUDE, ESC].concat());
     let n = rounds(3);
     let mut broken = Vec::new();
     for round in 0..n {
@@ -595,8 +561,7 @@ fn a_swarm_of_restless_chains_ends_promptly() {
             bin = bin.display(),
             dd = d.display(),
         );
-        let path = write(&d, &format!("job-{t}.sh"), &body);
-        let l = start(&s, &format!("kill2-swarm-{round}"), &path, "5s", "1s");
+        let l = run_job(&s, &format!("kill2-swarm-{round}"), &t, &body, "5s", "1s");
         std::thread::sleep(Duration::from_millis(400));
         let before = tagged_but(&t, &[]).len();
         let t0 = Instant::now();
@@ -637,7 +602,7 @@ fn a_swarm_of_restless_chains_ends_promptly() {
 fn the_deadline_path_with_an_orphan_chain_and_a_tracer() {
     let s = Server::start();
     let d = s.dir().to_path_buf();
-    let bin = compile(&d);
+    let bin = compile(&d, "esc", &[C_PRELUDE, ESC].concat());
     let n = rounds(2);
     let mut broken = Vec::new();
     for (i, mode) in ["orphan", "tracer"].iter().enumerate() {
@@ -649,8 +614,14 @@ fn the_deadline_path_with_an_orphan_chain_and_a_tracer() {
                 bin = bin.display(),
                 dd = d.display(),
             );
-            let path = write(&d, &format!("job-{t}.sh"), &body);
-            let mut l = start(&s, &format!("kill2-dl-{mode}-{round}"), &path, "1s", "1s");
+            let mut l = run_job(
+                &s,
+                &format!("kill2-dl-{mode}-{round}"),
+                &t,
+                &body,
+                "1s",
+                "1s",
+            );
             let lockctl = l.pid();
             std::thread::sleep(Duration::from_millis(100 + (round as u64 * 61) % 200));
             let at = ticks_now();
@@ -700,21 +671,13 @@ fn the_deadline_path_with_an_orphan_chain_and_a_tracer() {
 /// nothing but escapes.
 #[test]
 fn a_process_whose_main_thread_exited_is_taken_for_gone() {
-    let s = Server::start();
-    let bin = compile(s.dir());
-    let n = rounds(6);
-    let broken: Vec<Round> = (0..n)
-        .map(|round| round_of(&s, &bin, "zleader", 200, 500_000, round, 600))
-        .filter(|r| {
-            r.late > 0 || r.left.iter().any(|l| !l.cmd.contains("escape.")) || !r.watcher_exited
-        })
-        .collect();
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
+    scene(
+        ("zleader", 200, 500_000),
+        rounds(6),
+        600,
+        broke_late,
         "processes of the job started 200 ms or more after lockctl's SIGKILL outlived it: escapes \
-         of a process whose leader thread is a zombie (state Z) while its other thread runs \
-         (rounds broken, the first three left each): {broken:#?}"
+         of a process whose leader thread is a zombie (state Z) while its other thread runs",
     );
 }
 
@@ -723,20 +686,12 @@ fn a_process_whose_main_thread_exited_is_taken_for_gone() {
 /// above.
 #[test]
 fn a_threaded_process_with_its_main_thread_alive_is_killed_early() {
-    let s = Server::start();
-    let bin = compile(s.dir());
-    let n = rounds(6);
-    let broken: Vec<Round> = (0..n)
-        .map(|round| round_of(&s, &bin, "threaded", 200, 500_000, round, 650))
-        .filter(|r| {
-            r.late > 0 || r.left.iter().any(|l| !l.cmd.contains("escape.")) || !r.watcher_exited
-        })
-        .collect();
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
-        "processes of the job started 200 ms or more after lockctl's SIGKILL outlived it \
-         (rounds broken, the first three left each): {broken:#?}"
+    scene(
+        ("threaded", 200, 500_000),
+        rounds(6),
+        650,
+        broke_late,
+        "processes of the job started 200 ms or more after lockctl's SIGKILL outlived it",
     );
 }
 
@@ -763,7 +718,7 @@ fn bystanders_in_lockctl_s_session_are_spared_by_the_early_kills() {
     use std::os::unix::process::CommandExt;
     let s = Server::start();
     let d = s.dir().to_path_buf();
-    let bin = compile(&d);
+    let bin = compile(&d, "esc", &[C_PRELUDE, ESC].concat());
     let n = rounds(2);
     let mut harmed = Vec::new();
     for (i, mode) in ["orphan", "tracer"].iter().enumerate() {
@@ -775,8 +730,14 @@ fn bystanders_in_lockctl_s_session_are_spared_by_the_early_kills() {
                 bin = bin.display(),
                 dd = d.display(),
             );
-            let path = write(&d, &format!("job-{t}.sh"), &body);
-            let l = start(&s, &format!("kill2-by-{mode}-{round}"), &path, "5s", "1s");
+            let l = run_job(
+                &s,
+                &format!("kill2-by-{mode}-{round}"),
+                &t,
+                &body,
+                "5s",
+                "1s",
+            );
             let mut idle = Idle(
                 (0..20)
                     .map(|_| {
@@ -833,18 +794,13 @@ fn bystanders_in_lockctl_s_session_are_spared_by_the_early_kills() {
 /// 2 ms, and no child was continued.
 #[test]
 fn the_early_kill_of_a_busy_process_waiting_for_a_cpu_orphans_its_child_s_group() {
-    let s = Server::start();
-    let bin = compile(s.dir());
-    let n = rounds(4);
-    let broken: Vec<Round> = (0..n)
-        .map(|round| round_of(&s, &bin, "busy", 4, 0, round, 800))
-        .filter(broke)
-        .collect();
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
+    scene(
+        ("busy", 4, 0),
+        rounds(4),
+        800,
+        broke,
         "processes of the job outlived lockctl: escapes started by a process the kernel \
          continued (orphaned-group SIGHUP+SIGCONT) after the watcher's early kill of its busy \
-         parent (rounds broken, the first three left each): {broken:#?}"
+         parent",
     );
 }

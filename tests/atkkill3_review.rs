@@ -53,13 +53,13 @@
 
 mod support;
 
-use std::io::BufRead;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::watchers::{started_at, ticks_now, watchers_of};
+use support::tagged::*;
+use support::watchers::{state, ticks_now, watchers_of};
 use support::*;
 
 fn rounds(default: usize) -> usize {
@@ -72,230 +72,7 @@ fn tag(n: usize) -> String {
     support::watchers::process_tag(n, 8)
 }
 
-/// The state letter of `pid` (`None` once it is gone).
-fn state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
-}
-
-/// The command line of `pid`, its arguments joined by spaces.
-fn cmdline(pid: i32) -> String {
-    cmdline_of(Path::new(&format!("/proc/{pid}/cmdline")))
-}
-
-/// A `cmdline` file's arguments joined by spaces.
-fn cmdline_of(path: &Path) -> String {
-    std::fs::read(path)
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .unwrap_or_default()
-}
-
-/// A process left behind: PID, state, parent, session, start (ticks after the kill), command line.
-#[derive(Debug)]
-#[allow(dead_code)]
-struct Left {
-    pid: i32,
-    state: char,
-    ppid: i64,
-    sid: i64,
-    after_kill: i64,
-    cmd: String,
-}
-
-/// Field `i` after the name (0 state, 1 ppid, 2 pgrp, 3 session, 19 start) of `pid`'s stat.
-fn stat_field(pid: i32, i: usize) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(i)?
-        .parse()
-        .ok()
-}
-
-/// Whether the file `path` holds `tag`.
-fn holds(path: &str, tag: &str) -> bool {
-    std::fs::read(path).is_ok_and(|c| c.windows(tag.len()).any(|w| w == tag.as_bytes()))
-}
-
-/// The state of the first thread of `pid` that is not a zombie, with the tag in its command line:
-/// a process whose leader thread exited shows `Z` and no command line in `/proc/PID`, while its
-/// other threads run.
-fn live_thread(pid: i32, tag: &str) -> Option<char> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find_map(|tid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-            let st = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
-            (st != 'Z' && st != 'X' && holds(&format!("/proc/{pid}/task/{tid}/cmdline"), tag))
-                .then_some(st)
-        })
-}
-
-/// The live processes whose command line holds `tag`, but `spare`: zombies excluded, but a
-/// process whose leader is a zombie and another thread of which runs is included.
-fn tagged_but(tag: &str, spare: &[i32]) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&p| p != me && !spare.contains(&p))
-        .filter(|&p| match state(p) {
-            Some('Z') => live_thread(p, tag).is_some(),
-            Some('X') | None => false,
-            Some(_) => holds(&format!("/proc/{p}/cmdline"), tag),
-        })
-        .collect()
-}
-
-/// What of the job `tag` is still there `wait` after lockctl's SIGKILL at tick `at`.
-fn leftovers(tag: &str, at: u64, spare: &[i32], wait: Duration) -> Vec<Left> {
-    eventually(wait, || tagged_but(tag, spare).is_empty());
-    tagged_but(tag, spare)
-        .into_iter()
-        .filter_map(|pid| {
-            let (st, cmd) = match state(pid)? {
-                'Z' => (
-                    live_thread(pid, tag)?,
-                    format!(
-                        "[leader a zombie, a thread runs] {}",
-                        std::fs::read_dir(format!("/proc/{pid}/task"))
-                            .ok()?
-                            .filter_map(|e| e.ok())
-                            .map(|e| cmdline_of(&e.path().join("cmdline")))
-                            .find(|c| c.contains(tag))?
-                    ),
-                ),
-                st => (st, cmdline(pid)),
-            };
-            Some(Left {
-                pid,
-                state: st,
-                ppid: stat_field(pid, 1)?,
-                sid: stat_field(pid, 3)?,
-                after_kill: started_at(pid)? as i64 - at as i64,
-                cmd,
-            })
-        })
-        .collect()
-}
-
-/// Kills what is left of the test's own tagged processes (stopped ones included).
-fn sweep(tag: &str) {
-    for _ in 0..10 {
-        let left = tagged_but(tag, &[]);
-        if left.is_empty() {
-            return;
-        }
-        for p in left {
-            kill(p, libc::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The scene's own processes, swept when dropped (also when an assertion fails).
-struct Sweep(String);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        sweep(&self.0);
-    }
-}
-
-/// lockctl, SIGKILLed and reaped when dropped.
-struct Lockctl(Option<Child>);
-
-impl Lockctl {
-    fn pid(&self) -> i32 {
-        self.0.as_ref().unwrap().id() as i32
-    }
-}
-
-impl Drop for Lockctl {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Starts `lockctl exec NAME --ttl TTL --kill-after KA -- sh SCRIPT` and waits for `ready`.
-fn start(s: &Server, name: &str, script: &Path, ttl: &str, ka: &str) -> Lockctl {
-    let mut child = lockctl_on(s)
-        .args(["exec", name, "--ttl", ttl, "--kill-after", ka, "--", "sh"])
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let child = Lockctl(Some(child));
-    let mut line = String::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        line.clear();
-        assert!(
-            Instant::now() < deadline && out.read_line(&mut line).unwrap_or(0) > 0,
-            "{name}: the job never said ready"
-        );
-        if line.trim() == "ready" {
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        while out.read_line(&mut line).is_ok_and(|n| n > 0) {
-            line.clear();
-        }
-    });
-    child
-}
-
-/// SIGKILLs lockctl (reaped) and waits (10 s at most) until its watchers are gone; returns the
-/// tick just before the kill, whether the watchers exited, and how long they took.
-fn kill_lockctl(mut l: Lockctl) -> (u64, bool, Duration) {
-    let pid = l.pid();
-    let watchers = watchers_of(pid as u32);
-    let at = ticks_now();
-    let t0 = Instant::now();
-    let mut c = l.0.take().unwrap();
-    let _ = c.kill();
-    let _ = c.wait();
-    let quiet = eventually(Duration::from_secs(10), || {
-        watchers.iter().all(|&w| !alive(w))
-    });
-    (at, quiet, t0.elapsed())
-}
-
-fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    path
-}
-
-/// Compiles [`ESC3`] into `dir/esc3` with `cc`.
-fn compile(dir: &Path) -> PathBuf {
-    need_tool("cc", "--version");
-    let c = write(dir, "esc3.c", ESC3);
-    let bin = dir.join("esc3");
-    let out = std::process::Command::new("cc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
-/// The job's program. `esc3 MODE TAG DIR N`. SIGTERM is ignored throughout.
+/// The job's program, after [`C_PRELUDE`]. `esc3 MODE TAG DIR N`. SIGTERM is ignored throughout.
 ///
 /// - `deeplink`: the first process `p` (in the job's group) forks `a`, which leads a group `G` of
 ///   its own and forks `b` (in `G`); `b` forks N fillers (in `G`, pausing) and `w`, which leads a
@@ -318,35 +95,7 @@ fn compile(dir: &Path) -> PathBuf {
 /// - `seize`: the first process `PTRACE_SEIZE`s the process N (not the job's) and lets it run:
 ///   every signal it reports is delivered on (a stop is kept, `PTRACE_LISTEN`), and logged to
 ///   `sig.TAG` (the signal and the ptrace event, one a line).
-const ESC3: &str = r#"#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/ptrace.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-static volatile sig_atomic_t woke;
-static void on_cont(int s) { (void)s; woke = 1; }
-static char *tag, *dir;
-static char escarg[160];
-
-static void mark(const char *what, long n) {
-    char path[512], tmp[520], body[64];
-    snprintf(path, sizeof path, "%s/%s.%s", dir, what, tag);
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return;
-    int len = snprintf(body, sizeof body, "%d %ld ppid %d\n", getpid(), n, getppid());
-    if (write(fd, body, len) < 0) {}
-    close(fd);
-    rename(tmp, path);
-}
-
+const ESC3: &str = r#"
 static void idle(void) {
     signal(SIGHUP, SIG_IGN);
     for (;;)
@@ -641,8 +390,7 @@ fn start_job(s: &Server, bin: &Path, mode: &str, t: &str, n: i64, ttl: &str, ka:
         bin = bin.display(),
         dd = d.display(),
     );
-    let path = write(d, &format!("job-{t}.sh"), &body);
-    start(s, &format!("kill3-{mode}-{t}"), &path, ttl, ka)
+    run_job(s, &format!("kill3-{mode}-{t}"), t, &body, ttl, ka)
 }
 
 /// One round's outcome.
@@ -702,10 +450,10 @@ fn a_deep_member_s_death_orphans_a_shallow_member_s_group() {
 fn without_the_deep_link_the_shallow_member_stays_stopped() {
     let n = rounds(3);
     let broken = deep_rounds("nolink", n, 150);
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
-        "processes of the job outlived lockctl (rounds broken): {broken:#?}"
+    assert_held(
+        &broken,
+        n,
+        "processes of the job outlived lockctl (rounds broken)",
     );
 }
 
@@ -722,7 +470,7 @@ fn fillers() -> i64 {
 /// death), anything started 200 ms or more after the kill, or a watcher 10 s after it.
 fn deep_rounds(mode: &str, n: usize, base: usize) -> Vec<Round> {
     let s = Server::start();
-    let bin = compile(s.dir());
+    let bin = compile(s.dir(), "esc3", &[C_PRELUDE, ESC3].concat());
     let mut broken = Vec::new();
     for round in 0..n {
         let t = tag(base + round);
@@ -777,7 +525,7 @@ fn deep_rounds(mode: &str, n: usize, base: usize) -> Vec<Round> {
 #[test]
 fn a_job_that_keeps_continuing_itself_ends() {
     let s = Server::start();
-    let bin = compile(s.dir());
+    let bin = compile(s.dir(), "esc3", &[C_PRELUDE, ESC3].concat());
     let n = rounds(3);
     let mut broken = Vec::new();
     for round in 0..n {
@@ -820,7 +568,7 @@ fn a_job_that_keeps_continuing_itself_ends() {
 #[test]
 fn a_tracee_outside_the_job_is_neither_stopped_nor_killed() {
     let s = Server::start();
-    let bin = compile(s.dir());
+    let bin = compile(s.dir(), "esc3", &[C_PRELUDE, ESC3].concat());
     let n = rounds(3);
     let mut broken = Vec::new();
     for round in 0..n {
@@ -866,7 +614,7 @@ fn a_tracee_outside_the_job_is_neither_stopped_nor_killed() {
 #[test]
 fn the_deadline_path_with_a_deep_link() {
     let s = Server::start();
-    let bin = compile(s.dir());
+    let bin = compile(s.dir(), "esc3", &[C_PRELUDE, ESC3].concat());
     let n = rounds(2);
     let mut broken = Vec::new();
     for round in 0..n {
@@ -922,7 +670,7 @@ fn the_deadline_path_with_a_deep_link() {
 #[test]
 fn a_bystander_at_a_dead_held_process_s_pid_keeps_its_children() {
     let s = Server::start();
-    let bin = compile(s.dir());
+    let bin = compile(s.dir(), "esc3", &[C_PRELUDE, ESC3].concat());
     let n = rounds(4);
     let mut broken = Vec::new();
     let mut aimed = 0;

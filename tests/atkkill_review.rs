@@ -41,7 +41,6 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -153,8 +152,7 @@ fn a_member_woken_by_the_orphaned_group_rule_during_the_freeze() {
             d.display(),
             d.display()
         );
-        let path = write(&d, &format!("job-{t}.sh"), &body);
-        let l = start(&s, &format!("kill-orphan-{round}"), &path, "5s", "1s");
+        let l = run_job(&s, &format!("kill-orphan-{round}"), &t, &body, "5s", "1s");
         // Looks of the watcher at every process of the job.
         std::thread::sleep(Duration::from_millis(400));
         write(&d, &format!("go.{t}"), "go");
@@ -269,8 +267,7 @@ fn a_member_continued_by_a_sibling_during_the_freeze() {
             "python3 {dd}/revived.py {t} {dd} $PPID &\nwhile [ ! -e {dd}/r.{t} ]; do sleep 0.01; done\necho ready\nwait\n",
             dd = d.display(),
         );
-        let path = write(&d, &format!("job-{t}.sh"), &body);
-        let l = start(&s, &format!("kill-revive-{round}"), &path, "5s", "1s");
+        let l = run_job(&s, &format!("kill-revive-{round}"), &t, &body, "5s", "1s");
         std::thread::sleep(Duration::from_millis(300 + (round as u64 * 37) % 200));
         let (at, quiet, _) = kill_lockctl(l);
         let left = leftovers(&t, at, &[], Duration::from_secs(3));
@@ -375,8 +372,7 @@ fn a_member_that_continues_itself_with_a_timer() {
             "python3 {dd}/self_cont.py {t} {dd} $PPID gone &\nwhile [ ! -e {dd}/r.{t} ]; do sleep 0.01; done\necho ready\nwait\n",
             dd = d.display(),
         );
-        let path = write(&d, &format!("job-{t}.sh"), &body);
-        let l = start(&s, &format!("kill-timer-{round}"), &path, "5s", "1s");
+        let l = run_job(&s, &format!("kill-timer-{round}"), &t, &body, "5s", "1s");
         std::thread::sleep(Duration::from_millis(300 + (round as u64 * 37) % 200));
         let (at, quiet, _) = kill_lockctl(l);
         let left = leftovers(&t, at, &[], Duration::from_secs(3));
@@ -404,25 +400,6 @@ fn a_member_that_continues_itself_with_a_timer() {
          than one round \
          (round, how many, the first three): {broken:#?}"
     );
-}
-
-/// Compiles the C program `src` into `dir/name` with `cc` (which `scripts/setup.sh` installs).
-fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
-    need_tool("cc", "--version");
-    let c = write(dir, &format!("{name}.c"), src);
-    let bin = dir.join(name);
-    let out = std::process::Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
 }
 
 /// `chain TAG GO CHAINS LINKS`: once the file GO exists, CHAINS chains of processes, each link
@@ -477,8 +454,7 @@ fn chains_that_grow_during_the_freeze() {
             bin.display(),
             go.display()
         );
-        let path = write(&d, &format!("job-{t}.sh"), &body);
-        let l = start(&s, &format!("kill-chain-{round}"), &path, "5s", "1s");
+        let l = run_job(&s, &format!("kill-chain-{round}"), &t, &body, "5s", "1s");
         std::thread::sleep(Duration::from_millis(300 + (round as u64 * 37) % 200));
         std::fs::write(&go, "").unwrap();
         std::thread::sleep(Duration::from_millis(10));
@@ -500,10 +476,10 @@ fn chains_that_grow_during_the_freeze() {
             ));
         }
     }
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
-        "processes of the job outlived lockctl (round, how many, the first three): {broken:#?}"
+    assert_held(
+        &broken,
+        n,
+        "processes of the job outlived lockctl (round, how many, the first three)",
     );
 }
 
@@ -560,8 +536,7 @@ fn a_vfork_parent_in_uninterruptible_sleep_during_the_freeze() {
         let t = tag(500 + round);
         let _sweep = Sweep(t.clone());
         let body = format!("{} {t} $PPID &\necho ready\nwait\n", bin.display());
-        let path = write(&d, &format!("job-{t}.sh"), &body);
-        let l = start(&s, &format!("kill-vfork-{round}"), &path, "5s", "1s");
+        let l = run_job(&s, &format!("kill-vfork-{round}"), &t, &body, "5s", "1s");
         std::thread::sleep(Duration::from_millis(300 + (round as u64 * 170) % 700));
         let states: Vec<(i32, char)> = tagged_but(&t, &[])
             .into_iter()
@@ -585,10 +560,10 @@ fn a_vfork_parent_in_uninterruptible_sleep_during_the_freeze() {
             ));
         }
     }
-    eprintln!("{} of {n} rounds left processes of the job", broken.len());
-    assert!(
-        broken.is_empty(),
-        "processes of the job outlived lockctl (round, how many, the first three): {broken:#?}"
+    assert_held(
+        &broken,
+        n,
+        "processes of the job outlived lockctl (round, how many, the first three)",
     );
 }
 
@@ -614,8 +589,7 @@ fn the_deadline_path_with_a_self_continuing_member() {
             "python3 {dd}/self_cont.py {t} {dd} $PPID stopped &\nwhile [ ! -e {dd}/r.{t} ]; do sleep 0.01; done\necho ready\nwait\n",
             dd = d.display(),
         );
-        let path = write(&d, &format!("job-{t}.sh"), &body);
-        let mut l = start(&s, &format!("kill-dl-{round}"), &path, "1s", "300ms");
+        let mut l = run_job(&s, &format!("kill-dl-{round}"), &t, &body, "1s", "300ms");
         let lockctl = l.pid();
         std::thread::sleep(Duration::from_millis(100 + (round as u64 * 61) % 200));
         let at = ticks_now();
@@ -814,8 +788,7 @@ fn a_bystander_that_took_a_member_s_pid_within_a_tick_is_spared() {
             "python3 {dd}/reaper.py {t} {dd} &\nwhile [ ! -e {dd}/r.{t} ]; do sleep 0.01; done\necho ready\nwait\n",
             dd = d.display(),
         );
-        let path = write(&d, &format!("job-{t}.sh"), &body);
-        let l = start(&s, &format!("kill-reuse-{round}"), &path, "5s", "1s");
+        let l = run_job(&s, &format!("kill-reuse-{round}"), &t, &body, "5s", "1s");
         std::thread::sleep(Duration::from_millis(1200 + (round as u64 * 37) % 200));
         let killed_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

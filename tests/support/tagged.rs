@@ -1,13 +1,13 @@
 //! Scenes that kill a lockctl running a job and look for what of the job is left: the processes
 //! a scene starts carry its tag in their command lines (`tests/atkkill_review.rs`,
-//! `tests/atkkill2_review.rs`).
+//! `tests/atkkill2_review.rs`, `tests/atkkill3_review.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use super::watchers::{exec_script, started_at, stat_field, state, ticks_now, watchers_of};
-use super::{alive, eventually, kill, Server};
+use super::{alive, eventually, kill, need_tool, Server};
 
 /// The command line of `pid`, its arguments joined by spaces.
 pub fn cmdline(pid: i32) -> String {
@@ -142,9 +142,17 @@ impl Drop for Lockctl {
     }
 }
 
-/// Starts `lockctl exec NAME --ttl TTL --kill-after KA -- sh SCRIPT` and waits for `ready`.
-pub fn start(s: &Server, name: &str, script: &Path, ttl: &str, ka: &str) -> Lockctl {
-    Lockctl(Some(exec_script(s, name, script, ttl, ka)))
+/// Writes `body` to `job-TAG.sh` in the server's directory, starts `lockctl exec NAME --ttl TTL
+/// --kill-after KA -- sh` with it and waits for the job's `ready`.
+pub fn run_job(s: &Server, name: &str, tag: &str, body: &str, ttl: &str, ka: &str) -> Lockctl {
+    let script = write(s.dir(), &format!("job-{tag}.sh"), body);
+    Lockctl(Some(exec_script(s, name, &script, ttl, ka)))
+}
+
+/// Fails with `what` and the rounds in `broken` (of `n`) when there are any, after saying how many.
+pub fn assert_held<T: std::fmt::Debug>(broken: &[T], n: usize, what: &str) {
+    eprintln!("{} of {n} rounds left processes of the job", broken.len());
+    assert!(broken.is_empty(), "{what}: {broken:#?}");
 }
 
 /// SIGKILLs lockctl (reaped) and waits (10 s at most) until its watchers are gone; returns the
@@ -168,3 +176,57 @@ pub fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     std::fs::write(&path, body).unwrap();
     path
 }
+
+/// Compiles the C program `src` into `dir/name` with `cc` (which `scripts/setup.sh` installs),
+/// with POSIX threads.
+pub fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
+    need_tool("cc", "--version");
+    let c = write(dir, &format!("{name}.c"), src);
+    let bin = dir.join(name);
+    let out = std::process::Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// The start of the review files' C programs (`ESC` and `ESC3`, which follow it): the headers,
+/// a SIGCONT handler that sets `woke`, the `tag` and `dir` of the scene, and `mark(what, n)`,
+/// which writes `PID N ppid PPID` to `DIR/what.TAG` at once (written aside, then renamed).
+pub const C_PRELUDE: &str = r#"#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t woke;
+static void on_cont(int s) { (void)s; woke = 1; }
+static char *tag, *dir;
+static char escarg[160];
+
+static void mark(const char *what, long n) {
+    char path[512], tmp[520], body[64];
+    snprintf(path, sizeof path, "%s/%s.%s", dir, what, tag);
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return;
+    int len = snprintf(body, sizeof body, "%d %ld ppid %d\n", getpid(), n, getppid());
+    if (write(fd, body, len) < 0) {}
+    close(fd);
+    rename(tmp, path);
+}
+"#;
