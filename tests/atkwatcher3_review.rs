@@ -189,7 +189,7 @@ fn without_pidfds_a_sigterm_with_a_stopped_middle_process_ends_lockctl_promptly(
         return;
     }
     let s = Server::start();
-    let held = acquire_json(&mut lockctl_on(&s), "nopidfd", &["--ttl", "60s"]);
+    let held = acquire_json(&mut lockctl_on(&s), "nopidfd", &["--ttl", "600s"]);
     let token = held["token"].as_str().unwrap().to_string();
     let ran = s.dir().join("ran");
     let err = s.dir().join("lockctl.err");
@@ -438,7 +438,7 @@ impl Drop for Frozen {
 // Fixed: was a defect: a middle process frozen by a cgroup freezer while lockctl waits: a SIGTERM hangs lockctl for good (Drop for StartThread joins reap_middle, whose waitpid after SIGKILL has no bound)
 fn a_sigterm_with_a_frozen_middle_process_ends_lockctl_promptly() {
     let s = Server::start();
-    let held = acquire_json(&mut lockctl_on(&s), "frozenmid", &["--ttl", "60s"]);
+    let held = acquire_json(&mut lockctl_on(&s), "frozenmid", &["--ttl", "600s"]);
     let token = held["token"].as_str().unwrap().to_string();
     let ran = s.dir().join("ran");
     let err = s.dir().join("lockctl.err");

@@ -221,6 +221,9 @@ fn a_grant_sent_again_to_a_server_restarted_empty_is_quarantined() {
     assert!(eventually(BOUND, || s.uptime() >= 5));
     let name = "restarted";
     let key = slot_key(name, 1);
+    // The server is stopped before lockctl starts: stopped after it, a lockctl given the CPU first
+    // could finish its acquire before the stop (this failed a full run on a loaded machine).
+    s.pause();
     let acquire = Traced::spawn(
         lockctl_on(&s).env("LOCKCTL_QUARANTINE", "3s").args([
             "-v",
@@ -234,7 +237,6 @@ fn a_grant_sent_again_to_a_server_restarted_empty_is_quarantined() {
         ]),
         BOUND,
     );
-    s.pause();
     stop_in_a_read(acquire.pid(), BOUND);
     s.resume();
     assert!(
