@@ -9,13 +9,19 @@
 //! by following parent links in `/proc`, and to the groups those descendants lead.
 //!
 //! A walk is a snapshot: a process forked after it is not in it. Its parent is, and a stopping
-//! signal (SIGKILL) is sent in rounds until a walk finds nothing new. A PID found by a walk could in
-//! principle exit, be reaped by its own parent and be handed out again before the signal, in the few
-//! microseconds between reading `/proc` and `kill`; only a wrap-around of the whole PID space in
-//! that moment makes that possible.
+//! signal (SIGKILL) is sent in rounds until a walk finds nothing new. A process found by a walk
+//! may exit, be reaped and have its PID handed to another process before the walk ends: a walk of
+//! every process takes milliseconds, a loaded machine's a tenth of a second, and a process with
+//! CAP_SYS_ADMIN can aim the next PID (`ns_last_pid`). So no signal goes by a PID alone: each
+//! process is pinned first ([`Pin`]), a pidfd opened on its PID and its start time read again
+//! after that; the signal then goes through the pidfd, which names that process and no other
+//! (`tests/atkkill4_review.rs`: a bystander at the PID of a member that exited during the walk was
+//! stopped for good, one at the PID of a killed member reaped during the kill rounds was killed).
+//! A group is signalled as a whole only while its leader is pinned: its ID is then the leader's
+//! PID, which no other process can have.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// What `/proc` is to this process.
@@ -262,27 +268,91 @@ pub fn descendants(procs: &[Proc], roots: &HashSet<i32>) -> Vec<Proc> {
 /// into another group of the session), and the other processes there are not the job's. Inside a
 /// PID namespace a group whose leader is outside it reads 0: such a member is signalled alone.
 pub fn signal_all(members: &[Proc], signal: i32, done: i32) {
-    let pids: HashSet<i32> = members.iter().map(|p| p.pid).collect();
+    let by_pid: HashMap<i32, &Proc> = members.iter().map(|p| (p.pid, p)).collect();
     let mut groups = HashSet::from([done]);
     for p in members {
         if done > 0 && p.pgid == done {
             continue;
         }
-        // SAFETY: kill/killpg with plain integers; see the module docs for the PIDs' validity.
-        unsafe {
-            if pids.contains(&p.pgid) {
-                if groups.insert(p.pgid) {
-                    libc::killpg(p.pgid, signal);
+        if let Some(leader) = by_pid.get(&p.pgid) {
+            if groups.insert(p.pgid) {
+                // The group as a whole while its leader is the one the walk found: the group's
+                // ID is then its PID, which no other process can have. A group whose leader is
+                // gone is left to its members' own signals.
+                let pin = Pin::new(leader);
+                if !pin.gone() {
+                    // SAFETY: killpg with plain integers, the leader pinned (see above).
+                    unsafe { libc::killpg(p.pgid, signal) };
                 }
-                // A process seen in a group may have left it (`setsid`) by the time the group is
-                // signalled. A SIGKILL goes to it by its PID too; other signals go once only (a
-                // second SIGTERM or SIGINT means "now" to many programs).
-                if signal == libc::SIGKILL && p.pid != p.pgid {
-                    libc::kill(p.pid, signal);
-                }
-            } else {
-                libc::kill(p.pid, signal);
             }
+            // A process seen in a group may have left it (`setsid`) by the time the group is
+            // signalled. A SIGKILL goes to it by itself too; other signals go once only (a second
+            // SIGTERM or SIGINT means "now" to many programs).
+            if signal == libc::SIGKILL && p.pid != p.pgid {
+                Pin::new(p).send(signal);
+            }
+        } else {
+            Pin::new(p).send(signal);
+        }
+    }
+}
+
+/// A process held for a signal: a pidfd opened on its PID (Linux 5.3 and later), kept only if the
+/// process with that PID still has the start time it was found with when read after the open.
+/// The pidfd then names that process and no other, whatever takes its PID after it exits. Where
+/// pidfds are missing (an older kernel, a seccomp profile that denies them, no descriptor left),
+/// the start time is checked all the same and the signal goes by PID: a process that took the PID
+/// between that check and the signal, microseconds, is the limit left there.
+enum Pin {
+    Fd(OwnedFd),
+    /// The start time matched, but no pidfd could be opened.
+    Pid(i32),
+    /// Gone, or its PID another process's by now.
+    Gone,
+}
+
+impl Pin {
+    fn new(p: &Proc) -> Pin {
+        // SAFETY: pidfd_open takes a PID and flags; the descriptor, if any, is owned here.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, p.pid, 0) } as i32;
+        let opened = std::io::Error::last_os_error().raw_os_error();
+        // SAFETY: a descriptor just opened, owned by nothing else.
+        let fd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+        if fd.is_none() && opened == Some(libc::ESRCH) {
+            return Pin::Gone;
+        }
+        // Read after the open: the same start time means the pidfd took the process found.
+        if read(p.pid).is_none_or(|q| q.start != p.start) {
+            return Pin::Gone;
+        }
+        match fd {
+            Some(fd) => Pin::Fd(fd),
+            None => Pin::Pid(p.pid),
+        }
+    }
+
+    fn gone(&self) -> bool {
+        matches!(self, Pin::Gone)
+    }
+
+    /// Sends `signal` to the pinned process.
+    fn send(&self, signal: i32) {
+        match self {
+            // SAFETY: pidfd_send_signal on our own pidfd, without siginfo.
+            Pin::Fd(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            },
+            // SAFETY: kill with plain integers, the start time checked just before.
+            Pin::Pid(pid) => unsafe {
+                libc::kill(*pid, signal);
+            },
+            Pin::Gone => {}
         }
     }
 }
@@ -497,8 +567,9 @@ impl Walker {
                     .collect();
                 let now = Instant::now();
                 for p in &fresh {
-                    // SAFETY: kill with plain integers, on a process just found to be the job's.
-                    unsafe { libc::kill(p.pid, libc::SIGSTOP) };
+                    // Pinned: the walk took milliseconds, and the process it read may be gone,
+                    // its PID another's (the module docs).
+                    Pin::new(p).send(libc::SIGSTOP);
                     freeze.stop_sent.insert((p.pid, p.start), now);
                 }
                 freeze.stopped.extend(fresh.iter().copied());
@@ -506,11 +577,7 @@ impl Walker {
                 // The walk above has stopped what the restless ones started before it.
                 let killed = !freeze.restless.is_empty();
                 for p in freeze.restless.drain(..) {
-                    if read(p.pid).is_some_and(|q| q.start == p.start) {
-                        // SAFETY: kill with plain integers, on a process of the job the freeze
-                        // stopped, its start time checked just before.
-                        unsafe { libc::kill(p.pid, libc::SIGKILL) };
-                    }
+                    Pin::new(&p).send(libc::SIGKILL);
                 }
                 // A stop is sent, not yet taken: a process that the scheduler has not run since
                 // may still fork. The next walk comes once every process stopped so far holds
@@ -615,8 +682,7 @@ impl Freeze {
             }
             let sent_at = self.stop_sent.entry(key).or_insert(now);
             if now.duration_since(*sent_at) >= STOP_TAKES {
-                // SAFETY: kill with plain integers; `hold` found it running with this start.
-                unsafe { libc::kill(p.pid, libc::SIGSTOP) };
+                Pin::new(p).send(libc::SIGSTOP);
                 *sent_at = now;
                 unheld.push(*p);
             }
@@ -644,8 +710,7 @@ impl Freeze {
             let now = Instant::now();
             for c in below {
                 if self.sent.insert((c.pid, c.start)) {
-                    // SAFETY: as above, on a descendant of a process of the job.
-                    unsafe { libc::kill(c.pid, libc::SIGSTOP) };
+                    Pin::new(&c).send(libc::SIGSTOP);
                     self.stop_sent.insert((c.pid, c.start), now);
                     self.stopped.push(c);
                     walker.seen.insert(c.pid, c);
@@ -666,21 +731,19 @@ impl Freeze {
 }
 
 /// Sends SIGKILL to each of `procs` that is not `gone` and still runs with its start time, in
-/// one tight pass, children before parents ([`deepest_first`]): the start times are all read
-/// first, so that the kills follow each other within microseconds. A kill can leave a group of
+/// one tight pass, children before parents ([`deepest_first`]): they are all pinned first
+/// ([`Pin`]), so that the kills follow each other within microseconds. A kill can leave a group of
 /// stopped processes orphaned, and the kernel then continues them; one whose SIGKILL comes a
 /// little later runs meanwhile (`tests/atkkill3_review.rs`).
 fn kill_at_once(procs: &[Proc], gone: &HashSet<(i32, u64)>) {
-    let alive: Vec<i32> = deepest_first(procs)
+    let pinned: Vec<Pin> = deepest_first(procs)
         .into_iter()
         .filter(|p| !gone.contains(&(p.pid, p.start)))
-        .filter(|p| read(p.pid).is_some_and(|q| q.start == p.start))
-        .map(|p| p.pid)
+        .map(|p| Pin::new(&p))
+        .filter(|pin| !pin.gone())
         .collect();
-    for pid in alive {
-        // SAFETY: kill with plain integers, on a process of the job the freeze stopped, its
-        // start time checked in the pass above (a stopped process cannot exit on its own).
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+    for pin in &pinned {
+        pin.send(libc::SIGKILL);
     }
 }
 
