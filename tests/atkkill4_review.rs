@@ -26,6 +26,12 @@
 //!   limit): a member sends the watcher SIGSTOP as soon as lockctl is gone; nothing is left to
 //!   notice: 3 of 3 rounds, twice. The watcher is a process of the user's, as the job is.
 //!
+//! - `with_few_descriptors_a_job_of_hundreds_dies_with_lockctl` (added with the fix that a
+//!   second review found by reading: `kill_at_once` held a pidfd for every frozen process at once,
+//!   so past the watcher's descriptor limit the pins counted as gone): 200 processes in sessions
+//!   of their own, the watcher at RLIMIT_NOFILE 64; nothing left. It passed before the fix too
+//!   (the kill rounds after that pass reached them); it shows the passes of `pin_budget` at work.
+//!
 //! `ATKKILL4_ROUNDS` multiplies every scene's rounds.
 
 mod support;
@@ -609,5 +615,89 @@ fn a_job_that_stops_its_watcher_as_lockctl_dies_is_still_killed() {
         broken.is_empty(),
         "a job that stopped its watcher just after lockctl's death outlived lockctl (round, the \
          watcher's state, processes of the job left, of them escapes): {broken:#?}"
+    );
+}
+
+/// A job larger than the watcher's descriptors: lockctl (and so its watcher) runs with
+/// RLIMIT_NOFILE 64, and the job is 200 `setsid sleep`s, each in a session of its own, so that
+/// only the freeze's stops and kills by process reach them. `kill_at_once` pins each process
+/// with a pidfd until its kill; pinning all at once took every descriptor, and the pins past
+/// the limit (their start-time reads failing too) counted as gone and got no SIGKILL in that
+/// pass (found by reading; the kill rounds after it still reached them, so this scene passed
+/// before as well: it shows that the passes of `pin_budget` kill everything, not the defect).
+/// Asserted: the watcher exits and nothing of the job is left.
+#[test]
+fn with_few_descriptors_a_job_of_hundreds_dies_with_lockctl() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let s = Server::start();
+    let n = rounds(2);
+    let mut broken = Vec::new();
+    for r in 0..n {
+        let t = tag(300 + r);
+        let _sweep = Sweep(t.clone());
+        let body =
+            format!("for i in $(seq 200); do setsid sleep 300.{t} & done\necho ready\nwait\n");
+        let script = write(s.dir(), &format!("job-{t}.sh"), &body);
+        let mut cmd = lockctl_on(&s);
+        cmd.args([
+            "exec",
+            &format!("kill4-fds-{t}"),
+            "--ttl",
+            "5s",
+            "--kill-after",
+            "1s",
+        ])
+        .args(["--", "sh"])
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        // SAFETY: setrlimit only (async-signal-safe), on a value built before the fork.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: 64,
+                    rlim_max: 64,
+                };
+                match libc::setrlimit(libc::RLIMIT_NOFILE, &lim) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let l = Lockctl(Some(child));
+        let mut line = String::new();
+        let ready = (0..10).any(|_| {
+            line.clear();
+            out.read_line(&mut line).unwrap_or(0) > 0 && line.trim() == "ready"
+        });
+        assert!(ready, "round {r}: the job never said ready: {line:?}");
+        assert!(
+            eventually(Duration::from_secs(10), || tagged_but(&t, &[]).len() >= 200),
+            "round {r}: the job's 200 processes never ran"
+        );
+        let (at, quiet, took) = kill_lockctl(l);
+        let left = leftovers(&t, at, &[], Duration::from_secs(3));
+        eprintln!(
+            "round {r}: watcher exited: {quiet} after {took:?}; left {}",
+            left.len()
+        );
+        if !quiet || !left.is_empty() {
+            broken.push((
+                r,
+                quiet,
+                left.len(),
+                left.into_iter().take(3).collect::<Vec<_>>(),
+            ));
+        }
+    }
+    assert_held(
+        &broken,
+        n,
+        "with RLIMIT_NOFILE 64, processes of a job of 200 outlived lockctl (round, the watcher \
+         exited, how many left, the first three)",
     );
 }

@@ -300,9 +300,10 @@ pub fn signal_all(members: &[Proc], signal: i32, done: i32) {
 /// A process held for a signal: a pidfd opened on its PID (Linux 5.3 and later), kept only if the
 /// process with that PID still has the start time it was found with when read after the open.
 /// The pidfd then names that process and no other, whatever takes its PID after it exits. Where
-/// pidfds are missing (an older kernel, a seccomp profile that denies them, no descriptor left),
-/// the start time is checked all the same and the signal goes by PID: a process that took the PID
-/// between that check and the signal, microseconds, is the limit left there.
+/// pidfds are missing (an older kernel, a seccomp profile that denies them), the start time is
+/// checked all the same and the signal goes by PID: a process that took the PID between that check
+/// and the signal, microseconds, is the limit left there. With no descriptor left at all, not even
+/// the check can be read, and nothing is sent ([`kill_at_once`] keeps half of them free).
 enum Pin {
     Fd(OwnedFd),
     /// The start time matched, but no pidfd could be opened.
@@ -735,16 +736,42 @@ impl Freeze {
 /// ([`Pin`]), so that the kills follow each other within microseconds. A kill can leave a group of
 /// stopped processes orphaned, and the kernel then continues them; one whose SIGKILL comes a
 /// little later runs meanwhile (`tests/atkkill3_review.rs`).
+///
+/// A pin holds a descriptor until its kill, so a job larger than [`pin_budget`] is killed in
+/// passes of that many: pinned all at once, a job of thousands would take every descriptor the
+/// watcher may open, and then the reads of `/proc` that check a start time and the walk on the
+/// other thread would fail too, and the pins past the limit would count as gone (found by reading).
 fn kill_at_once(procs: &[Proc], gone: &HashSet<(i32, u64)>) {
-    let pinned: Vec<Pin> = deepest_first(procs)
+    let order: Vec<Proc> = deepest_first(procs)
         .into_iter()
         .filter(|p| !gone.contains(&(p.pid, p.start)))
-        .map(|p| Pin::new(&p))
-        .filter(|pin| !pin.gone())
         .collect();
-    for pin in &pinned {
-        pin.send(libc::SIGKILL);
+    for pass in order.chunks(pin_budget()) {
+        let pinned: Vec<Pin> = pass
+            .iter()
+            .map(Pin::new)
+            .filter(|pin| !pin.gone())
+            .collect();
+        for pin in &pinned {
+            pin.send(libc::SIGKILL);
+        }
     }
+}
+
+/// How many pins [`kill_at_once`] holds at once: half the descriptors this process may open (its
+/// soft `RLIMIT_NOFILE`), less 32 for its other descriptors and the reads of `/proc` meanwhile;
+/// one at the least.
+fn pin_budget() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct given.
+    let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+        0 => usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX),
+        _ => 1024,
+    };
+    (soft / 2).saturating_sub(32).max(1)
 }
 
 /// `procs` ordered for a kill in one pass: children before their parents (by the parent each had
@@ -970,6 +997,36 @@ mod tests {
             kept,
             "a look dropped {c}, which an earlier look found and which still ran"
         );
+    }
+
+    #[test]
+    fn a_kill_pass_leaves_half_the_descriptors_free() {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct given.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+            0
+        );
+        let budget = pin_budget() as u64;
+        assert!(budget >= 1);
+        assert!(
+            budget == 1 || budget * 2 + 64 <= limit.rlim_cur,
+            "{budget} of {limit:?}"
+        );
+    }
+
+    #[test]
+    fn a_pin_is_gone_once_the_start_time_differs() {
+        let me = read(std::process::id() as i32).unwrap();
+        assert!(matches!(Pin::new(&me), Pin::Fd(_)));
+        let other = Proc {
+            start: me.start + 1,
+            ..me
+        };
+        assert!(Pin::new(&other).gone());
     }
 
     #[test]
