@@ -297,6 +297,32 @@ pub fn signal_all(members: &[Proc], signal: i32, done: i32) {
     }
 }
 
+/// A pidfd on the process `pid` (Linux 5.3 and later): it names that process until the
+/// descriptor is closed, whatever takes the PID after the process is reaped.
+pub fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a PID and flags; the descriptor, if any, is owned here.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Sends `signal` to the process `pidfd` names, and to no other.
+pub fn pidfd_signal(pidfd: &OwnedFd, signal: i32) {
+    // SAFETY: pidfd_send_signal on a pidfd of ours, without siginfo.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        );
+    }
+}
+
 /// A process held for a signal: a pidfd opened on its PID (Linux 5.3 and later), kept only if the
 /// process with that PID still has the start time it was found with when read after the open.
 /// The pidfd then names that process and no other, whatever takes its PID after it exits. Where
@@ -314,14 +340,10 @@ enum Pin {
 
 impl Pin {
     fn new(p: &Proc) -> Pin {
-        // SAFETY: pidfd_open takes a PID and flags; the descriptor, if any, is owned here.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, p.pid, 0) } as i32;
-        let opened = std::io::Error::last_os_error().raw_os_error();
-        // SAFETY: a descriptor just opened, owned by nothing else.
-        let fd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
-        if fd.is_none() && opened == Some(libc::ESRCH) {
-            return Pin::Gone;
-        }
+        let fd = match pidfd_open(p.pid) {
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Pin::Gone,
+            opened => opened.ok(),
+        };
         // Read after the open: the same start time means the pidfd took the process found.
         if read(p.pid).is_none_or(|q| q.start != p.start) {
             return Pin::Gone;
@@ -339,16 +361,7 @@ impl Pin {
     /// Sends `signal` to the pinned process.
     fn send(&self, signal: i32) {
         match self {
-            // SAFETY: pidfd_send_signal on our own pidfd, without siginfo.
-            Pin::Fd(fd) => unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.as_raw_fd(),
-                    signal,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                );
-            },
+            Pin::Fd(fd) => pidfd_signal(fd, signal),
             // SAFETY: kill with plain integers, the start time checked just before.
             Pin::Pid(pid) => unsafe {
                 libc::kill(*pid, signal);
@@ -602,9 +615,8 @@ impl Walker {
             // to a group that an exit orphans, which the freeze may not have seen yet) would run
             // through it. This also reaches one that the rounds below would leave to the caller
             // as a member of the job's own group, which the caller may have signalled before the
-            // process joined it; a stopped process that nothing kills stays. A stopped process
-            // keeps its PID until it is killed and reaped, and the start time is checked just
-            // before.
+            // process joined it; a stopped process that nothing kills stays. Each is pinned
+            // ([`Pin`]) before its kill.
             kill_at_once(&freeze.stopped, &freeze.gone);
         }
         let rounds = if signal == libc::SIGKILL { 8 } else { 1 };

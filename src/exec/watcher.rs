@@ -129,7 +129,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::procs::Walker;
+use super::procs::{pidfd_open, pidfd_signal, Walker};
 use crate::clock::Stamp;
 
 /// The announcement the child writes: this tag, then its group ID as 4 native-endian bytes.
@@ -716,10 +716,7 @@ struct Pinned {
 
 impl Pinned {
     fn new(pid: libc::pid_t, back: &OwnedFd) -> Pinned {
-        // SAFETY: pidfd_open takes a PID and flags; the descriptor, if any, is owned here.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
-        // SAFETY: a descriptor just opened, owned by nothing else.
-        let fd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+        let fd = pidfd_open(pid).ok();
         let mut pfd = libc::pollfd {
             fd: back.as_raw_fd(),
             events: libc::POLLIN,
@@ -740,16 +737,7 @@ impl Pinned {
             return;
         }
         match &self.fd {
-            // SAFETY: pidfd_send_signal on our own pidfd, without siginfo.
-            Some(fd) => unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.as_raw_fd(),
-                    signal,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                );
-            },
+            Some(fd) => pidfd_signal(fd, signal),
             None => {
                 // SAFETY: getpid has no preconditions.
                 let me = unsafe { libc::getpid() };
@@ -792,10 +780,8 @@ impl Pinned {
 /// only once it thaws: that exit is awaited as long again, and past it the process is left
 /// unreaped (a zombie of lockctl's once it thaws) rather than lockctl held.
 fn reap_middle(middle: libc::pid_t) -> io::Result<bool> {
-    // SAFETY: pidfd_open on lockctl's own child, which is not reaped yet.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, middle, 0) } as RawFd;
-    // SAFETY: a descriptor just opened, owned by nothing else.
-    let pidfd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+    // lockctl's own child, not reaped yet: the PID is still its own.
+    let pidfd = pidfd_open(middle).ok();
     let wait = Duration::from_millis(MIDDLE_WAIT_MS);
     let status = match reaped_within(middle, pidfd.as_ref(), wait)? {
         Some(status) => status,
