@@ -707,8 +707,15 @@ fn connect_nonblocking(path: &std::path::Path) -> Option<i32> {
 fn exec_wins_every_node_after_its_tombstoned_attempts() {
     let s = Servers::start(3);
     warm_up(&s[2]);
+    // Both keys end at the same instant (PXAT): with PX, set one after the other, an attempt
+    // between their two ends won node 0 or 1 with node 2 and got 2 of 3 (a full run, loaded).
+    let ends = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 3000;
     for i in [0, 1] {
-        let _: () = s[i].cmd(&["SET", "lockctl:later", PEER, "PX", "3000"]);
+        let _: () = s[i].cmd(&["SET", "lockctl:later", PEER, "PXAT", &ends.to_string()]);
     }
     s[2].pause();
     let mut child = s
